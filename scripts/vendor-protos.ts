@@ -1,0 +1,188 @@
+/**
+ * Rebuilds proto-vendor/buf/validate/validate.proto from the file descriptor embedded in
+ * @bufbuild/protovalidate (the BSR, where buf would normally fetch it, is out of reach here).
+ *
+ * Usage: `tsx scripts/vendor-protos.ts` writes the file; `--check` exits 1 when the committed
+ * file differs from what the installed package would produce (CI runs it to catch drift).
+ * The printer covers exactly what validate.proto uses (proto2 messages, oneofs, enums, extension
+ * and reserved ranges, top-level extensions, the `(predefined).cel` field option, file options)
+ * and throws on anything else, so a new construct upstream fails loudly instead of being dropped.
+ */
+import { readFileSync, writeFileSync, mkdirSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { getExtension, hasExtension, isFieldSet } from "@bufbuild/protobuf";
+import {
+  type DescriptorProto,
+  type EnumDescriptorProto,
+  type FieldDescriptorProto,
+  FieldDescriptorProto_Label,
+  FieldDescriptorProtoSchema,
+  FieldDescriptorProto_Type,
+} from "@bufbuild/protobuf/wkt";
+import { file_buf_validate_validate, predefined } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const target = join(root, "proto-vendor/buf/validate/validate.proto");
+
+function quote(s: string): string {
+  let out = '"';
+  for (const ch of s) {
+    const c = ch.codePointAt(0) ?? 0;
+    if (ch === "\\") out += "\\\\";
+    else if (ch === '"') out += '\\"';
+    else if (ch === "\n") out += "\\n";
+    else if (ch === "\r") out += "\\r";
+    else if (ch === "\t") out += "\\t";
+    else if (c < 0x20 || c === 0x7f) out += `\\${c.toString(8).padStart(3, "0")}`;
+    else out += ch;
+  }
+  return `${out}"`;
+}
+
+const scalarNames: Partial<Record<FieldDescriptorProto_Type, string>> = {
+  [FieldDescriptorProto_Type.DOUBLE]: "double",
+  [FieldDescriptorProto_Type.FLOAT]: "float",
+  [FieldDescriptorProto_Type.INT64]: "int64",
+  [FieldDescriptorProto_Type.UINT64]: "uint64",
+  [FieldDescriptorProto_Type.INT32]: "int32",
+  [FieldDescriptorProto_Type.FIXED64]: "fixed64",
+  [FieldDescriptorProto_Type.FIXED32]: "fixed32",
+  [FieldDescriptorProto_Type.BOOL]: "bool",
+  [FieldDescriptorProto_Type.STRING]: "string",
+  [FieldDescriptorProto_Type.BYTES]: "bytes",
+  [FieldDescriptorProto_Type.UINT32]: "uint32",
+  [FieldDescriptorProto_Type.SFIXED32]: "sfixed32",
+  [FieldDescriptorProto_Type.SFIXED64]: "sfixed64",
+  [FieldDescriptorProto_Type.SINT32]: "sint32",
+  [FieldDescriptorProto_Type.SINT64]: "sint64",
+};
+
+function fieldType(f: FieldDescriptorProto): string {
+  if (f.type === FieldDescriptorProto_Type.MESSAGE || f.type === FieldDescriptorProto_Type.ENUM) {
+    return f.typeName; // fully qualified with a leading dot: valid .proto syntax
+  }
+  const name = scalarNames[f.type];
+  if (name === undefined) throw new Error(`unsupported field type ${f.type} on ${f.name}`);
+  return name;
+}
+
+function fieldOptions(f: FieldDescriptorProto): string {
+  const parts: string[] = [];
+  if (isFieldSet(f, FieldDescriptorProtoSchema.field.defaultValue)) {
+    parts.push(`default = ${f.type === FieldDescriptorProto_Type.STRING ? quote(f.defaultValue) : f.defaultValue}`);
+  }
+  const o = f.options;
+  if (o !== undefined) {
+    const known = new Set(["$typeName", "$unknown", "uninterpretedOption", "editionDefaults", "targets"]);
+    for (const [k, v] of Object.entries(o)) {
+      if (known.has(k) || v === undefined || (Array.isArray(v) && v.length === 0)) continue;
+      throw new Error(`unsupported field option ${k} on ${f.name}`);
+    }
+    for (const u of o.$unknown ?? []) {
+      if (u.no !== predefined.number) throw new Error(`unsupported extension ${u.no} on ${f.name}`);
+    }
+    if (hasExtension(o, predefined)) {
+      for (const rule of getExtension(o, predefined).cel) {
+        const body = [`id: ${quote(rule.id)}`];
+        if (rule.message !== "") body.push(`message: ${quote(rule.message)}`);
+        body.push(`expression: ${quote(rule.expression)}`);
+        parts.push(`(predefined).cel = {\n      ${body.join("\n      ")}\n    }`);
+      }
+    }
+  }
+  return parts.length === 0 ? "" : ` [\n    ${parts.join(",\n    ")}\n  ]`;
+}
+
+function indent(text: string, by: string): string {
+  return text
+    .split("\n")
+    .map((l) => (l === "" ? l : by + l))
+    .join("\n");
+}
+
+function printField(f: FieldDescriptorProto, inOneof: boolean): string {
+  const label =
+    inOneof ? "" : f.label === FieldDescriptorProto_Label.REPEATED ? "repeated " : f.label === FieldDescriptorProto_Label.REQUIRED ? "required " : "optional ";
+  return `${label}${fieldType(f)} ${f.name} = ${f.number}${fieldOptions(f)};`;
+}
+
+function printEnum(e: EnumDescriptorProto): string {
+  const lines = e.value.map((v) => `${v.name} = ${v.number};`);
+  // EnumReservedRange.end is inclusive, unlike DescriptorProto.ReservedRange.end.
+  for (const r of e.reservedRange) lines.push(`reserved ${r.start === r.end ? r.start : `${r.start} to ${r.end}`};`);
+  for (const n of e.reservedName) lines.push(`reserved ${quote(n)};`);
+  return `enum ${e.name} {\n${indent(lines.join("\n"), "  ")}\n}`;
+}
+
+function printMessage(m: DescriptorProto): string {
+  if (m.options !== undefined && (m.options.$unknown?.length ?? 0) > 0) throw new Error(`message options on ${m.name}`);
+  const lines: string[] = [];
+  let openOneof = -1;
+  for (const f of m.field) {
+    const idx = isFieldSet(f, FieldDescriptorProtoSchema.field.oneofIndex) ? f.oneofIndex : -1;
+    if (idx !== openOneof) {
+      if (openOneof >= 0) lines.push("}");
+      if (idx >= 0) {
+        const decl = m.oneofDecl[idx];
+        if (decl === undefined) throw new Error(`oneof ${idx} missing in ${m.name}`);
+        lines.push(`oneof ${decl.name} {`);
+      }
+      openOneof = idx;
+    }
+    lines.push(openOneof >= 0 ? indent(printField(f, true), "  ") : printField(f, false));
+  }
+  if (openOneof >= 0) lines.push("}");
+  for (const n of m.nestedType) lines.push(printMessage(n));
+  for (const e of m.enumType) lines.push(printEnum(e));
+  for (const r of m.extensionRange) lines.push(`extensions ${r.start} to ${r.end === 536870912 ? "max" : r.end - 1};`);
+  for (const r of m.reservedRange) lines.push(`reserved ${r.start === r.end - 1 ? r.start : `${r.start} to ${r.end - 1}`};`);
+  for (const n of m.reservedName) lines.push(`reserved ${quote(n)};`);
+  if (m.extension.length > 0) throw new Error(`nested extensions in ${m.name}`);
+  return `message ${m.name} {\n${indent(lines.join("\n"), "  ")}\n}`;
+}
+
+export function renderValidateProto(): string {
+  const f = file_buf_validate_validate.proto;
+  if (f.syntax !== "" && f.syntax !== "proto2") throw new Error(`unsupported syntax ${f.syntax}`);
+  const o = f.options;
+  const out: string[] = [
+    "// Generated by scripts/vendor-protos.ts from the descriptor embedded in @bufbuild/protovalidate.",
+    "// Do not edit: run `npm run vendor-protos`. Licensed Apache-2.0 by Buf Technologies, Inc.",
+    'syntax = "proto2";',
+    "",
+    `package ${f.package};`,
+    "",
+    ...f.dependency.map((d) => `import ${quote(d)};`),
+    "",
+  ];
+  if (o?.javaPackage !== undefined) out.push(`option java_package = ${quote(o.javaPackage)};`);
+  if (o?.javaOuterClassname !== undefined) out.push(`option java_outer_classname = ${quote(o.javaOuterClassname)};`);
+  if (o?.javaMultipleFiles !== undefined) out.push(`option java_multiple_files = ${o.javaMultipleFiles};`);
+  if (o?.goPackage !== undefined) out.push(`option go_package = ${quote(o.goPackage)};`);
+  out.push("");
+  const byExtendee = new Map<string, FieldDescriptorProto[]>();
+  for (const x of f.extension) byExtendee.set(x.extendee, [...(byExtendee.get(x.extendee) ?? []), x]);
+  for (const [extendee, fields] of byExtendee) {
+    out.push(`extend ${extendee} {\n${fields.map((x) => `  ${printField(x, false)}`).join("\n")}\n}`, "");
+  }
+  for (const m of f.messageType) out.push(printMessage(m), "");
+  for (const e of f.enumType) out.push(printEnum(e), "");
+  return `${out.join("\n").trimEnd()}\n`;
+}
+
+const text = renderValidateProto();
+if (process.argv.includes("--check")) {
+  let current = "";
+  try {
+    current = readFileSync(target, "utf8");
+  } catch {}
+  if (current !== text) {
+    console.error(`${target} is out of date: run npm run vendor-protos`);
+    process.exit(1);
+  }
+} else {
+  mkdirSync(dirname(target), { recursive: true });
+  writeFileSync(target, text);
+  console.log(`wrote ${target}`);
+}

@@ -1,0 +1,3 @@
+export { ApiError, type ErrorEnvelopeJson, invalidRequest, toApiError } from "./api-error.js";
+export { type ErrorCode, type ErrorKind, type ErrorType, errorCatalogue } from "./catalogue.js";
+export { isRequestId, newRequestId } from "./request-id.js";
