@@ -1,0 +1,39 @@
+import type {
+  CreateCompletionRequest,
+  CreateCompletionResponse,
+  ListModelsResponse,
+  StreamCompletionResponse,
+} from "../../gen/acs/v1/completions_pb.js";
+
+/** What a surface (REST or Connect) passes into the service for one call. */
+export interface CallContext {
+  /** req_ + 32 hex, already sent as X-Request-Id; the envelope's request_id. */
+  readonly requestId: string;
+  /** Aborted when the caller disconnects (or the server shuts down). */
+  readonly signal: AbortSignal;
+  /** The raw `Authorization` header value, or undefined. */
+  readonly authorization: string | undefined;
+  /**
+   * Sets a response header; the service calls it before the first chunk or the response
+   * (e.g. `X-Acs-Max-Tokens-Clamped`). REST: an HTTP header; Connect: a response header.
+   */
+  setResponseHeader(name: string, value: string): void;
+}
+
+/**
+ * The service both surfaces call: the same code for REST and Connect (API.md §1).
+ * Every method throws ApiError (src/errors) for a refusal.
+ */
+export interface CompletionsApi {
+  /** A whole completion. Throws ApiError before or after Inference answers. */
+  createCompletion(request: CreateCompletionRequest, ctx: CallContext): Promise<CreateCompletionResponse>;
+  /**
+   * The chunks of a streamed completion. Every check that can refuse the request runs before the
+   * first chunk is yielded, so a surface that waits for the first chunk before sending its status
+   * turns every refusal into a real HTTP status. An error after that is thrown from the iterator.
+   * Breaking out of the loop (or aborting ctx.signal) aborts the Inference request.
+   */
+  streamCompletion(request: CreateCompletionRequest, ctx: CallContext): AsyncIterable<StreamCompletionResponse>;
+  /** The served models. */
+  listModels(ctx: CallContext): Promise<ListModelsResponse>;
+}
