@@ -15,7 +15,8 @@ export interface Linear {
 
 /** Dense linear map; `w` is row-major (outDim × inDim). */
 export function createDenseLinear(outDim: number, inDim: number, w: Float32Array): Linear {
-  if (w.length !== outDim * inDim) throw new Error(`dense weight has ${w.length} values, want ${outDim * inDim}`);
+  if (w.length !== outDim * inDim)
+    throw new Error(`dense weight has ${w.length} values, want ${outDim * inDim}`);
   return {
     inDim,
     outDim,
@@ -53,6 +54,31 @@ export function createSparseLinear(
   };
 }
 
+/** Wide → narrow sparse map: input coordinate j adds w[j]·x[j] to output unit unit[j]. O(inDim). */
+export function createScatterLinear(outDim: number, unit: Int32Array, w: Float32Array): Linear {
+  const inDim = unit.length;
+  return {
+    inDim,
+    outDim,
+    apply(x, out) {
+      out.fill(0);
+      for (let j = 0; j < inDim; j++) out[unit[j]!]! += w[j]! * x[j]!;
+    },
+  };
+}
+
+/** Narrow → wide sparse map: output coordinate j = w[j]·x[unit[j]]. O(outDim). */
+export function createGatherLinear(inDim: number, unit: Int32Array, w: Float32Array): Linear {
+  const outDim = unit.length;
+  return {
+    inDim,
+    outDim,
+    apply(x, out) {
+      for (let j = 0; j < outDim; j++) out[j] = w[j]! * x[unit[j]!]!;
+    },
+  };
+}
+
 /** Maps a token id to its embedding (length = hidden size), written into `out`. */
 export interface Embedding {
   embed(id: number, out: Float32Array): void;
@@ -83,7 +109,11 @@ export function createLowRankUnembedding(opts: {
   return {
     vocabSize,
     logits(h, out) {
-      const zz = proj ? (proj.apply(h, z), z) : h;
+      let zz = h;
+      if (proj) {
+        proj.apply(h, z);
+        zz = z;
+      }
       out.set(bias);
       for (let a = 0; a < activeIds.length; a++) {
         let s = 0;
@@ -95,7 +125,9 @@ export function createLowRankUnembedding(opts: {
   };
 }
 
-export interface LayerWeights {
+/** A decoder layer with general (`Linear`) projections. */
+export interface DenseLayerWeights {
+  kind?: "dense";
   attnNorm: Float32Array;
   wq: Linear;
   wk: Linear;
@@ -106,6 +138,32 @@ export interface LayerWeights {
   wUp: Linear;
   wDown: Linear;
 }
+
+/**
+ * A decoder layer with sparse projections (llama-8b preset), evaluated in fused O(hidden) passes.
+ * With A = numHeads·headDim and F = mlpDim (both must divide hidden): residual coordinate j feeds
+ * attention unit (j + qkvOffset) mod A with weights wq/wk/wv[j], and MLP unit (j + mlpOffset) mod F
+ * with weights wGate/wUp[j]; it reads attention output (j + oOffset) mod A with weight wo[j] and
+ * MLP output (j + downOffset) mod F with weight wDown[j]. All weight arrays have length hidden.
+ */
+export interface SparseLayerWeights {
+  kind: "sparse";
+  attnNorm: Float32Array;
+  qkvOffset: number;
+  wq: Float32Array;
+  wk: Float32Array;
+  wv: Float32Array;
+  oOffset: number;
+  wo: Float32Array;
+  mlpNorm: Float32Array;
+  mlpOffset: number;
+  wGate: Float32Array;
+  wUp: Float32Array;
+  downOffset: number;
+  wDown: Float32Array;
+}
+
+export type LayerWeights = DenseLayerWeights | SparseLayerWeights;
 
 export interface ModelWeights {
   embedding: Embedding;
@@ -167,6 +225,9 @@ export function createModel(shape: ModelShape, weights: ModelWeights): Model {
   const { hiddenSize: D, numLayers: L, numHeads: H, headDim: hd, mlpDim: F, vocabSize: V } = shape;
   const A = H * hd;
   const half = hd / 2;
+  if (weights.layers.some((lw) => lw.kind === "sparse") && (D % A !== 0 || D % F !== 0)) {
+    throw new Error("sparse layers need numHeads·headDim and mlpDim to divide hiddenSize");
+  }
   if (!Number.isInteger(half)) throw new Error("headDim must be even");
   if (weights.layers.length !== L) throw new Error("layer count mismatch");
   const invFreq = new Float64Array(half);
@@ -188,6 +249,11 @@ export function createModel(shape: ModelShape, weights: ModelWeights): Model {
   const logitsBuf = new Float32Array(V);
   const invSqrtHd = 1 / Math.sqrt(hd);
 
+  const invRms = (src: Float32Array): number => {
+    let ss = 0;
+    for (let i = 0; i < D; i++) ss += src[i]! * src[i]!;
+    return 1 / Math.sqrt(ss / D + shape.rmsEps);
+  };
   const rmsnorm = (src: Float32Array, gain: Float32Array, dst: Float32Array): void => {
     let ss = 0;
     for (let i = 0; i < D; i++) ss += src[i]! * src[i]!;
@@ -242,10 +308,33 @@ export function createModel(shape: ModelShape, weights: ModelWeights): Model {
       weights.embedding.embed(tokenId, x);
       for (let l = 0; l < L; l++) {
         const lw = weights.layers[l]!;
-        rmsnorm(x, lw.attnNorm, hn);
-        lw.wq.apply(hn, q);
-        lw.wk.apply(hn, k);
-        lw.wv.apply(hn, v);
+        if (lw.kind === "sparse") {
+          const inv = invRms(x);
+          const gain = lw.attnNorm;
+          const wq = lw.wq;
+          const wk = lw.wk;
+          const wv = lw.wv;
+          for (let s0 = 0; s0 < A; s0++) {
+            let sq = 0;
+            let sk = 0;
+            let sv = 0;
+            for (let j = s0; j < D; j += A) {
+              const hj = x[j]! * gain[j]!;
+              sq += wq[j]! * hj;
+              sk += wk[j]! * hj;
+              sv += wv[j]! * hj;
+            }
+            const uj = (s0 + lw.qkvOffset) % A;
+            q[uj] = sq * inv;
+            k[uj] = sk * inv;
+            v[uj] = sv * inv;
+          }
+        } else {
+          rmsnorm(x, lw.attnNorm, hn);
+          lw.wq.apply(hn, q);
+          lw.wk.apply(hn, k);
+          lw.wv.apply(hn, v);
+        }
         rope(q);
         rope(k);
         const keys = cache.keys[l]!;
@@ -276,17 +365,51 @@ export function createModel(shape: ModelShape, weights: ModelWeights): Model {
             for (let i = 0; i < hd; i++) att[hb + i]! += p * vals[vb + i]!;
           }
         }
-        lw.wo.apply(att, tmpD);
-        for (let i = 0; i < D; i++) x[i]! += tmpD[i]!;
-        rmsnorm(x, lw.mlpNorm, hn);
-        lw.wGate.apply(hn, g);
-        lw.wUp.apply(hn, u);
+        if (lw.kind === "sparse") {
+          const wo = lw.wo;
+          const oo = lw.oOffset;
+          for (let s0 = 0; s0 < A; s0++) {
+            const a = att[(s0 + oo) % A]!;
+            for (let j = s0; j < D; j += A) x[j]! += wo[j]! * a;
+          }
+          const inv = invRms(x);
+          const gain = lw.mlpNorm;
+          const wg = lw.wGate;
+          const wu = lw.wUp;
+          for (let s0 = 0; s0 < F; s0++) {
+            let sg = 0;
+            let su = 0;
+            for (let j = s0; j < D; j += F) {
+              const hj = x[j]! * gain[j]!;
+              sg += wg[j]! * hj;
+              su += wu[j]! * hj;
+            }
+            const uj = (s0 + lw.mlpOffset) % F;
+            g[uj] = sg * inv;
+            u[uj] = su * inv;
+          }
+        } else {
+          lw.wo.apply(att, tmpD);
+          for (let i = 0; i < D; i++) x[i]! += tmpD[i]!;
+          rmsnorm(x, lw.mlpNorm, hn);
+          lw.wGate.apply(hn, g);
+          lw.wUp.apply(hn, u);
+        }
         for (let i = 0; i < F; i++) {
           const gi = g[i]!;
           g[i] = (gi / (1 + Math.exp(-gi))) * u[i]!;
         }
-        lw.wDown.apply(g, tmpD);
-        for (let i = 0; i < D; i++) x[i]! += tmpD[i]!;
+        if (lw.kind === "sparse") {
+          const wd = lw.wDown;
+          const od = lw.downOffset;
+          for (let s0 = 0; s0 < F; s0++) {
+            const a = g[(s0 + od) % F]!;
+            for (let j = s0; j < D; j += F) x[j]! += wd[j]! * a;
+          }
+        } else {
+          lw.wDown.apply(g, tmpD);
+          for (let i = 0; i < D; i++) x[i]! += tmpD[i]!;
+        }
         if (hooks) hooks.afterLayer(l, pos, x);
       }
       cache.length = pos + 1;

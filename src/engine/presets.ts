@@ -62,7 +62,7 @@ const PRESETS: Readonly<Record<PresetName, PresetDims>> = {
     vocabSize: 128256,
     hiddenSize: 4096,
     numLayers: 32,
-    numHeads: 4,
+    numHeads: 2,
     headDim: 8,
     mlpDim: 64,
     maxModelLen: 1024,

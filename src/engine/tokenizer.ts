@@ -21,7 +21,11 @@ export interface Tokenizer {
 
 const utf8 = new TextEncoder();
 
-function decodeWith(tok: Pick<Tokenizer, "tokenBytes" | "isSpecial">, ids: readonly number[], skip: boolean): string {
+function decodeWith(
+  tok: Pick<Tokenizer, "tokenBytes" | "isSpecial">,
+  ids: readonly number[],
+  skip: boolean,
+): string {
   const parts: Uint8Array[] = [];
   let total = 0;
   for (const id of ids) {

@@ -9,7 +9,7 @@ import { CORPUS } from "./corpus.js";
 import {
   createDenseLinear,
   createLowRankUnembedding,
-  createSparseLinear,
+  createScatterLinear,
   type Embedding,
   type LayerWeights,
   type Linear,
@@ -34,28 +34,13 @@ function gainArray(rng: Rng, n: number): Float32Array {
 
 /** Wide → narrow: every input coordinate feeds one random output unit with weight ±scale. */
 function scatterLinear(rng: Rng, outDim: number, inDim: number, scale: number): Linear {
-  const rows = new Int32Array(inDim);
-  const cols = new Int32Array(inDim);
+  const unit = new Int32Array(inDim);
   const w = new Float32Array(inDim);
   for (let j = 0; j < inDim; j++) {
-    rows[j] = rng.nextU32() % outDim;
-    cols[j] = j;
+    unit[j] = rng.nextU32() % outDim;
     w[j] = rng.next() < 0.5 ? -scale : scale;
   }
-  return createSparseLinear(outDim, inDim, rows, cols, w);
-}
-
-/** Narrow → wide: every output coordinate reads one random input unit with a N(0, std) weight. */
-function gatherLinear(rng: Rng, outDim: number, inDim: number, std: number): Linear {
-  const rows = new Int32Array(outDim);
-  const cols = new Int32Array(outDim);
-  const w = new Float32Array(outDim);
-  for (let j = 0; j < outDim; j++) {
-    rows[j] = j;
-    cols[j] = rng.nextU32() % inDim;
-    w[j] = rng.gaussian() * std;
-  }
-  return createSparseLinear(outDim, inDim, rows, cols, w);
+  return createScatterLinear(outDim, unit, w);
 }
 
 function denseLinear(rng: Rng, outDim: number, inDim: number, std: number): Linear {
@@ -118,16 +103,28 @@ export function buildPresetWeights(p: PresetDims, tok: Tokenizer): ModelWeights 
   const layers: LayerWeights[] = [];
   for (let l = 0; l < p.numLayers; l++) {
     if (sparse) {
+      const signs = (n: number, scale: number): Float32Array => {
+        const a = new Float32Array(n);
+        for (let j = 0; j < n; j++) a[j] = rng.next() < 0.5 ? -scale : scale;
+        return a;
+      };
+      const inA = 1 / Math.sqrt(D / A);
+      const inF = 1 / Math.sqrt(D / F);
       layers.push({
+        kind: "sparse",
         attnNorm: gainArray(rng, D),
-        wq: scatterLinear(rng, A, D, 1 / Math.sqrt(D / A)),
-        wk: scatterLinear(rng, A, D, 1 / Math.sqrt(D / A)),
-        wv: scatterLinear(rng, A, D, 1 / Math.sqrt(D / A)),
-        wo: gatherLinear(rng, D, A, 0.3),
+        qkvOffset: rng.nextU32() % A,
+        wq: signs(D, inA),
+        wk: signs(D, inA),
+        wv: signs(D, inA),
+        oOffset: rng.nextU32() % A,
+        wo: gaussianArray(rng, D, 0.3),
         mlpNorm: gainArray(rng, D),
-        wGate: scatterLinear(rng, F, D, 1 / Math.sqrt(D / F)),
-        wUp: scatterLinear(rng, F, D, 1 / Math.sqrt(D / F)),
-        wDown: gatherLinear(rng, D, F, 0.3),
+        mlpOffset: rng.nextU32() % F,
+        wGate: signs(D, inF),
+        wUp: signs(D, inF),
+        downOffset: rng.nextU32() % F,
+        wDown: gaussianArray(rng, D, 0.3),
       });
     } else {
       layers.push({

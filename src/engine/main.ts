@@ -1,0 +1,37 @@
+/**
+ * `npm run engine -- --preset NAME --port N [--host H] [--served-model-name S] [--max-model-len L]`
+ * Starts the reference engine alone. Reads ENGINE_PRESET / ENGINE_PORT / ENGINE_HOST as fallbacks.
+ */
+import { PRESET_NAMES, type PresetName, startEngine } from "./index.js";
+
+function arg(name: string): string | undefined {
+  const i = process.argv.indexOf(`--${name}`);
+  if (i >= 0) return process.argv[i + 1];
+  const eq = process.argv.find((a) => a.startsWith(`--${name}=`));
+  return eq?.slice(name.length + 3);
+}
+
+const presetName = arg("preset") ?? process.env.ENGINE_PRESET ?? "llama-8b";
+if (!(PRESET_NAMES as readonly string[]).includes(presetName)) {
+  console.error(`unknown preset ${presetName}; known: ${PRESET_NAMES.join(", ")}`);
+  process.exit(2);
+}
+const port = Number(arg("port") ?? process.env.ENGINE_PORT ?? 8000);
+const host = arg("host") ?? process.env.ENGINE_HOST ?? "127.0.0.1";
+const served = arg("served-model-name");
+const maxLen = arg("max-model-len");
+const engine = await startEngine({
+  preset: presetName as PresetName,
+  port,
+  host,
+  ...(served ? { servedModelName: served } : {}),
+  ...(maxLen ? { maxModelLen: Number(maxLen) } : {}),
+});
+console.log(
+  `engine ${presetName} serving ${engine.model.id} at ${engine.url} (max_model_len ${engine.model.maxModelLen})`,
+);
+const stop = (): void => {
+  void engine.close().then(() => process.exit(0));
+};
+process.on("SIGINT", stop);
+process.on("SIGTERM", stop);
