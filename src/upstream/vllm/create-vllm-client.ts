@@ -1,0 +1,340 @@
+import { randomBytes } from "node:crypto";
+import { Pool } from "undici";
+import { ApiError } from "../../errors/index.js";
+import { serializeVllmRequest } from "./build-vllm-request.js";
+import { createTokenizeCache } from "./create-tokenize-cache.js";
+import { decodeSse } from "./decode-sse.js";
+import { mapUpstreamError } from "./map-upstream-error.js";
+import { parseJsonOrdered } from "./parse-json-ordered.js";
+import {
+  parseVllmCompletion,
+  parseVllmCompletionChunk,
+  parseVllmModelList,
+  parseVllmTokenizeResponse,
+} from "./parse-vllm-response.js";
+import type { VllmCompletion, VllmCompletionChunk, VllmCompletionRequest, VllmModelList } from "./types.js";
+
+/** Options of {@link createVllmClient}. Times in milliseconds. */
+export interface VllmClientOptions {
+  /** Inference's root URL, without `/v1` (e.g. `http://10.0.0.5:8000`); a path prefix is kept. */
+  baseUrl: string;
+  /** Sent as `Authorization: Bearer <apiKey>` (vLLM `--api-key`). */
+  apiKey?: string;
+  /** Keep-alive connections in the pool. @default 128 */
+  connections?: number;
+  /**
+   * Longest wait for response headers. Must exceed the 14-minute non-stream deadline (undici's
+   * default of 300 s would cut it short). @default 900_000 (15 min)
+   */
+  headersTimeoutMs?: number;
+  /** Longest silence between two body reads (streams included). @default 900_000 (15 min) */
+  bodyTimeoutMs?: number;
+  /** Longest TCP connect. @default 10_000 */
+  connectTimeoutMs?: number;
+  /** Bounds of the `/tokenize` LRU cache. @default 4096 entries, 64 MiB */
+  tokenizeCacheEntries?: number;
+  tokenizeCacheBytes?: number;
+  /** Longest SSE event from Inference, in characters. @default 4 MiB */
+  maxSseEventChars?: number;
+}
+
+/** Per-call options of {@link VllmClient.complete}. */
+export interface CompleteOptions {
+  /** Aborted when the caller goes away: the upstream request is aborted, ApiError `canceled`. */
+  signal: AbortSignal;
+  /** Milliseconds to wait for the whole response: then the upstream request is aborted, 504. */
+  deadlineMs: number;
+  /** Sent as `X-Request-Id`: unique per upstream request (vllm-lens keys its state by it). */
+  upstreamRequestId: string;
+}
+
+/** Per-call options of {@link VllmClient.stream}. */
+export interface StreamOptions {
+  /** Aborted when the caller goes away: the upstream request is aborted, ApiError `canceled`. */
+  signal: AbortSignal;
+  /** Sent as `X-Request-Id`: unique per upstream request. */
+  upstreamRequestId: string;
+}
+
+/** The result of {@link VllmClient.tokenize}. */
+export interface TokenizeResult {
+  /** Number of tokens (BOS included when add_special_tokens). */
+  count: number;
+  tokens: number[];
+  /** The model's longest prompt + completion, in tokens. */
+  maxModelLen: number;
+}
+
+/** The client of one Inference server (vLLM + vllm-lens). Every failure is an ApiError. */
+export interface VllmClient {
+  /**
+   * `POST /v1/completions` without streaming (`body.stream` must be false). Throws ApiError:
+   * `canceled` (signal), 504 `deadline_exceeded` (deadline or headers/body timeout; the upstream
+   * request is aborted), 503/502/4xx per {@link mapUpstreamError}, 502 for a malformed body.
+   */
+  complete(body: VllmCompletionRequest, options: CompleteOptions): Promise<VllmCompletion>;
+  /**
+   * `POST /v1/completions` with streaming (`body.stream` must be true): the chunks until
+   * `data: [DONE]`. Throws ApiError: an in-band error event → its mapped error; a stream that ends
+   * without `[DONE]`, is reset, or carries garbage → 502 `upstream_error`; `canceled` on the signal.
+   * Stopping early (break, return, throw in the loop) aborts the upstream request at once.
+   */
+  stream(body: VllmCompletionRequest, options: StreamOptions): AsyncIterable<VllmCompletionChunk>;
+  /**
+   * `POST /tokenize` (`{model, prompt, add_special_tokens}`), cached (LRU) by
+   * (model, addSpecialTokens, prompt). `model` is the served model name.
+   */
+  tokenize(
+    model: string,
+    prompt: string,
+    addSpecialTokens: boolean,
+    signal?: AbortSignal,
+  ): Promise<TokenizeResult>;
+  /** `GET /v1/models`. */
+  listModels(signal?: AbortSignal): Promise<VllmModelList>;
+  /** `GET /health` answered 200 within 5 s (never throws). */
+  health(): Promise<boolean>;
+  /** Closes the pool once in-flight requests have finished. */
+  close(): Promise<void>;
+}
+
+/** A fresh upstream request id: 32 lowercase hex (vLLM answers with id `cmpl-<it>`). */
+export function newUpstreamRequestId(): string {
+  return randomBytes(16).toString("hex");
+}
+
+const canceled = (): ApiError => new ApiError("canceled", "The request was canceled.");
+
+interface CallSpec {
+  method: "GET" | "POST";
+  path: string;
+  body?: string;
+  accept: string;
+  signal: AbortSignal | undefined;
+  deadlineMs?: number;
+  requestId: string;
+}
+
+/** Ties a caller signal and an optional deadline to one AbortController; aborts carry ApiErrors. */
+function linkAbort(signal: AbortSignal | undefined, deadlineMs?: number) {
+  const controller = new AbortController();
+  if (signal?.aborted) throw canceled();
+  const onAbort = (): void => controller.abort(canceled());
+  signal?.addEventListener("abort", onAbort, { once: true });
+  const timer =
+    deadlineMs === undefined
+      ? undefined
+      : setTimeout(
+          () =>
+            controller.abort(
+              new ApiError("deadline_exceeded", `Inference did not answer within ${deadlineMs} ms.`),
+            ),
+          deadlineMs,
+        );
+  return {
+    signal: controller.signal,
+    abort: (): void => controller.abort(canceled()),
+    /** The ApiError we aborted with, if any. */
+    reason: (): ApiError | undefined =>
+      controller.signal.aborted && controller.signal.reason instanceof ApiError
+        ? controller.signal.reason
+        : undefined,
+    dispose: (): void => {
+      if (timer !== undefined) clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+    },
+  };
+}
+
+function hasErrorKey(json: unknown): boolean {
+  return typeof json === "object" && json !== null && !Array.isArray(json) && "error" in json;
+}
+
+function parseJson(text: string, what: string): unknown {
+  try {
+    return parseJsonOrdered(text);
+  } catch (cause) {
+    throw new ApiError("upstream_error", `Inference sent a ${what} that is not JSON.`, { cause });
+  }
+}
+
+/**
+ * A client of one Inference server over an undici `Pool` (keep-alive, explicit timeouts longer
+ * than the 14-minute non-stream wait). Nothing here reads the environment.
+ */
+export function createVllmClient(opts: VllmClientOptions): VllmClient {
+  const url = new URL(opts.baseUrl);
+  const prefix = url.pathname.replace(/\/+$/, "");
+  const pool = new Pool(url.origin, {
+    connections: opts.connections ?? 128,
+    headersTimeout: opts.headersTimeoutMs ?? 900_000,
+    bodyTimeout: opts.bodyTimeoutMs ?? 900_000,
+    connectTimeout: opts.connectTimeoutMs ?? 10_000,
+  });
+  const cache = createTokenizeCache({
+    ...(opts.tokenizeCacheEntries === undefined ? {} : { maxEntries: opts.tokenizeCacheEntries }),
+    ...(opts.tokenizeCacheBytes === undefined ? {} : { maxBytes: opts.tokenizeCacheBytes }),
+  });
+  const maxSseEventChars = opts.maxSseEventChars;
+
+  const headersFor = (spec: {
+    accept: string;
+    requestId: string;
+    hasBody: boolean;
+  }): Record<string, string> => {
+    const h: Record<string, string> = { accept: spec.accept, "x-request-id": spec.requestId };
+    if (spec.hasBody) h["content-type"] = "application/json";
+    if (opts.apiKey !== undefined) h.authorization = `Bearer ${opts.apiKey}`;
+    return h;
+  };
+
+  /** One request whose whole JSON body is read; error bodies (any status) are mapped. */
+  async function callJson(spec: CallSpec): Promise<unknown> {
+    const link = linkAbort(spec.signal, spec.deadlineMs);
+    let responseStarted = false;
+    try {
+      const res = await pool.request({
+        method: spec.method,
+        path: prefix + spec.path,
+        headers: headersFor({
+          accept: spec.accept,
+          requestId: spec.requestId,
+          hasBody: spec.body !== undefined,
+        }),
+        ...(spec.body === undefined ? {} : { body: spec.body }),
+        signal: link.signal,
+      });
+      responseStarted = true;
+      const text = await res.body.text();
+      if (res.statusCode < 200 || res.statusCode > 299) {
+        throw mapUpstreamError({ kind: "response", status: res.statusCode, body: text });
+      }
+      const json = parseJson(text, "response");
+      if (hasErrorKey(json)) throw mapUpstreamError({ kind: "response", status: res.statusCode, body: text });
+      return json;
+    } catch (error) {
+      throw link.reason() ?? mapUpstreamError({ kind: "transport", error, responseStarted });
+    } finally {
+      link.dispose();
+    }
+  }
+
+  async function* streamChunks(
+    body: VllmCompletionRequest,
+    o: StreamOptions,
+  ): AsyncGenerator<VllmCompletionChunk> {
+    if (!body.stream) throw new RangeError("stream() needs a body with stream: true");
+    const link = linkAbort(o.signal);
+    let responseStarted = false;
+    let finished = false;
+    try {
+      const res = await pool.request({
+        method: "POST",
+        path: `${prefix}/v1/completions`,
+        headers: headersFor({ accept: "text/event-stream", requestId: o.upstreamRequestId, hasBody: true }),
+        body: serializeVllmRequest(body),
+        signal: link.signal,
+      });
+      responseStarted = true;
+      const contentType = String(res.headers["content-type"] ?? "");
+      if (res.statusCode !== 200 || !contentType.startsWith("text/event-stream")) {
+        const text = await res.body.text();
+        finished = true;
+        if (res.statusCode !== 200 || hasErrorKey(parseJson(text, "response"))) {
+          throw mapUpstreamError({ kind: "response", status: res.statusCode, body: text });
+        }
+        throw new ApiError(
+          "upstream_error",
+          `Inference answered a stream request with ${contentType || "no content type"}.`,
+        );
+      }
+      for await (const data of decodeSse(
+        res.body,
+        maxSseEventChars === undefined ? {} : { maxEventChars: maxSseEventChars },
+      )) {
+        if (data === "[DONE]") {
+          finished = true;
+          return;
+        }
+        const json = parseJson(data, "stream event");
+        if (hasErrorKey(json)) throw mapUpstreamError({ kind: "event", body: json });
+        yield parseVllmCompletionChunk(json);
+      }
+      throw new ApiError("upstream_error", "Inference's stream ended without [DONE].");
+    } catch (error) {
+      throw link.reason() ?? mapUpstreamError({ kind: "transport", error, responseStarted });
+    } finally {
+      // Early stop by the consumer, or an error: abort the upstream request (undici destroys the
+      // socket, vLLM sees the disconnect and aborts the engine request).
+      if (!finished) link.abort();
+      link.dispose();
+    }
+  }
+
+  return {
+    async complete(body, o) {
+      if (body.stream) throw new RangeError("complete() needs a body with stream: false");
+      const json = await callJson({
+        method: "POST",
+        path: "/v1/completions",
+        body: serializeVllmRequest(body),
+        accept: "application/json",
+        signal: o.signal,
+        deadlineMs: o.deadlineMs,
+        requestId: o.upstreamRequestId,
+      });
+      return parseVllmCompletion(json);
+    },
+
+    stream(body, o) {
+      return streamChunks(body, o);
+    },
+
+    async tokenize(model, prompt, addSpecialTokens, signal) {
+      const hit = cache.get(model, addSpecialTokens, prompt);
+      if (hit !== undefined)
+        return { count: hit.tokens.length, tokens: [...hit.tokens], maxModelLen: hit.maxModelLen };
+      const json = await callJson({
+        method: "POST",
+        path: "/tokenize",
+        body: JSON.stringify({ model, prompt, add_special_tokens: addSpecialTokens }),
+        accept: "application/json",
+        signal,
+        requestId: newUpstreamRequestId(),
+      });
+      const r = parseVllmTokenizeResponse(json);
+      cache.set(model, addSpecialTokens, prompt, { tokens: r.tokens, maxModelLen: r.max_model_len });
+      return { count: r.count, tokens: [...r.tokens], maxModelLen: r.max_model_len };
+    },
+
+    async listModels(signal) {
+      const json = await callJson({
+        method: "GET",
+        path: "/v1/models",
+        accept: "application/json",
+        signal,
+        requestId: newUpstreamRequestId(),
+      });
+      return parseVllmModelList(json);
+    },
+
+    async health() {
+      try {
+        const res = await pool.request({
+          method: "GET",
+          path: `${prefix}/health`,
+          headers: headersFor({ accept: "*/*", requestId: newUpstreamRequestId(), hasBody: false }),
+          signal: AbortSignal.timeout(5_000),
+        });
+        await res.body.dump();
+        return res.statusCode === 200;
+      } catch {
+        return false;
+      }
+    },
+
+    async close() {
+      await pool.close();
+    },
+  };
+}

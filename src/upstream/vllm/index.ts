@@ -1,0 +1,28 @@
+// The client of Inference (vLLM + vllm-lens over HTTP): wire types, request builder, SSE
+// decoding, error mapping and converters to the proto messages.
+export {
+  buildVllmRequest,
+  type ResolvedCompletion,
+  serializeVllmRequest,
+} from "./build-vllm-request.js";
+export { createTokenizeCache, type TokenizeCache, type TokenizeEntry } from "./create-tokenize-cache.js";
+export {
+  type CompleteOptions,
+  createVllmClient,
+  newUpstreamRequestId,
+  type StreamOptions,
+  type TokenizeResult,
+  type VllmClient,
+  type VllmClientOptions,
+} from "./create-vllm-client.js";
+export { DEFAULT_MAX_SSE_EVENT_CHARS, decodeSse } from "./decode-sse.js";
+export { mapUpstreamError, parseVllmError, type UpstreamFailure } from "./map-upstream-error.js";
+export { orderedEntries, parseJsonOrdered } from "./parse-json-ordered.js";
+export {
+  parseVllmCompletion,
+  parseVllmCompletionChunk,
+  parseVllmModelList,
+  parseVllmTokenizeResponse,
+} from "./parse-vllm-response.js";
+export { newCompletionId, toCompletionResponse, toStreamChunk } from "./to-completion-response.js";
+export type * from "./types.js";

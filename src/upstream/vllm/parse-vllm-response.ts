@@ -1,0 +1,185 @@
+import { ApiError } from "../../errors/index.js";
+import type {
+  VllmActivations,
+  VllmCompletion,
+  VllmCompletionChoice,
+  VllmCompletionChunk,
+  VllmLogprobs,
+  VllmModel,
+  VllmModelList,
+  VllmPromptLogprob,
+  VllmPromptLogprobs,
+  VllmTokenizeResponse,
+  VllmUsage,
+} from "./types.js";
+
+// Structural checks of Inference's JSON. Anything that does not fit is 502 `upstream_error`
+// naming the path, so the converters can trust the wire types.
+
+class Malformed extends Error {}
+
+type Rec = Record<string, unknown>;
+
+const fail = (path: string, expected: string): never => {
+  throw new Malformed(`${path}: expected ${expected}`);
+};
+const rec = (v: unknown, path: string): Rec =>
+  typeof v === "object" && v !== null && !Array.isArray(v) ? (v as Rec) : fail(path, "an object");
+const arr = (v: unknown, path: string): unknown[] => (Array.isArray(v) ? v : fail(path, "an array"));
+const str = (v: unknown, path: string): string => (typeof v === "string" ? v : fail(path, "a string"));
+const num = (v: unknown, path: string): number =>
+  typeof v === "number" && Number.isFinite(v) ? v : fail(path, "a number");
+const int = (v: unknown, path: string): number =>
+  Number.isSafeInteger(v) ? (v as number) : fail(path, "an integer");
+const opt = <T>(v: unknown, path: string, f: (v: unknown, path: string) => T): T | null =>
+  v === undefined || v === null ? null : f(v, path);
+const ints = (v: unknown, path: string): number[] => arr(v, path).map((x, i) => int(x, `${path}[${i}]`));
+
+function guard<T>(what: string, value: unknown, f: (v: unknown) => T): T {
+  try {
+    return f(value);
+  } catch (err) {
+    if (err instanceof Malformed) {
+      throw new ApiError("upstream_error", `Inference sent a malformed ${what}.`, { cause: err });
+    }
+    throw err;
+  }
+}
+
+function usage(v: unknown, path: string): VllmUsage {
+  const o = rec(v, path);
+  return {
+    prompt_tokens: int(o.prompt_tokens, `${path}.prompt_tokens`),
+    completion_tokens: int(o.completion_tokens ?? 0, `${path}.completion_tokens`),
+    total_tokens: int(o.total_tokens, `${path}.total_tokens`),
+  };
+}
+
+function logprobs(v: unknown, path: string): VllmLogprobs {
+  const o = rec(v, path);
+  const tokens = arr(o.tokens, `${path}.tokens`).map((x, i) => str(x, `${path}.tokens[${i}]`));
+  const tokenLogprobs = arr(o.token_logprobs, `${path}.token_logprobs`).map((x, i) =>
+    opt(x, `${path}.token_logprobs[${i}]`, num),
+  );
+  const textOffset = ints(o.text_offset, `${path}.text_offset`);
+  const top = opt(o.top_logprobs, `${path}.top_logprobs`, arr)?.map((x, i) =>
+    opt(x, `${path}.top_logprobs[${i}]`, (d, p) => {
+      const dict = rec(d, p);
+      for (const [k, lp] of Object.entries(dict)) num(lp, `${p}[${JSON.stringify(k)}]`);
+      return dict as Record<string, number>;
+    }),
+  );
+  if (tokenLogprobs.length !== tokens.length || textOffset.length !== tokens.length) {
+    fail(path, "columns of equal length");
+  }
+  if (top !== undefined && top.length !== tokens.length) fail(`${path}.top_logprobs`, "one entry per token");
+  return { tokens, token_logprobs: tokenLogprobs, text_offset: textOffset, top_logprobs: top ?? null };
+}
+
+function promptLogprobs(v: unknown, path: string): VllmPromptLogprobs {
+  return arr(v, path).map((pos, i) =>
+    opt(pos, `${path}[${i}]`, (d, p) => {
+      const dict = rec(d, p);
+      for (const [id, cand] of Object.entries(dict)) {
+        const cp = `${p}[${JSON.stringify(id)}]`;
+        if (!/^(0|[1-9][0-9]*)$/.test(id)) fail(cp, "a token id key");
+        const c = rec(cand, cp);
+        num(c.logprob, `${cp}.logprob`);
+        opt(c.rank, `${cp}.rank`, int);
+        opt(c.decoded_token, `${cp}.decoded_token`, str);
+      }
+      return dict as Record<string, VllmPromptLogprob>;
+    }),
+  );
+}
+
+const finishReasons = new Set(["stop", "length", "abort"]);
+
+function choice(v: unknown, path: string): VllmCompletionChoice {
+  const o = rec(v, path);
+  const finish = opt(o.finish_reason, `${path}.finish_reason`, str);
+  if (finish !== null && !finishReasons.has(finish))
+    fail(`${path}.finish_reason`, "stop, length, abort or null");
+  const stopReason = o.stop_reason;
+  if (stopReason !== undefined && stopReason !== null && typeof stopReason !== "string") {
+    int(stopReason, `${path}.stop_reason`);
+  }
+  return {
+    index: int(o.index, `${path}.index`),
+    text: str(o.text, `${path}.text`),
+    logprobs: opt(o.logprobs, `${path}.logprobs`, logprobs),
+    finish_reason: finish as VllmCompletionChoice["finish_reason"],
+    stop_reason: (stopReason ?? null) as string | number | null,
+    prompt_logprobs: opt(o.prompt_logprobs, `${path}.prompt_logprobs`, promptLogprobs),
+    prompt_token_ids: opt(o.prompt_token_ids, `${path}.prompt_token_ids`, ints),
+    token_ids: opt(o.token_ids, `${path}.token_ids`, ints),
+  };
+}
+
+function header(o: Rec): Pick<VllmCompletion, "id" | "object" | "created" | "model"> {
+  return {
+    id: str(o.id ?? "", "id"),
+    object: str(o.object ?? "", "object"),
+    created: int(o.created ?? 0, "created"),
+    model: str(o.model ?? "", "model"),
+  };
+}
+
+/** A non-streamed completion body (parsed JSON) → VllmCompletion; throws ApiError 502 when malformed. */
+export function parseVllmCompletion(json: unknown): VllmCompletion {
+  return guard("completion", json, (v) => {
+    const o = rec(v, "$");
+    return {
+      ...header(o),
+      choices: arr(o.choices, "choices").map((c, i) => choice(c, `choices[${i}]`)),
+      usage: opt(o.usage, "usage", usage),
+      activations: opt(o.activations, "activations", rec) as VllmActivations | null,
+    };
+  });
+}
+
+/** One stream event's JSON → VllmCompletionChunk; throws ApiError 502 when malformed. */
+export function parseVllmCompletionChunk(json: unknown): VllmCompletionChunk {
+  return guard("stream chunk", json, (v) => {
+    const o = rec(v, "$");
+    return {
+      ...header(o),
+      choices: arr(o.choices, "choices").map((c, i) => choice(c, `choices[${i}]`)),
+      usage: opt(o.usage, "usage", usage),
+    };
+  });
+}
+
+/** A `GET /v1/models` body → VllmModelList; throws ApiError 502 when malformed. */
+export function parseVllmModelList(json: unknown): VllmModelList {
+  return guard("model list", json, (v) => {
+    const o = rec(v, "$");
+    return {
+      object: str(o.object ?? "list", "object"),
+      data: arr(o.data, "data").map((m, i): VllmModel => {
+        const p = `data[${i}]`;
+        const r = rec(m, p);
+        return {
+          id: str(r.id, `${p}.id`),
+          object: str(r.object ?? "model", `${p}.object`),
+          created: int(r.created ?? 0, `${p}.created`),
+          owned_by: str(r.owned_by ?? "vllm", `${p}.owned_by`),
+          root: opt(r.root, `${p}.root`, str),
+          parent: opt(r.parent, `${p}.parent`, str),
+          max_model_len: opt(r.max_model_len, `${p}.max_model_len`, int),
+        };
+      }),
+    };
+  });
+}
+
+/** A `POST /tokenize` body → VllmTokenizeResponse; throws ApiError 502 when malformed. */
+export function parseVllmTokenizeResponse(json: unknown): VllmTokenizeResponse {
+  return guard("tokenize response", json, (v) => {
+    const o = rec(v, "$");
+    const tokens = ints(o.tokens, "tokens");
+    const count = int(o.count, "count");
+    if (count !== tokens.length) fail("count", "the number of tokens");
+    return { count, tokens, max_model_len: int(o.max_model_len, "max_model_len") };
+  });
+}

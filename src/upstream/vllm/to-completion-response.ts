@@ -1,0 +1,145 @@
+import { randomBytes } from "node:crypto";
+import { create } from "@bufbuild/protobuf";
+import {
+  type CompletionChoice,
+  CompletionChoiceSchema,
+  type CreateCompletionResponse,
+  CreateCompletionResponseSchema,
+  FinishReason,
+  type Logprobs,
+  LogprobsSchema,
+  type PromptPositionLogprobs,
+  PromptPositionLogprobsSchema,
+  type StreamCompletionResponse,
+  StreamCompletionResponseSchema,
+  type Usage,
+  UsageSchema,
+} from "../../../gen/acs/v1/completions_pb.js";
+import { ApiError } from "../../errors/index.js";
+import { orderedEntries } from "./parse-json-ordered.js";
+import type {
+  VllmCompletion,
+  VllmCompletionChoice,
+  VllmCompletionChunk,
+  VllmLogprobs,
+  VllmPromptLogprobs,
+  VllmUsage,
+} from "./types.js";
+
+/** A fresh completion id: `cmpl-` + 32 lowercase hex, made by the gateway (Inference's id stays inside). */
+export function newCompletionId(): string {
+  return `cmpl-${randomBytes(16).toString("hex")}`;
+}
+
+/**
+ * A non-streamed vLLM completion → the proto response. `model` is the model as the caller asked
+ * for it (an alias stays an alias); the id is a fresh `cmpl-` + 32 hex (upstream ids never
+ * leak); `created` is Inference's (Unix seconds). `activations` is left unset: the service
+ * decodes `v.activations` with src/lens. Throws ApiError 502 `upstream_error` when a choice
+ * ended with finish_reason `abort`.
+ */
+export function toCompletionResponse(v: VllmCompletion, model: string): CreateCompletionResponse {
+  return create(CreateCompletionResponseSchema, {
+    id: newCompletionId(),
+    created: BigInt(v.created),
+    model,
+    choices: v.choices.map(toChoice),
+    ...(v.usage === null ? {} : { usage: toUsage(v.usage) }),
+  });
+}
+
+/**
+ * One vLLM stream chunk → the proto chunk, with the gateway's `id`, `created` and `model` (the
+ * same on every chunk of a stream). Choices carry the next text; finish_reason is UNSPECIFIED
+ * until a choice's last chunk. `usage` is copied when the chunk has one (the upstream always
+ * asks for `include_usage`: the service drops the usage chunk when the caller did not ask).
+ * Throws ApiError 502 `upstream_error` for finish_reason `abort`.
+ */
+export function toStreamChunk(
+  c: VllmCompletionChunk,
+  ids: { id: string; created: bigint; model: string },
+): StreamCompletionResponse {
+  return create(StreamCompletionResponseSchema, {
+    id: ids.id,
+    created: ids.created,
+    model: ids.model,
+    choices: c.choices.map(toChoice),
+    ...(c.usage === null ? {} : { usage: toUsage(c.usage) }),
+  });
+}
+
+function toUsage(u: VllmUsage): Usage {
+  return create(UsageSchema, {
+    promptTokens: u.prompt_tokens,
+    completionTokens: u.completion_tokens,
+    totalTokens: u.total_tokens,
+  });
+}
+
+function finishReasonOf(c: VllmCompletionChoice): FinishReason {
+  switch (c.finish_reason) {
+    case null:
+      return FinishReason.UNSPECIFIED;
+    case "stop":
+      return FinishReason.STOP;
+    case "length":
+      return FinishReason.LENGTH;
+    case "abort":
+      throw new ApiError("upstream_error", `Inference aborted choice ${c.index}.`);
+  }
+}
+
+function toChoice(c: VllmCompletionChoice): CompletionChoice {
+  const finishReason = finishReasonOf(c);
+  const stopReason: CompletionChoice["stopReason"] =
+    typeof c.stop_reason === "string"
+      ? { case: "stopString", value: c.stop_reason }
+      : typeof c.stop_reason === "number"
+        ? { case: "stopTokenId", value: c.stop_reason }
+        : { case: undefined };
+  return create(CompletionChoiceSchema, {
+    index: c.index,
+    text: c.text,
+    ...(c.logprobs === null ? {} : { logprobs: toLogprobs(c.logprobs) }),
+    finishReason,
+    stopReason,
+    promptLogprobs: c.prompt_logprobs === null ? [] : toPromptLogprobs(c.prompt_logprobs),
+    promptTokenIds: c.prompt_token_ids ?? [],
+    tokenIds: c.token_ids ?? [],
+  });
+}
+
+/** OpenAI's column-wise logprobs → one proto row per token (columns are checked equal on parse). */
+function toLogprobs(l: VllmLogprobs): Logprobs {
+  return create(LogprobsSchema, {
+    content: l.tokens.map((token, i) => {
+      const logprob = l.token_logprobs[i];
+      const top = l.top_logprobs?.[i];
+      return {
+        token,
+        ...(logprob === null || logprob === undefined ? {} : { logprob }),
+        ...(top === null || top === undefined
+          ? {}
+          : { topLogprobs: { values: orderedEntries(top).map(([t, lp]) => ({ token: t, logprob: lp })) } }),
+        textOffset: l.text_offset[i] ?? 0,
+      };
+    }),
+  });
+}
+
+/** vLLM prompt_logprobs → proto positions: `null` (the first) → empty; dict order kept. */
+function toPromptLogprobs(p: VllmPromptLogprobs): PromptPositionLogprobs[] {
+  return p.map((pos) =>
+    create(PromptPositionLogprobsSchema, {
+      values:
+        pos === null
+          ? []
+          : orderedEntries(pos).map(([id, cand]) => ({
+              tokenId: Number(id),
+              logprob: cand.logprob,
+              rank: cand.rank ?? 0,
+              decodedToken: cand.decoded_token ?? "",
+            })),
+    }),
+  );
+}

@@ -1,0 +1,164 @@
+import { create } from "@bufbuild/protobuf";
+import { parse, parseNumberAndBigInt } from "lossless-json";
+import { describe, expect, it } from "vitest";
+import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
+import { ApiError } from "../../src/errors/index.js";
+import { buildVllmRequest, serializeVllmRequest } from "../../src/upstream/index.js";
+
+const resolved = { servedModelName: "meta-llama/Llama-3.1-8B", maxTokens: 16, stream: false, vllmXargs: {} };
+const text = (prompt = "Hello") =>
+  create(CreateCompletionRequestSchema, { model: "llama-8b", prompt: { case: "text", value: prompt } });
+
+describe("buildVllmRequest", () => {
+  it("sends every sampling value explicitly with OpenAI's defaults or the off value", () => {
+    const body = buildVllmRequest(text(), resolved);
+    expect(JSON.parse(serializeVllmRequest(body))).toStrictEqual({
+      model: "meta-llama/Llama-3.1-8B",
+      prompt: "Hello",
+      max_tokens: 16,
+      n: 1,
+      temperature: 1,
+      top_p: 1,
+      top_k: -1,
+      min_p: 0,
+      repetition_penalty: 1,
+      presence_penalty: 0,
+      frequency_penalty: 0,
+      min_tokens: 0,
+      ignore_eos: false,
+      stop: [],
+      stop_token_ids: [],
+      include_stop_str_in_output: false,
+      skip_special_tokens: true,
+      spaces_between_special_tokens: true,
+      add_special_tokens: true,
+      echo: false,
+      return_token_ids: false,
+      stream: false,
+    });
+  });
+
+  it("passes every set value through, and zero values stay zero", () => {
+    const req = create(CreateCompletionRequestSchema, {
+      model: "llama-8b",
+      prompt: { case: "text", value: "x" },
+      n: 3,
+      temperature: 0,
+      topP: 0.5,
+      topK: 7,
+      minP: 0.1,
+      repetitionPenalty: 1.2,
+      presencePenalty: -0.5,
+      frequencyPenalty: 0.25,
+      minTokens: 2,
+      ignoreEos: true,
+      stop: ["\n", "END"],
+      stopTokenIds: [0, 128001],
+      includeStopStrInOutput: true,
+      skipSpecialTokens: false,
+      spacesBetweenSpecialTokens: false,
+      addSpecialTokens: false,
+      echo: true,
+      logprobs: 0,
+      promptLogprobs: 0,
+      returnTokenIds: true,
+      priority: -3,
+      user: "u-1",
+    });
+    const body = JSON.parse(
+      serializeVllmRequest(
+        buildVllmRequest(req, { ...resolved, vllmXargs: { output_residual_stream: "[1, 2]" } }),
+      ),
+    );
+    expect(body).toMatchObject({
+      n: 3,
+      temperature: 0,
+      top_p: 0.5,
+      top_k: 7,
+      min_p: 0.1,
+      repetition_penalty: 1.2,
+      presence_penalty: -0.5,
+      frequency_penalty: 0.25,
+      min_tokens: 2,
+      ignore_eos: true,
+      stop: ["\n", "END"],
+      stop_token_ids: [0, 128001],
+      include_stop_str_in_output: true,
+      skip_special_tokens: false,
+      spaces_between_special_tokens: false,
+      add_special_tokens: false,
+      echo: true,
+      logprobs: 0,
+      prompt_logprobs: 0,
+      return_token_ids: true,
+      priority: -3,
+      user: "u-1",
+      vllm_xargs: { output_residual_stream: "[1, 2]" },
+    });
+    expect(body).not.toHaveProperty("stream_options");
+    expect(body).not.toHaveProperty("seed");
+  });
+
+  it("sends top_k 0 as -1 (off on every vLLM version) and omits priority 0", () => {
+    const body = buildVllmRequest(
+      create(CreateCompletionRequestSchema, { ...text(), topK: 0, priority: 0 }),
+      resolved,
+    );
+    expect(body.top_k).toBe(-1);
+    expect(body).not.toHaveProperty("priority");
+  });
+
+  it.each([
+    ["text", { case: "text", value: "a" }, "a"],
+    ["texts", { case: "texts", value: { values: ["a", "b"] } }, ["a", "b"]],
+    ["tokenIds", { case: "tokenIds", value: { values: [1, 2, 3] } }, [1, 2, 3]],
+    [
+      "tokenIdsList",
+      { case: "tokenIdsList", value: { values: [{ values: [1] }, { values: [2, 3] }] } },
+      [[1], [2, 3]],
+    ],
+  ] as const)("sends the %s prompt form", (_, prompt, expected) => {
+    const req = create(CreateCompletionRequestSchema, { model: "m", prompt });
+    expect(JSON.parse(serializeVllmRequest(buildVllmRequest(req, resolved))).prompt).toStrictEqual(expected);
+  });
+
+  it("refuses a request without a prompt, and a max_tokens that is not an integer ≥ 1", () => {
+    const none = create(CreateCompletionRequestSchema, { model: "m" });
+    expect(() => buildVllmRequest(none, resolved)).toThrow(ApiError);
+    for (const maxTokens of [0, 1.5, Number.NaN]) {
+      expect(() => buildVllmRequest(text(), { ...resolved, maxTokens })).toThrow(RangeError);
+    }
+  });
+
+  it("asks for include_usage on every stream and continuous_usage_stats only when asked", () => {
+    const plain = buildVllmRequest(text(), { ...resolved, stream: true });
+    expect(plain.stream_options).toStrictEqual({ include_usage: true, continuous_usage_stats: false });
+    const req = create(CreateCompletionRequestSchema, {
+      ...text(),
+      streamOptions: { includeUsage: false, continuousUsageStats: true },
+    });
+    expect(buildVllmRequest(req, { ...resolved, stream: true }).stream_options).toStrictEqual({
+      include_usage: true,
+      continuous_usage_stats: true,
+    });
+  });
+
+  it.each([
+    ["2^63 − 1", 9223372036854775807n],
+    ["−2^63", -9223372036854775808n],
+    ["2^53 + 1", 9007199254740993n],
+    ["0", 0n],
+  ])("writes seed %s as an exact JSON integer", (_, seed) => {
+    const json = serializeVllmRequest(
+      buildVllmRequest(create(CreateCompletionRequestSchema, { ...text(), seed }), resolved),
+    );
+    const parsed = parse(json, null, parseNumberAndBigInt) as Record<string, unknown>;
+    expect(BigInt(parsed.seed as bigint | number)).toBe(seed);
+    expect(json).toMatch(new RegExp(`"seed":${seed}[,}]`));
+    expect(parsed.prompt).toBe("Hello");
+  });
+
+  it("never sends vllm_xargs when empty", () => {
+    expect(buildVllmRequest(text(), resolved)).not.toHaveProperty("vllm_xargs");
+  });
+});

@@ -1,0 +1,87 @@
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo, Socket } from "node:net";
+
+/** One request the fake upstream received, and when its connection closed. */
+export interface SeenRequest {
+  method: string;
+  url: string;
+  headers: IncomingMessage["headers"];
+  body: string;
+  /** Resolves when the response closed; `aborted` when the client went away before it ended. */
+  closed: Promise<{ aborted: boolean; at: number }>;
+}
+
+/** A scripted upstream on 127.0.0.1:0 (node:http): `handler` writes whatever misbehaviour a test needs. */
+export interface FakeUpstream {
+  url: string;
+  requests: SeenRequest[];
+  close(): Promise<void>;
+}
+
+export async function startFakeUpstream(
+  handler: (req: IncomingMessage, res: ServerResponse, body: string) => void | Promise<void>,
+): Promise<FakeUpstream> {
+  const requests: SeenRequest[] = [];
+  const sockets = new Set<Socket>();
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    const closed = new Promise<{ aborted: boolean; at: number }>((resolve) => {
+      res.on("close", () => resolve({ aborted: !res.writableFinished, at: Date.now() }));
+    });
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      const body = Buffer.concat(chunks).toString("utf8");
+      requests.push({ method: req.method ?? "", url: req.url ?? "", headers: req.headers, body, closed });
+      void Promise.resolve(handler(req, res, body)).catch(() => res.destroy());
+    });
+  });
+  server.on("connection", (s: Socket) => {
+    sockets.add(s);
+    s.on("close", () => sockets.delete(s));
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    requests,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** A port with nothing listening (bound, then closed). */
+export async function closedPortUrl(): Promise<string> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return `http://127.0.0.1:${port}`;
+}
+
+/** SSE text for vLLM-style events (`data: <json>` + blank line) ending with `data: [DONE]`. */
+export function sse(events: unknown[], done = true): string {
+  return (
+    events.map((e) => `data: ${typeof e === "string" ? e : JSON.stringify(e)}\n\n`).join("") +
+    (done ? "data: [DONE]\n\n" : "")
+  );
+}
+
+/** A vLLM stream chunk with one choice. */
+export function chunk(
+  index: number,
+  text: string,
+  finish: string | null = null,
+  extra: Record<string, unknown> = {},
+) {
+  return {
+    id: "cmpl-upstream",
+    object: "text_completion",
+    created: 1_700_000_000,
+    model: "served/model",
+    choices: [{ index, text, logprobs: null, finish_reason: finish, stop_reason: null, ...extra }],
+    usage: null,
+  };
+}
