@@ -1,4 +1,4 @@
-import { create } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { parse, parseNumberAndBigInt } from "lossless-json";
 import { describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
@@ -6,8 +6,13 @@ import { ApiError } from "../../src/errors/index.js";
 import { buildVllmRequest, serializeVllmRequest } from "../../src/upstream/index.js";
 
 const resolved = { servedModelName: "meta-llama/Llama-3.1-8B", maxTokens: 16, stream: false, vllmXargs: {} };
-const text = (prompt = "Hello") =>
-  create(CreateCompletionRequestSchema, { model: "llama-8b", prompt: { case: "text", value: prompt } });
+type Init = MessageInitShape<typeof CreateCompletionRequestSchema>;
+const text = (init: Omit<Init, "$typeName"> = {}) =>
+  create(CreateCompletionRequestSchema, {
+    model: "llama-8b",
+    prompt: { case: "text", value: "Hello" },
+    ...init,
+  });
 
 describe("buildVllmRequest", () => {
   it("sends every sampling value explicitly with OpenAI's defaults or the off value", () => {
@@ -100,10 +105,7 @@ describe("buildVllmRequest", () => {
   });
 
   it("sends top_k 0 as -1 (off on every vLLM version) and omits priority 0", () => {
-    const body = buildVllmRequest(
-      create(CreateCompletionRequestSchema, { ...text(), topK: 0, priority: 0 }),
-      resolved,
-    );
+    const body = buildVllmRequest(text({ topK: 0, priority: 0 }), resolved);
     expect(body.top_k).toBe(-1);
     expect(body).not.toHaveProperty("priority");
   });
@@ -117,7 +119,7 @@ describe("buildVllmRequest", () => {
       { case: "tokenIdsList", value: { values: [{ values: [1] }, { values: [2, 3] }] } },
       [[1], [2, 3]],
     ],
-  ] as const)("sends the %s prompt form", (_, prompt, expected) => {
+  ] satisfies [string, Init["prompt"], unknown][])("sends the %s prompt form", (_, prompt, expected) => {
     const req = create(CreateCompletionRequestSchema, { model: "m", prompt });
     expect(JSON.parse(serializeVllmRequest(buildVllmRequest(req, resolved))).prompt).toStrictEqual(expected);
   });
@@ -133,10 +135,7 @@ describe("buildVllmRequest", () => {
   it("asks for include_usage on every stream and continuous_usage_stats only when asked", () => {
     const plain = buildVllmRequest(text(), { ...resolved, stream: true });
     expect(plain.stream_options).toStrictEqual({ include_usage: true, continuous_usage_stats: false });
-    const req = create(CreateCompletionRequestSchema, {
-      ...text(),
-      streamOptions: { includeUsage: false, continuousUsageStats: true },
-    });
+    const req = text({ streamOptions: { includeUsage: false, continuousUsageStats: true } });
     expect(buildVllmRequest(req, { ...resolved, stream: true }).stream_options).toStrictEqual({
       include_usage: true,
       continuous_usage_stats: true,
@@ -149,9 +148,7 @@ describe("buildVllmRequest", () => {
     ["2^53 + 1", 9007199254740993n],
     ["0", 0n],
   ])("writes seed %s as an exact JSON integer", (_, seed) => {
-    const json = serializeVllmRequest(
-      buildVllmRequest(create(CreateCompletionRequestSchema, { ...text(), seed }), resolved),
-    );
+    const json = serializeVllmRequest(buildVllmRequest(text({ seed }), resolved));
     const parsed = parse(json, null, parseNumberAndBigInt) as Record<string, unknown>;
     expect(BigInt(parsed.seed as bigint | number)).toBe(seed);
     expect(json).toMatch(new RegExp(`"seed":${seed}[,}]`));
