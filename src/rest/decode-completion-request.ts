@@ -1,0 +1,292 @@
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import {
+  type CreateCompletionRequest,
+  CreateCompletionRequestSchema,
+} from "../../gen/acs/v1/completions_pb.js";
+import type { SteeringVector, SteeringVectorSchema } from "../../gen/acs/v1/lens_pb.js";
+import { type ApiError, invalidRequest } from "../errors/index.js";
+import { parseTensorJson } from "../lens/index.js";
+import { isJsonNumber, parseStrictJson, readExactInteger } from "./strict-json.js";
+
+/** A REST completion request, decoded: the proto request, and whether `stream: true` was sent. */
+export interface DecodedCompletionRequest {
+  readonly request: CreateCompletionRequest;
+  /** `stream` of the body (false when left out or null); selects StreamCompletion. */
+  readonly stream: boolean;
+}
+
+/** The object form of a message init (every field optional), not the message itself. */
+type RequestInit = Exclude<MessageInitShape<typeof CreateCompletionRequestSchema>, CreateCompletionRequest>;
+type SteeringVectorInit = Exclude<MessageInitShape<typeof SteeringVectorSchema>, SteeringVector>;
+type JsonObject = Record<string, unknown>;
+
+const INT32 = { min: -(2n ** 31n), max: 2n ** 31n - 1n, name: "int32" } as const;
+const INT64 = { min: -(2n ** 63n), max: 2n ** 63n - 1n, name: "int64" } as const;
+type IntRange = typeof INT32 | typeof INT64;
+
+const PROMPT_EXPECTED =
+  "a string, an array of strings, an array of integers, or an array of arrays of integers";
+/** Deepest nesting accepted inside a tensor (tensors have at most 3 dimensions). */
+const MAX_TENSOR_DEPTH = 16;
+
+/** `Invalid type for 'param': expected <expected>.` (the seed's wording). */
+export function invalidType(param: string, expected: string): ApiError {
+  return invalidRequest(param, `Invalid type for '${param}': expected ${expected}.`);
+}
+
+/** OpenAI's wording for a field the API does not take. */
+export function unknownField(param: string): ApiError {
+  return invalidRequest(param, `Unrecognized request argument supplied: ${param}`);
+}
+
+function outOfRange(param: string, range: IntRange): ApiError {
+  return invalidRequest(
+    param,
+    `Invalid value for '${param}': expected an integer from ${range.min} to ${range.max} (${range.name}).`,
+  );
+}
+
+function isObject(value: unknown): value is JsonObject {
+  return typeof value === "object" && value !== null && !Array.isArray(value) && !isJsonNumber(value);
+}
+
+/** An integer field: `2`, `2.0`, `2e0`; not `"2"`, not `2.5`; must fit `range`. */
+function readInteger(value: unknown, param: string, range: IntRange = INT32): bigint {
+  if (!isJsonNumber(value)) throw invalidType(param, "a number");
+  const read = readExactInteger(value.value);
+  if (read.kind === "fraction") throw invalidType(param, "an integer");
+  if (read.kind === "huge" || read.value < range.min || read.value > range.max)
+    throw outOfRange(param, range);
+  return read.value;
+}
+
+function readInt32(value: unknown, param: string): number {
+  return Number(readInteger(value, param, INT32));
+}
+
+/** A decimal field: any JSON number (a whole number too); must be finite as a double. */
+function readDouble(value: unknown, param: string): number {
+  if (!isJsonNumber(value)) throw invalidType(param, "a number");
+  const number = Number(value.value);
+  if (!Number.isFinite(number)) {
+    throw invalidRequest(param, `Invalid value for '${param}': the number is too large.`);
+  }
+  return number;
+}
+
+function readBoolean(value: unknown, param: string): boolean {
+  if (typeof value !== "boolean") throw invalidType(param, "a boolean");
+  return value;
+}
+
+function readString(value: unknown, param: string): string {
+  if (typeof value !== "string") throw invalidType(param, "a string");
+  return value;
+}
+
+/** An array of int32 integers; anything else → `expected <expected>.` */
+function readInt32Array(value: unknown, param: string, expected = "an array of integers"): number[] {
+  if (!Array.isArray(value)) throw invalidType(param, expected);
+  return value.map((item) => {
+    if (!isIntegerItem(item)) throw invalidType(param, expected);
+    return readInt32(item, param);
+  });
+}
+
+/** `priority`: an integer, or a string holding one (`"2"`, `"-3"`), within int32. */
+function readPriority(value: unknown, param: string): number {
+  if (typeof value === "string") {
+    if (/^-?\d+$/.test(value)) {
+      const digits = value.replace(/^-?0*/, "");
+      if (digits.length > 10) throw outOfRange(param, INT32);
+      const parsed = BigInt(value);
+      if (parsed < INT32.min || parsed > INT32.max) throw outOfRange(param, INT32);
+      return Number(parsed);
+    }
+    throw invalidType(param, /^-?\d+(\.\d+)?([eE][+-]?\d+)?$/.test(value) ? "an integer" : "a number");
+  }
+  return readInt32(value, param);
+}
+
+function isIntegerItem(item: unknown): boolean {
+  return isJsonNumber(item) && readExactInteger(item.value).kind !== "fraction";
+}
+
+/** `prompt`: string → text; string[] → texts; int[] → token_ids; int[][] → token_ids_list. */
+function readPrompt(value: unknown): NonNullable<RequestInit["prompt"]> {
+  const param = "prompt";
+  if (typeof value === "string") return { case: "text", value };
+  if (!Array.isArray(value)) throw invalidType(param, PROMPT_EXPECTED);
+  if (value.length === 0 || value.every((item) => typeof item === "string")) {
+    return { case: "texts", value: { values: value as string[] } };
+  }
+  if (value.every(isIntegerItem)) {
+    return { case: "tokenIds", value: { values: value.map((item) => readInt32(item, param)) } };
+  }
+  if (value.every((item) => Array.isArray(item) && item.every(isIntegerItem))) {
+    return {
+      case: "tokenIdsList",
+      value: {
+        values: (value as unknown[][]).map((ids) => ({ values: ids.map((item) => readInt32(item, param)) })),
+      },
+    };
+  }
+  throw invalidType(param, PROMPT_EXPECTED);
+}
+
+function readStop(value: unknown): string[] {
+  if (typeof value === "string") return [value];
+  if (Array.isArray(value) && value.every((item) => typeof item === "string")) return value as string[];
+  throw invalidType("stop", "a string or an array of strings");
+}
+
+function readOutputResidualStream(value: unknown): Partial<RequestInit> {
+  const param = "output_residual_stream";
+  if (value === false) return {};
+  if (value === true) return { outputResidualStream: { allLayers: true } };
+  const expected = "an array of integers or true";
+  if (Array.isArray(value)) {
+    return { outputResidualStream: { layerIndices: readInt32Array(value, param, expected) } };
+  }
+  throw invalidType(param, expected);
+}
+
+/** Reads one field's JSON value (never null) into a fragment of the message init `T`. */
+type FieldReader<T> = (value: unknown, param: string) => Partial<T>;
+
+/**
+ * Walks an object's keys against `fields`: unknown keys first (all of them, before any type), then
+ * each known field in body order; `null` = left out. Returns the merged init fragments.
+ */
+function walkObject<T extends object>(
+  object: JsonObject,
+  prefix: string,
+  fields: ReadonlyMap<string, FieldReader<T>>,
+): Partial<T> {
+  const keys = Object.keys(object);
+  for (const key of keys) {
+    if (!fields.has(key)) throw unknownField(prefix + key);
+  }
+  const init: Partial<T> = {};
+  for (const key of keys) {
+    const value = object[key];
+    const read = fields.get(key);
+    if (value !== null && read !== undefined) Object.assign(init, read(value, prefix + key));
+  }
+  return init;
+}
+
+type StreamOptionsInit = NonNullable<RequestInit["streamOptions"]>;
+
+const streamOptionsFields = new Map<string, FieldReader<StreamOptionsInit>>([
+  ["include_usage", (v, p) => ({ includeUsage: readBoolean(v, p) })],
+  ["continuous_usage_stats", (v, p) => ({ continuousUsageStats: readBoolean(v, p) })],
+]);
+
+function readStreamOptions(value: unknown, param: string): StreamOptionsInit {
+  if (!isObject(value)) throw invalidType(param, "an object");
+  return walkObject(value, `${param}.`, streamOptionsFields);
+}
+
+/**
+ * A copy of a tensor's JSON with every number as a plain JS number (what JSON.parse would give),
+ * the form `parseTensorJson` expects. Prototype keys are refused here too.
+ */
+function toPlainJson(value: unknown, param: string, depth = 0): unknown {
+  if (depth > MAX_TENSOR_DEPTH) {
+    throw invalidRequest(param, `Invalid value for '${param}': nested too deeply.`);
+  }
+  if (isJsonNumber(value)) return Number(value.value);
+  if (Array.isArray(value)) return value.map((item) => toPlainJson(item, param, depth + 1));
+  if (isObject(value)) {
+    const copy: JsonObject = {};
+    for (const key of Object.keys(value)) {
+      if (key === "__proto__" || key === "constructor" || key === "prototype") {
+        throw unknownField(`${param}.${key}`);
+      }
+      copy[key] = toPlainJson(value[key], param, depth + 1);
+    }
+    return copy;
+  }
+  return value;
+}
+
+const steeringVectorFields = new Map<string, FieldReader<SteeringVectorInit>>([
+  ["activations", (v, p) => ({ activations: parseTensorJson(toPlainJson(v, p), p) })],
+  ["layer_indices", (v, p) => ({ layerIndices: readInt32Array(v, p) })],
+  ["scale", (v, p) => ({ scale: readDouble(v, p) })],
+  ["norm_match", (v, p) => ({ normMatch: readBoolean(v, p) })],
+  ["position_indices", (v, p) => ({ positionIndices: readInt32Array(v, p) })],
+]);
+
+function readSteeringVectors(value: unknown, param: string): SteeringVectorInit[] {
+  if (!Array.isArray(value)) throw invalidType(param, "an array");
+  return value.map((item, index) => {
+    const itemParam = `${param}[${index}]`;
+    if (!isObject(item)) throw invalidType(itemParam, "an object");
+    return walkObject(item, `${itemParam}.`, steeringVectorFields);
+  });
+}
+
+/** The body's fields: every request field of API.md §2, plus `stream` (it selects the RPC). */
+type BodyInit = RequestInit & { stream?: boolean };
+
+const requestFields = new Map<string, FieldReader<BodyInit>>([
+  ["model", (v, p) => ({ model: readString(v, p) })],
+  ["prompt", (v) => ({ prompt: readPrompt(v) })],
+  ["max_tokens", (v, p) => ({ maxTokens: readInt32(v, p) })],
+  ["n", (v, p) => ({ n: readInt32(v, p) })],
+  ["temperature", (v, p) => ({ temperature: readDouble(v, p) })],
+  ["top_p", (v, p) => ({ topP: readDouble(v, p) })],
+  ["stop", (v) => ({ stop: readStop(v) })],
+  ["stream", (v, p) => ({ stream: readBoolean(v, p) })],
+  ["stream_options", (v, p) => ({ streamOptions: readStreamOptions(v, p) })],
+  ["logprobs", (v, p) => ({ logprobs: readInt32(v, p) })],
+  ["echo", (v, p) => ({ echo: readBoolean(v, p) })],
+  ["presence_penalty", (v, p) => ({ presencePenalty: readDouble(v, p) })],
+  ["frequency_penalty", (v, p) => ({ frequencyPenalty: readDouble(v, p) })],
+  ["seed", (v, p) => ({ seed: readInteger(v, p, INT64) })],
+  ["user", (v, p) => ({ user: readString(v, p) })],
+  ["top_k", (v, p) => ({ topK: readInt32(v, p) })],
+  ["min_p", (v, p) => ({ minP: readDouble(v, p) })],
+  ["repetition_penalty", (v, p) => ({ repetitionPenalty: readDouble(v, p) })],
+  ["min_tokens", (v, p) => ({ minTokens: readInt32(v, p) })],
+  ["ignore_eos", (v, p) => ({ ignoreEos: readBoolean(v, p) })],
+  ["stop_token_ids", (v, p) => ({ stopTokenIds: readInt32Array(v, p) })],
+  ["include_stop_str_in_output", (v, p) => ({ includeStopStrInOutput: readBoolean(v, p) })],
+  ["skip_special_tokens", (v, p) => ({ skipSpecialTokens: readBoolean(v, p) })],
+  ["spaces_between_special_tokens", (v, p) => ({ spacesBetweenSpecialTokens: readBoolean(v, p) })],
+  ["add_special_tokens", (v, p) => ({ addSpecialTokens: readBoolean(v, p) })],
+  ["prompt_logprobs", (v, p) => ({ promptLogprobs: readInt32(v, p) })],
+  ["return_token_ids", (v, p) => ({ returnTokenIds: readBoolean(v, p) })],
+  ["priority", (v, p) => ({ priority: readPriority(v, p) })],
+  ["output_residual_stream", (v) => readOutputResidualStream(v)],
+  ["apply_steering_vectors", (v, p) => ({ applySteeringVectors: readSteeringVectors(v, p) })],
+]);
+
+/** The JSON names of every field `POST /v1/completions` takes (API.md §2). */
+export const completionRequestFieldNames: readonly string[] = [...requestFields.keys()];
+
+/**
+ * Decodes the JSON body of `POST /v1/completions` strictly (API.md §2, §4) into the proto request.
+ *
+ * - Numbers are read from their source text: integer fields take `2`, `2.0`, `2e0` within int32
+ *   (`seed`: int64, exact); decimal fields take any finite number; `"2"` is a number only for
+ *   `priority`. `null` means left out, for every field; `output_residual_stream: false` too.
+ * - Only shapes and types are checked here (and int32/int64 representability); ranges and
+ *   cross-field rules (n vs temperature, stream_options without stream, …) are the service's.
+ * - Unknown fields are refused before any type is checked; then fields in body order.
+ *
+ * @param body the raw request body (UTF-8 text)
+ * @returns the proto request and `stream` (which selects CreateCompletion or StreamCompletion)
+ * @throws ApiError 400 `invalid_request`: malformed JSON or a non-object body (param null); an
+ *   unknown field (param = the field, dotted for nested: `stream_options.foo`); a wrong type
+ *   (`Invalid type for 'max_tokens': expected a number.`); an integer outside int32/int64; and
+ *   whatever `parseTensorJson` throws for `apply_steering_vectors[i].activations`.
+ */
+export function decodeCompletionRequest(body: string): DecodedCompletionRequest {
+  const json = parseStrictJson(body);
+  if (!isObject(json)) throw invalidRequest(null, "The request body must be a JSON object.");
+  const { stream = false, ...init } = walkObject(json, "", requestFields);
+  return { request: create(CreateCompletionRequestSchema, init), stream };
+}
