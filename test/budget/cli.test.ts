@@ -1,0 +1,123 @@
+import { execFile } from "node:child_process";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { createBudgetLedger } from "../../src/budget/index.js";
+import { ApiError } from "../../src/errors/index.js";
+import { ROOT, tempDb } from "./helpers.js";
+
+const run = promisify(execFile);
+const TSX = join(ROOT, "node_modules/.bin/tsx");
+
+interface CliResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `tsx src/budget/cli.ts …args` in a child process with the given ACS_DB. */
+async function keys(args: readonly string[], acsDb: string | undefined): Promise<CliResult> {
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  delete env.ACS_DB;
+  if (acsDb !== undefined) env.ACS_DB = acsDb;
+  try {
+    const { stdout, stderr } = await run(TSX, ["src/budget/cli.ts", ...args], { cwd: ROOT, env });
+    return { code: 0, stdout, stderr };
+  } catch (err) {
+    const e = err as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
+}
+
+let db: ReturnType<typeof tempDb>;
+beforeEach(() => {
+  db = tempDb();
+});
+afterEach(() => db.cleanup());
+
+describe("npm run keys (src/budget/cli.ts)", () => {
+  it("create prints the key once; it authenticates; list, grant, usage and revoke work on it", async () => {
+    const created = await keys(
+      ["create", "--budget", "1000000", "--name", "alice", "--models", "llama-8b,tiny"],
+      db.path,
+    );
+    expect(created.code).toBe(0);
+    const key = created.stdout.match(/^acs-[A-Za-z0-9_-]{43}$/m)?.[0];
+    const id = created.stdout.match(/key_[0-9a-f]{12}/)?.[0];
+    expect(key).toBeDefined();
+    expect(id).toBeDefined();
+
+    const ledger = createBudgetLedger({ path: db.path, reclaimIntervalMs: 0 });
+    expect(ledger.authenticate(`Bearer ${key}`)).toEqual({ id, name: "alice", models: ["llama-8b", "tiny"] });
+    ledger.close();
+
+    const list = await keys(["list"], db.path);
+    expect(list.code).toBe(0);
+    expect(list.stdout).toContain(id);
+    expect(list.stdout).toContain("alice");
+    expect(list.stdout).toContain(`acs-…${key!.slice(-4)}`);
+    expect(list.stdout).not.toContain(key!.slice(4, 40));
+
+    const granted = await keys(["grant", id!, "--tokens", "500", "--json"], db.path);
+    expect(granted.code).toBe(0);
+    expect(JSON.parse(granted.stdout)).toMatchObject({
+      id,
+      budgetTokens: 1_000_500,
+      availableTokens: 1_000_500,
+    });
+
+    const revoked = await keys(["revoke", id!], db.path);
+    expect(revoked.code).toBe(0);
+    expect(revoked.stdout).toMatch(/^Revoked key key_/);
+
+    const usage = await keys(["usage", id!, "--db", db.path], undefined); // --db instead of ACS_DB
+    expect(usage.code).toBe(0);
+    expect(usage.stdout).toMatch(/state: +revoked/);
+    expect(usage.stdout).toMatch(/budget: +1000500/);
+
+    const after = createBudgetLedger({ path: db.path, reclaimIntervalMs: 0 });
+    expect(() => after.authenticate(`Bearer ${key}`)).toThrow(ApiError);
+    after.close();
+  });
+
+  it("list --json gives every key without the key itself", async () => {
+    await keys(["create", "--budget", "5"], db.path);
+    await keys(["create", "--budget", "6", "--name", "b"], db.path);
+    const list = await keys(["list", "--json"], db.path);
+    const rows = JSON.parse(list.stdout) as Record<string, unknown>[];
+    expect(rows.map((r) => r.budgetTokens)).toEqual([5, 6]);
+    expect(rows.every((r) => !("key" in r) && !("keyHash" in r))).toBe(true);
+  });
+
+  it.each([
+    [["usage", "key_000000000000"], 1, /^error: No key with id 'key_000000000000'\./],
+    [["grant", "key_000000000000", "--tokens", "5"], 1, /^error: No key with id/],
+    [["create"], 2, /'create' needs --budget TOKENS/],
+    [["create", "--budget", "1e6"], 2, /--budget must be a whole number of tokens/],
+    [["create", "--budget", "-5"], 2, /--budget must be a whole number|error:/],
+    [["grant", "key_000000000000"], 2, /'grant' needs --tokens N/],
+    [["grant", "key_000000000000", "--tokens", "0"], 2, /--tokens must be a whole number of tokens ≥ 1/],
+    [["revoke"], 2, /'revoke' takes the key id/],
+    [["list", "--tokens", "5"], 2, /'list' has no option --tokens/],
+    [["frobnicate"], 2, /unknown command 'frobnicate'/],
+    [["list", "--bogus"], 2, /Unknown option '--bogus'/],
+    [[], 2, /^Usage: npm run keys/],
+  ])("%j exits %i with a clear error", async (args, code, message) => {
+    const result = await keys(args, db.path);
+    expect(result.code).toBe(code);
+    expect(result.stderr).toMatch(message);
+  });
+
+  it("refuses to run without a database (exit 2)", async () => {
+    const result = await keys(["list"], undefined);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(/set ACS_DB to the SQLite file, or pass --db PATH/);
+  });
+
+  it("--help prints the usage and exits 0", async () => {
+    const result = await keys(["--help"], undefined);
+    expect(result.code).toBe(0);
+    expect(result.stdout).toMatch(/^Usage: npm run keys -- <command>/);
+    expect(result.stdout).toContain("grant <id> --tokens N");
+  });
+});

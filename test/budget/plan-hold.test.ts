@@ -1,0 +1,48 @@
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { planHold } from "../../src/budget/index.js";
+
+describe("planHold", () => {
+  it.each([
+    // available, demand, plan
+    [1000, [30, 2, 3, 50], { kind: "hold", tokens: 330, maxTokens: 50, clamped: false }],
+    [330, [30, 2, 3, 50], { kind: "hold", tokens: 330, maxTokens: 50, clamped: false }],
+    [329, [30, 2, 3, 50], { kind: "hold", tokens: 324, maxTokens: 49, clamped: true }],
+    [36, [30, 2, 3, 50], { kind: "hold", tokens: 36, maxTokens: 1, clamped: true }],
+    [35, [30, 2, 3, 50], { kind: "insufficient", minimumTokens: 36 }],
+    [0, [0, 1, 1, 1], { kind: "insufficient", minimumTokens: 1 }],
+    [-50, [0, 1, 1, 1], { kind: "insufficient", minimumTokens: 1 }],
+    [1, [0, 1, 1, 16], { kind: "hold", tokens: 1, maxTokens: 1, clamped: true }],
+    [20, [25, 1, 1, 16], { kind: "insufficient", minimumTokens: 26 }],
+  ] as const)("available %i, demand %j → %o", (available, [promptTokens, prompts, n, maxTokens], plan) => {
+    expect(planHold(available, { promptTokens, prompts, n, maxTokens })).toEqual(plan);
+  });
+
+  it("never holds more than is available, and clamps to the largest max_tokens that fits", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: -1000, max: 200_000 }),
+        fc.integer({ min: 0, max: 40_000 }),
+        fc.integer({ min: 1, max: 8 }),
+        fc.integer({ min: 1, max: 128 }),
+        fc.integer({ min: 1, max: 32_000 }),
+        (available, promptTokens, prompts, n, maxTokens) => {
+          const plan = planHold(available, { promptTokens, prompts, n, maxTokens });
+          const per = prompts * n;
+          if (plan.kind === "insufficient") {
+            expect(promptTokens + per).toBeGreaterThan(available);
+            expect(plan.minimumTokens).toBe(promptTokens + per);
+            return;
+          }
+          expect(plan.tokens).toBe(promptTokens + per * plan.maxTokens);
+          expect(plan.tokens).toBeLessThanOrEqual(available);
+          expect(plan.maxTokens).toBeGreaterThanOrEqual(1);
+          expect(plan.maxTokens).toBeLessThanOrEqual(maxTokens);
+          expect(plan.clamped).toBe(plan.maxTokens < maxTokens);
+          // One more token per choice would not fit (or was not asked for).
+          if (plan.clamped) expect(plan.tokens + per).toBeGreaterThan(available);
+        },
+      ),
+    );
+  });
+});
