@@ -51,6 +51,14 @@ let sortBuf = new Float32Array(0);
 /** Samples the next token from raw `logits` (not modified). */
 export function sampleToken(logits: Float32Array, p: SamplingParams, st: SamplerState): number {
   const V = logits.length;
+  const plain =
+    !p.allowedTokenIds &&
+    st.generated >= p.minTokens &&
+    !p.logitBias &&
+    p.repetitionPenalty === 1 &&
+    p.presencePenalty === 0 &&
+    p.frequencyPenalty === 0;
+  if (plain && p.temperature < GREEDY_EPS) return argmax(logits);
   if (work.length !== V) work = new Float32Array(V);
   const w = work;
   w.set(logits);
