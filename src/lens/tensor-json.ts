@@ -56,6 +56,7 @@ function jsonNumber(value: unknown): number | undefined {
 }
 
 function jsonTypeName(value: unknown): string {
+  if (value === undefined) return "nothing";
   if (value === null) return "null";
   if (Array.isArray(value)) return "an array";
   if (typeof value === "object") return "an object";
@@ -116,7 +117,7 @@ function parseNestedArrays(value: unknown[]): Tensor {
         }
         if (item.length !== shape[depth + 1]) {
           throw new TensorRefusal(
-            `the arrays are not rectangular: ${indexPath(index)} has ${item.length} entries but ${indexPath(index.map(() => 0))} has ${shape[depth + 1]}`,
+            `the arrays are not rectangular: ${indexPath(index)} has ${item.length} ${item.length === 1 ? "entry" : "entries"} but ${indexPath(index.map(() => 0))} has ${shape[depth + 1]}`,
           );
         }
         walk(item, depth + 1);
