@@ -4,7 +4,7 @@ import { ApiError } from "../../errors/index.js";
 import { serializeVllmRequest } from "./build-vllm-request.js";
 import { createTokenizeCache } from "./create-tokenize-cache.js";
 import { decodeSse } from "./decode-sse.js";
-import { mapUpstreamError } from "./map-upstream-error.js";
+import { isVllmErrorBody, mapUpstreamError } from "./map-upstream-error.js";
 import { parseJsonOrdered } from "./parse-json-ordered.js";
 import {
   parseVllmCompletion,
@@ -146,10 +146,6 @@ function linkAbort(signal: AbortSignal | undefined, deadlineMs?: number) {
   };
 }
 
-function hasErrorKey(json: unknown): boolean {
-  return typeof json === "object" && json !== null && !Array.isArray(json) && "error" in json;
-}
-
 function parseJson(text: string, what: string): unknown {
   try {
     return parseJsonOrdered(text);
@@ -210,7 +206,8 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
         throw mapUpstreamError({ kind: "response", status: res.statusCode, body: text });
       }
       const json = parseJson(text, "response");
-      if (hasErrorKey(json)) throw mapUpstreamError({ kind: "response", status: res.statusCode, body: text });
+      if (isVllmErrorBody(json))
+        throw mapUpstreamError({ kind: "response", status: res.statusCode, body: text });
       return json;
     } catch (error) {
       throw link.reason() ?? mapUpstreamError({ kind: "transport", error, responseStarted });
@@ -240,7 +237,7 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
       if (res.statusCode !== 200 || !contentType.startsWith("text/event-stream")) {
         const text = await res.body.text();
         finished = true;
-        if (res.statusCode !== 200 || hasErrorKey(parseJson(text, "response"))) {
+        if (res.statusCode !== 200 || isVllmErrorBody(parseJson(text, "response"))) {
           throw mapUpstreamError({ kind: "response", status: res.statusCode, body: text });
         }
         throw new ApiError(
@@ -257,7 +254,7 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
           return;
         }
         const json = parseJson(data, "stream event");
-        if (hasErrorKey(json)) throw mapUpstreamError({ kind: "event", body: json });
+        if (isVllmErrorBody(json)) throw mapUpstreamError({ kind: "event", body: json });
         yield parseVllmCompletionChunk(json);
       }
       throw new ApiError("upstream_error", "Inference's stream ended without [DONE].");

@@ -27,6 +27,7 @@ export async function* decodeSse(
   const parser = createParser({
     maxBufferSize: options.maxEventChars ?? DEFAULT_MAX_SSE_EVENT_CHARS,
     onEvent(event: EventSourceMessage) {
+      if (failure !== undefined) return; // nothing after garbage counts (not even a [DONE])
       if (event.event !== undefined && event.event !== "message") {
         fail(`Inference sent an unexpected SSE event type ${JSON.stringify(event.event)}.`);
         return;

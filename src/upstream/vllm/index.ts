@@ -16,7 +16,12 @@ export {
   type VllmClientOptions,
 } from "./create-vllm-client.js";
 export { DEFAULT_MAX_SSE_EVENT_CHARS, decodeSse } from "./decode-sse.js";
-export { mapUpstreamError, parseVllmError, type UpstreamFailure } from "./map-upstream-error.js";
+export {
+  isVllmErrorBody,
+  mapUpstreamError,
+  parseVllmError,
+  type UpstreamFailure,
+} from "./map-upstream-error.js";
 export { orderedEntries, parseJsonOrdered } from "./parse-json-ordered.js";
 export {
   parseVllmCompletion,

@@ -167,6 +167,14 @@ function parseJsonOrUndefined(text: string): unknown {
 }
 
 /**
+ * True when a JSON body is an error, whatever its status: a top-level `error` key (any value),
+ * or vLLM's flat form `{"object": "error", …}`.
+ */
+export function isVllmErrorBody(json: unknown): boolean {
+  return isRecord(json) && ("error" in json || json.object === "error");
+}
+
+/**
  * The error of a vLLM error body in any of its forms, or null when `body` is not one:
  * nested `{"error": {message, type, param, code}}`, flat `{"object": "error", message, …}`,
  * or `{"error": "<message>"}`.

@@ -1,0 +1,440 @@
+import { create } from "@bufbuild/protobuf";
+import { afterEach, describe, expect, it } from "vitest";
+import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
+import { ApiError } from "../../src/errors/index.js";
+import {
+  buildVllmRequest,
+  createVllmClient,
+  newUpstreamRequestId,
+  type VllmClient,
+  type VllmCompletionChunk,
+} from "../../src/upstream/index.js";
+import { chunk, closedPortUrl, type FakeUpstream, sse, startFakeUpstream } from "./fake-upstream.js";
+
+const req = create(CreateCompletionRequestSchema, {
+  model: "llama-8b",
+  prompt: { case: "text", value: "Hi" },
+});
+const resolved = { servedModelName: "served/model", maxTokens: 4, stream: false, vllmXargs: {} };
+const body = buildVllmRequest(req, resolved);
+const streamBody = buildVllmRequest(req, { ...resolved, stream: true });
+
+const completion = {
+  id: "cmpl-upstream",
+  object: "text_completion",
+  created: 1_700_000_000,
+  model: "served/model",
+  choices: [{ index: 0, text: " there", logprobs: null, finish_reason: "length", stop_reason: null }],
+  usage: { prompt_tokens: 2, completion_tokens: 4, total_tokens: 6 },
+};
+
+let upstream: FakeUpstream | undefined;
+let client: VllmClient | undefined;
+afterEach(async () => {
+  await client?.close();
+  await upstream?.close();
+  client = undefined;
+  upstream = undefined;
+});
+
+async function setup(
+  handler: Parameters<typeof startFakeUpstream>[0],
+  opts: Partial<Parameters<typeof createVllmClient>[0]> = {},
+): Promise<{ up: FakeUpstream; c: VllmClient }> {
+  upstream = await startFakeUpstream(handler);
+  client = createVllmClient({ baseUrl: upstream.url, ...opts });
+  return { up: upstream, c: client };
+}
+
+const call = (c: VllmClient, o: { signal?: AbortSignal; deadlineMs?: number } = {}) =>
+  c.complete(body, {
+    signal: o.signal ?? new AbortController().signal,
+    deadlineMs: o.deadlineMs ?? 10_000,
+    upstreamRequestId: newUpstreamRequestId(),
+  });
+
+async function collect(it: AsyncIterable<VllmCompletionChunk>): Promise<VllmCompletionChunk[]> {
+  const out: VllmCompletionChunk[] = [];
+  for await (const c of it) out.push(c);
+  return out;
+}
+
+const streamOf = (c: VllmClient, signal = new AbortController().signal) =>
+  c.stream(streamBody, { signal, upstreamRequestId: newUpstreamRequestId() });
+
+/** The ApiError a promise rejects with (fails the test if it resolves or throws something else). */
+async function apiErrorOf(p: Promise<unknown>): Promise<ApiError> {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(ApiError);
+  return err as ApiError;
+}
+
+const json = (status: number, value: unknown) => (_req: unknown, res: import("node:http").ServerResponse) => {
+  res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(value));
+};
+
+describe("complete", () => {
+  it("posts the exact body with X-Request-Id and Authorization, and parses the completion", async () => {
+    const { up, c } = await setup(json(200, completion), { apiKey: "sk-upstream" });
+    const id = newUpstreamRequestId();
+    const result = await c.complete(body, {
+      signal: new AbortController().signal,
+      deadlineMs: 5000,
+      upstreamRequestId: id,
+    });
+    expect(result.choices[0]?.text).toBe(" there");
+    expect(result.usage).toStrictEqual({ prompt_tokens: 2, completion_tokens: 4, total_tokens: 6 });
+    const seen = up.requests[0];
+    expect(seen?.method).toBe("POST");
+    expect(seen?.url).toBe("/v1/completions");
+    expect(seen?.headers["x-request-id"]).toBe(id);
+    expect(seen?.headers.authorization).toBe("Bearer sk-upstream");
+    expect(seen?.headers["content-type"]).toBe("application/json");
+    expect(JSON.parse(seen?.body ?? "")).toStrictEqual(JSON.parse(JSON.stringify(body)));
+  });
+
+  it("keeps a base URL path prefix", async () => {
+    upstream = await startFakeUpstream(json(200, completion));
+    client = createVllmClient({ baseUrl: `${upstream.url}/inference/` });
+    await call(client);
+    expect(upstream.requests[0]?.url).toBe("/inference/v1/completions");
+  });
+
+  it("refused connection → 503 upstream_unavailable", async () => {
+    client = createVllmClient({ baseUrl: await closedPortUrl() });
+    const err = await apiErrorOf(call(client));
+    expect(err.code).toBe("upstream_unavailable");
+    expect(err.status).toBe(503);
+  });
+
+  it("connection reset before a response → 503 upstream_unavailable", async () => {
+    const { c } = await setup((req) => req.socket.destroy());
+    const err = await apiErrorOf(call(c));
+    expect(err.code).toBe("upstream_unavailable");
+  });
+
+  it("500 → 502 upstream_error without Inference's internals", async () => {
+    const { c } = await setup(
+      json(500, {
+        error: { message: "CUDA OOM in worker 3", type: "InternalServerError", param: null, code: 500 },
+      }),
+    );
+    const err = await apiErrorOf(call(c));
+    expect(err.code).toBe("upstream_error");
+    expect(err.status).toBe(502);
+    expect(err.message).not.toContain("CUDA");
+  });
+
+  it("an error body with status 200 is an error, not a completion", async () => {
+    const { c } = await setup(
+      json(200, {
+        error: {
+          message: "Token id 999999 is out of vocabulary",
+          type: "BadRequestError",
+          param: null,
+          code: 400,
+        },
+      }),
+    );
+    const err = await apiErrorOf(call(c));
+    expect(err.code).toBe("invalid_request");
+    expect(err.message).toBe("Token id 999999 is out of vocabulary");
+  });
+
+  it("a 200 body that is not JSON, or not a completion → 502", async () => {
+    const { c } = await setup((_req, res) => res.writeHead(200).end("<html>proxy</html>"));
+    expect((await apiErrorOf(call(c))).code).toBe("upstream_error");
+    await client?.close();
+    await upstream?.close();
+    const second = await setup(json(200, { choices: "nope" }));
+    expect((await apiErrorOf(call(second.c))).code).toBe("upstream_error");
+  });
+
+  it("slow upstream past the deadline → 504 deadline_exceeded and the upstream sees the abort", async () => {
+    const { up, c } = await setup(() => {
+      /* never answers */
+    });
+    const started = Date.now();
+    const err = await apiErrorOf(call(c, { deadlineMs: 200 }));
+    expect(err.code).toBe("deadline_exceeded");
+    expect(err.status).toBe(504);
+    expect(Date.now() - started).toBeLessThan(2000);
+    const closed = await up.requests[0]?.closed;
+    expect(closed?.aborted).toBe(true);
+    expect((closed?.at ?? Number.POSITIVE_INFINITY) - started).toBeLessThan(1200);
+  });
+
+  it("the deadline also covers a body that trickles in too slowly", async () => {
+    const { up, c } = await setup((_req, res) => {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.write('{"id": "x", ');
+    });
+    const err = await apiErrorOf(call(c, { deadlineMs: 200 }));
+    expect(err.code).toBe("deadline_exceeded");
+    expect((await up.requests[0]?.closed)?.aborted).toBe(true);
+  });
+
+  it("headers timeout of the pool → 504", async () => {
+    const { c } = await setup(() => {}, { headersTimeoutMs: 150 });
+    const err = await apiErrorOf(call(c, { deadlineMs: 10_000 }));
+    expect(err.code).toBe("deadline_exceeded");
+  });
+
+  it("caller abort → canceled, and the upstream sees the abort within 1 s", async () => {
+    const { up, c } = await setup(() => {});
+    const ac = new AbortController();
+    const p = call(c, { signal: ac.signal });
+    await waitFor(() => up.requests.length === 1);
+    const abortedAt = Date.now();
+    ac.abort();
+    expect((await apiErrorOf(p)).code).toBe("canceled");
+    const closed = await up.requests[0]?.closed;
+    expect(closed?.aborted).toBe(true);
+    expect((closed?.at ?? Number.POSITIVE_INFINITY) - abortedAt).toBeLessThan(1000);
+  });
+
+  it("an already aborted signal never reaches Inference", async () => {
+    const { up, c } = await setup(json(200, completion));
+    const ac = new AbortController();
+    ac.abort();
+    expect((await apiErrorOf(call(c, { signal: ac.signal }))).code).toBe("canceled");
+    expect(up.requests).toHaveLength(0);
+  });
+
+  it("401 from Inference is the gateway's fault: 502, not the caller's", async () => {
+    const { c } = await setup(json(401, { error: "Unauthorized" }));
+    const err = await apiErrorOf(call(c));
+    expect(err.code).toBe("upstream_error");
+    expect(err.status).toBe(502);
+  });
+
+  it("reuses keep-alive connections", async () => {
+    const ports = new Set<number>();
+    const { c } = await setup((req, res) => {
+      ports.add(req.socket.remotePort ?? 0);
+      json(200, completion)(req, res);
+    });
+    for (let i = 0; i < 10; i++) await call(c);
+    // Sequential calls reuse the pool's keep-alive sockets (undici may alternate between two).
+    expect(ports.size).toBeLessThanOrEqual(2);
+  });
+});
+
+describe("stream", () => {
+  const sseHandler =
+    (text: string, opts: { end?: boolean } = {}) =>
+    (_req: unknown, res: import("node:http").ServerResponse) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write(text);
+      if (opts.end !== false) res.end();
+    };
+
+  it("yields the chunks until [DONE], usage chunk included", async () => {
+    const usage = {
+      ...chunk(0, ""),
+      choices: [],
+      usage: { prompt_tokens: 2, completion_tokens: 2, total_tokens: 4 },
+    };
+    const { up, c } = await setup(sseHandler(sse([chunk(0, "a"), chunk(0, "b", "length"), usage])));
+    const chunks = await collect(streamOf(c));
+    expect(chunks.map((x) => x.choices[0]?.text ?? null)).toStrictEqual(["a", "b", null]);
+    expect(chunks[1]?.choices[0]?.finish_reason).toBe("length");
+    expect(chunks[2]?.usage?.total_tokens).toBe(4);
+    expect(up.requests[0]?.headers.accept).toBe("text/event-stream");
+    expect(JSON.parse(up.requests[0]?.body ?? "").stream_options).toStrictEqual({
+      include_usage: true,
+      continuous_usage_stats: false,
+    });
+  });
+
+  it("in-band error then [DONE] → the mapped error after the chunks before it", async () => {
+    const inBand = {
+      error: {
+        message:
+          "Requested sample logprobs of 21, which is greater than max allowed: 20 (parameter=logprobs, value=21)",
+        type: "BadRequestError",
+        param: "logprobs",
+        code: 400,
+      },
+    };
+    const { c } = await setup(sseHandler(sse([chunk(0, "a"), inBand])));
+    const seen: string[] = [];
+    const err = await apiErrorOf(
+      (async () => {
+        for await (const x of streamOf(c)) seen.push(x.choices[0]?.text ?? "");
+      })(),
+    );
+    expect(seen).toStrictEqual(["a"]);
+    expect(err.code).toBe("invalid_request");
+    expect(err.param).toBe("logprobs");
+    expect(err.message).toBe("Requested sample logprobs of 21, which is greater than max allowed: 20");
+  });
+
+  it("stream that ends without [DONE] → 502", async () => {
+    const { c } = await setup(sseHandler(sse([chunk(0, "a")], false)));
+    expect((await apiErrorOf(collect(streamOf(c)))).code).toBe("upstream_error");
+  });
+
+  it("reset mid-stream → 502", async () => {
+    const { c } = await setup((req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write(sse([chunk(0, "a")], false));
+      setTimeout(() => req.socket.destroy(), 50);
+    });
+    const err = await apiErrorOf(collect(streamOf(c)));
+    expect(err.code).toBe("upstream_error");
+    expect(err.status).toBe(502);
+  });
+
+  it.each([
+    ["not JSON", "data: {not json\n\ndata: [DONE]\n\n"],
+    ["not SSE", "hello there\n\ndata: [DONE]\n\n"],
+    ["not a chunk", 'data: {"choices": [{"index": "zero"}]}\n\ndata: [DONE]\n\n'],
+    ["an event type", "event: ping\ndata: {}\n\ndata: [DONE]\n\n"],
+  ])("garbage SSE (%s) → 502", async (_, text) => {
+    const { c } = await setup(sseHandler(text));
+    expect((await apiErrorOf(collect(streamOf(c)))).code).toBe("upstream_error");
+  });
+
+  it("500 before the stream → 502; error body with status 200 and JSON content type → mapped", async () => {
+    const { c } = await setup(
+      json(500, { object: "error", message: "boom", type: "InternalServerError", param: null, code: 500 }),
+    );
+    expect((await apiErrorOf(collect(streamOf(c)))).code).toBe("upstream_error");
+    await client?.close();
+    await upstream?.close();
+    const second = await setup(
+      json(200, { object: "error", message: "bad", type: "BadRequestError", param: "n", code: 400 }),
+    );
+    const err = await apiErrorOf(collect(streamOf(second.c)));
+    expect([err.code, err.param, err.message]).toStrictEqual(["invalid_request", "n", "bad"]);
+  });
+
+  it("refused connection → 503", async () => {
+    client = createVllmClient({ baseUrl: await closedPortUrl() });
+    expect((await apiErrorOf(collect(streamOf(client)))).code).toBe("upstream_unavailable");
+  });
+
+  it("consumer stops early → the upstream sees the connection close within 1 s", async () => {
+    const { up, c } = await setup((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      let i = 0;
+      const timer = setInterval(() => res.write(sse([chunk(0, `t${i++}`)], false)), 20);
+      res.on("close", () => clearInterval(timer));
+    });
+    let n = 0;
+    for await (const _ of streamOf(c)) {
+      if (++n === 3) break;
+    }
+    const stoppedAt = Date.now();
+    const closed = await up.requests[0]?.closed;
+    expect(closed?.aborted).toBe(true);
+    expect((closed?.at ?? Number.POSITIVE_INFINITY) - stoppedAt).toBeLessThan(1000);
+  });
+
+  it("caller abort mid-stream → canceled, upstream closed within 1 s", async () => {
+    const { up, c } = await setup((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write(sse([chunk(0, "first")], false));
+    });
+    const ac = new AbortController();
+    const it = streamOf(c, ac.signal)[Symbol.asyncIterator]();
+    expect((await it.next()).value?.choices[0]?.text).toBe("first");
+    const pending = it.next();
+    const abortedAt = Date.now();
+    ac.abort();
+    expect((await apiErrorOf(pending)).code).toBe("canceled");
+    const closed = await up.requests[0]?.closed;
+    expect(closed?.aborted).toBe(true);
+    expect((closed?.at ?? Number.POSITIVE_INFINITY) - abortedAt).toBeLessThan(1000);
+  });
+});
+
+describe("tokenize, models, health", () => {
+  it("tokenize posts {model, prompt, add_special_tokens} and caches by all three", async () => {
+    const { up, c } = await setup((_req, res, b) => {
+      const { prompt, add_special_tokens } = JSON.parse(b) as { prompt: string; add_special_tokens: boolean };
+      const tokens = [...prompt].map((ch) => ch.codePointAt(0) ?? 0);
+      if (add_special_tokens) tokens.unshift(1);
+      json(200, { count: tokens.length, max_model_len: 8192, tokens })(_req, res);
+    });
+    const a = await c.tokenize("served/model", "héllo", true);
+    expect(a).toStrictEqual({ count: 6, tokens: [1, 104, 233, 108, 108, 111], maxModelLen: 8192 });
+    a.tokens.push(42); // a caller's mutation must not reach the cache
+    expect(await c.tokenize("served/model", "héllo", true)).toStrictEqual({
+      count: 6,
+      tokens: [1, 104, 233, 108, 108, 111],
+      maxModelLen: 8192,
+    });
+    expect(up.requests).toHaveLength(1);
+    await c.tokenize("served/model", "héllo", false);
+    await c.tokenize("other/model", "héllo", true);
+    expect(up.requests).toHaveLength(3);
+    expect(JSON.parse(up.requests[0]?.body ?? "")).toStrictEqual({
+      model: "served/model",
+      prompt: "héllo",
+      add_special_tokens: true,
+    });
+    expect(up.requests[0]?.url).toBe("/tokenize");
+    const ids = new Set(up.requests.map((r) => r.headers["x-request-id"]));
+    expect(ids.size).toBe(3);
+  });
+
+  it("tokenize errors are mapped (404 model → model_not_found)", async () => {
+    const { c } = await setup(
+      json(404, {
+        error: { message: "The model `x` does not exist.", type: "NotFoundError", param: "model", code: 404 },
+      }),
+    );
+    const err = await apiErrorOf(c.tokenize("x", "hi", true));
+    expect([err.code, err.param]).toStrictEqual(["model_not_found", "model"]);
+  });
+
+  it("listModels parses GET /v1/models", async () => {
+    const { up, c } = await setup(
+      json(200, {
+        object: "list",
+        data: [
+          {
+            id: "served/model",
+            object: "model",
+            created: 1,
+            owned_by: "vllm",
+            root: "r",
+            parent: null,
+            max_model_len: 8192,
+          },
+        ],
+      }),
+    );
+    const list = await c.listModels();
+    expect(list.data[0]).toMatchObject({ id: "served/model", max_model_len: 8192, parent: null });
+    expect(up.requests[0]?.method).toBe("GET");
+    expect(up.requests[0]?.url).toBe("/v1/models");
+  });
+
+  it("health is true on 200, false on 503 and on a refused connection", async () => {
+    let status = 200;
+    const { c } = await setup((_req, res) => res.writeHead(status).end());
+    expect(await c.health()).toBe(true);
+    status = 503;
+    expect(await c.health()).toBe(false);
+    const dead = createVllmClient({ baseUrl: await closedPortUrl() });
+    try {
+      expect(await dead.health()).toBe(false);
+    } finally {
+      await dead.close();
+    }
+  });
+});
+
+async function waitFor(cond: () => boolean, timeoutMs = 2000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > until) throw new Error("timed out waiting");
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
