@@ -1,0 +1,101 @@
+import type { Writable } from "node:stream";
+import type { ErrorEnvelopeJson } from "../errors/index.js";
+
+/** Default interval of `: keepalive` comments (API.md §5). */
+export const DEFAULT_KEEPALIVE_INTERVAL_MS = 5000;
+
+/** Options of {@link createSseWriter}. */
+export interface SseWriterOptions {
+  /** Milliseconds between `: keepalive` comment lines; default 5000. */
+  keepaliveIntervalMs?: number;
+}
+
+/**
+ * Writes an SSE response body as API.md §5 describes: only `data:` events and `: keepalive`
+ * comments — never `event:`, `id:` or `retry:` lines.
+ */
+export interface SseWriter {
+  /**
+   * Writes `data: <JSON.stringify(data)>\n\n`. Resolves once the destination can take more bytes
+   * (it waits for 'drain' when the write buffer is full), or at once when the client is gone.
+   * @returns false when the client is gone (nothing was written), true otherwise.
+   */
+  send(data: unknown): Promise<boolean>;
+  /** Ends the stream: `data: [DONE]\n\n`, then end(). Stops the keepalive timer. */
+  done(): Promise<void>;
+  /** An error after the stream started: one `data: <envelope>` event, then `data: [DONE]`, then end(). */
+  fail(envelope: ErrorEnvelopeJson): Promise<void>;
+  /** True once the destination closed (client disconnected, or the stream ended). */
+  readonly closed: boolean;
+}
+
+/**
+ * An SSE writer on `out` (an HTTP response, or a PassThrough piped into one). The keepalive timer
+ * starts at once and stops when the stream ends or `out` closes (e.g. the client disconnects);
+ * no keepalive is written while a write waits for 'drain'.
+ */
+export function createSseWriter(out: Writable, options: SseWriterOptions = {}): SseWriter {
+  const intervalMs = options.keepaliveIntervalMs ?? DEFAULT_KEEPALIVE_INTERVAL_MS;
+  let closed = false;
+  let ended = false;
+
+  const stop = (): void => {
+    closed = true;
+    clearInterval(timer);
+  };
+  const isGone = (): boolean => closed || out.destroyed || out.writableEnded;
+
+  const timer = setInterval(() => {
+    if (isGone()) {
+      stop();
+      return;
+    }
+    if (!out.writableNeedDrain) out.write(": keepalive\n\n");
+  }, intervalMs);
+  out.once("close", stop);
+  // An error on the destination (e.g. EPIPE) also ends the stream; 'close' follows it.
+  out.once("error", stop);
+
+  const drained = (): Promise<void> =>
+    new Promise((resolve) => {
+      const settle = (): void => {
+        out.off("drain", settle);
+        out.off("close", settle);
+        out.off("error", settle);
+        resolve();
+      };
+      out.on("drain", settle);
+      out.on("close", settle);
+      out.on("error", settle);
+    });
+
+  const write = async (text: string): Promise<boolean> => {
+    if (isGone()) {
+      stop();
+      return false;
+    }
+    if (!out.write(text)) await drained();
+    return true;
+  };
+
+  const end = async (): Promise<void> => {
+    if (ended) return;
+    ended = true;
+    await write("data: [DONE]\n\n");
+    clearInterval(timer);
+    if (!isGone()) out.end();
+  };
+
+  return {
+    send: (data) => (ended ? Promise.resolve(false) : write(`data: ${JSON.stringify(data)}\n\n`)),
+    done: end,
+    async fail(envelope) {
+      if (ended) return;
+      await write(`data: ${JSON.stringify(envelope)}\n\n`);
+      await end();
+    },
+    get closed() {
+      return closed || out.destroyed;
+    },
+  };
+}
