@@ -19,7 +19,7 @@ export interface FakeUpstream {
 }
 
 export async function startFakeUpstream(
-  handler: (req: IncomingMessage, res: ServerResponse, body: string) => void | Promise<void>,
+  handler: (req: IncomingMessage, res: ServerResponse, body: string) => unknown,
 ): Promise<FakeUpstream> {
   const requests: SeenRequest[] = [];
   const sockets = new Set<Socket>();
