@@ -8,7 +8,7 @@
  * and reserved ranges, top-level extensions, the `(predefined).cel` field option, file options)
  * and throws on anything else, so a new construct upstream fails loudly instead of being dropped.
  */
-import { readFileSync, writeFileSync, mkdirSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { getExtension, hasExtension, isFieldSet } from "@bufbuild/protobuf";
@@ -17,10 +17,13 @@ import {
   type EnumDescriptorProto,
   type FieldDescriptorProto,
   FieldDescriptorProto_Label,
-  FieldDescriptorProtoSchema,
   FieldDescriptorProto_Type,
+  FieldDescriptorProtoSchema,
 } from "@bufbuild/protobuf/wkt";
-import { file_buf_validate_validate, predefined } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
+import {
+  file_buf_validate_validate,
+  predefined,
+} from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const target = join(root, "proto-vendor/buf/validate/validate.proto");
@@ -70,7 +73,9 @@ function fieldType(f: FieldDescriptorProto): string {
 function fieldOptions(f: FieldDescriptorProto): string {
   const parts: string[] = [];
   if (isFieldSet(f, FieldDescriptorProtoSchema.field.defaultValue)) {
-    parts.push(`default = ${f.type === FieldDescriptorProto_Type.STRING ? quote(f.defaultValue) : f.defaultValue}`);
+    parts.push(
+      `default = ${f.type === FieldDescriptorProto_Type.STRING ? quote(f.defaultValue) : f.defaultValue}`,
+    );
   }
   const o = f.options;
   if (o !== undefined) {
@@ -102,21 +107,28 @@ function indent(text: string, by: string): string {
 }
 
 function printField(f: FieldDescriptorProto, inOneof: boolean): string {
-  const label =
-    inOneof ? "" : f.label === FieldDescriptorProto_Label.REPEATED ? "repeated " : f.label === FieldDescriptorProto_Label.REQUIRED ? "required " : "optional ";
+  const label = inOneof
+    ? ""
+    : f.label === FieldDescriptorProto_Label.REPEATED
+      ? "repeated "
+      : f.label === FieldDescriptorProto_Label.REQUIRED
+        ? "required "
+        : "optional ";
   return `${label}${fieldType(f)} ${f.name} = ${f.number}${fieldOptions(f)};`;
 }
 
 function printEnum(e: EnumDescriptorProto): string {
   const lines = e.value.map((v) => `${v.name} = ${v.number};`);
   // EnumReservedRange.end is inclusive, unlike DescriptorProto.ReservedRange.end.
-  for (const r of e.reservedRange) lines.push(`reserved ${r.start === r.end ? r.start : `${r.start} to ${r.end}`};`);
+  for (const r of e.reservedRange)
+    lines.push(`reserved ${r.start === r.end ? r.start : `${r.start} to ${r.end}`};`);
   for (const n of e.reservedName) lines.push(`reserved ${quote(n)};`);
   return `enum ${e.name} {\n${indent(lines.join("\n"), "  ")}\n}`;
 }
 
 function printMessage(m: DescriptorProto): string {
-  if (m.options !== undefined && (m.options.$unknown?.length ?? 0) > 0) throw new Error(`message options on ${m.name}`);
+  if (m.options !== undefined && (m.options.$unknown?.length ?? 0) > 0)
+    throw new Error(`message options on ${m.name}`);
   const lines: string[] = [];
   let openOneof = -1;
   for (const f of m.field) {
@@ -135,8 +147,10 @@ function printMessage(m: DescriptorProto): string {
   if (openOneof >= 0) lines.push("}");
   for (const n of m.nestedType) lines.push(printMessage(n));
   for (const e of m.enumType) lines.push(printEnum(e));
-  for (const r of m.extensionRange) lines.push(`extensions ${r.start} to ${r.end === 536870912 ? "max" : r.end - 1};`);
-  for (const r of m.reservedRange) lines.push(`reserved ${r.start === r.end - 1 ? r.start : `${r.start} to ${r.end - 1}`};`);
+  for (const r of m.extensionRange)
+    lines.push(`extensions ${r.start} to ${r.end === 536870912 ? "max" : r.end - 1};`);
+  for (const r of m.reservedRange)
+    lines.push(`reserved ${r.start === r.end - 1 ? r.start : `${r.start} to ${r.end - 1}`};`);
   for (const n of m.reservedName) lines.push(`reserved ${quote(n)};`);
   if (m.extension.length > 0) throw new Error(`nested extensions in ${m.name}`);
   return `message ${m.name} {\n${indent(lines.join("\n"), "  ")}\n}`;
@@ -157,7 +171,8 @@ export function renderValidateProto(): string {
     "",
   ];
   if (o?.javaPackage !== undefined) out.push(`option java_package = ${quote(o.javaPackage)};`);
-  if (o?.javaOuterClassname !== undefined) out.push(`option java_outer_classname = ${quote(o.javaOuterClassname)};`);
+  if (o?.javaOuterClassname !== undefined)
+    out.push(`option java_outer_classname = ${quote(o.javaOuterClassname)};`);
   if (o?.javaMultipleFiles !== undefined) out.push(`option java_multiple_files = ${o.javaMultipleFiles};`);
   if (o?.goPackage !== undefined) out.push(`option go_package = ${quote(o.goPackage)};`);
   out.push("");

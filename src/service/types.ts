@@ -33,7 +33,10 @@ export interface CompletionsApi {
    * turns every refusal into a real HTTP status. An error after that is thrown from the iterator.
    * Breaking out of the loop (or aborting ctx.signal) aborts the Inference request.
    */
-  streamCompletion(request: CreateCompletionRequest, ctx: CallContext): AsyncIterable<StreamCompletionResponse>;
+  streamCompletion(
+    request: CreateCompletionRequest,
+    ctx: CallContext,
+  ): AsyncIterable<StreamCompletionResponse>;
   /** The served models. */
   listModels(ctx: CallContext): Promise<ListModelsResponse>;
 }

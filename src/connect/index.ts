@@ -1,0 +1,2 @@
+export { toConnectError } from "./error-conversion.js";
+export { createConnectRoutes } from "./routes.js";

@@ -1,0 +1,51 @@
+import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
+import { CompletionsService } from "../../gen/acs/v1/completions_pb.js";
+import { newRequestId } from "../errors/index.js";
+import type { CallContext, CompletionsApi } from "../service/index.js";
+import { toConnectError } from "./error-conversion.js";
+
+function callContext(ctx: HandlerContext): CallContext {
+  const requestId = newRequestId();
+  ctx.responseHeader.set("x-request-id", requestId);
+  return {
+    requestId,
+    signal: ctx.signal,
+    authorization: ctx.requestHeader.get("authorization") ?? undefined,
+    setResponseHeader: (name, value) => ctx.responseHeader.set(name, value),
+  };
+}
+
+/**
+ * Registers acs.v1.CompletionsService on a Connect router (Connect, gRPC and gRPC-Web), calling the
+ * same CompletionsApi as REST. Every error leaves as a ConnectError with the ErrorEnvelope detail.
+ */
+export function createConnectRoutes(api: CompletionsApi): (router: ConnectRouter) => void {
+  return (router) => {
+    router.service(CompletionsService, {
+      async createCompletion(request, ctx) {
+        const call = callContext(ctx);
+        try {
+          return await api.createCompletion(request, call);
+        } catch (err) {
+          throw toConnectError(err, call.requestId);
+        }
+      },
+      async *streamCompletion(request, ctx) {
+        const call = callContext(ctx);
+        try {
+          yield* api.streamCompletion(request, call);
+        } catch (err) {
+          throw toConnectError(err, call.requestId);
+        }
+      },
+      async listModels(_request, ctx) {
+        const call = callContext(ctx);
+        try {
+          return await api.listModels(call);
+        } catch (err) {
+          throw toConnectError(err, call.requestId);
+        }
+      },
+    });
+  };
+}

@@ -1,0 +1,146 @@
+import type { Server } from "node:http";
+import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
+import cors from "@fastify/cors";
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+  type FastifyServerFactory,
+  LogController,
+} from "fastify";
+import type { Logger } from "pino";
+import type { Config } from "../config/index.js";
+import { createConnectRoutes } from "../connect/index.js";
+import { ApiError, newRequestId } from "../errors/index.js";
+import { restRoutes, sendError } from "../rest/index.js";
+import type { CompletionsApi } from "../service/index.js";
+import { createMetrics, type GatewayMetrics } from "./metrics.js";
+import { createOnePortServer } from "./one-port-server.js";
+
+/** What buildServer needs. */
+export interface ServerDeps {
+  readonly config: Pick<Config, "keepaliveIntervalMs" | "bodyLimitBytes">;
+  readonly api: CompletionsApi;
+  readonly logger: Logger;
+  /** True once the gateway (and an embedded engine, if any) can serve: GET /readyz. */
+  readonly isReady: () => boolean;
+  /** Runs last in app.close() (e.g. close upstream pools, the ledger, an embedded engine). */
+  readonly onClose?: () => Promise<void>;
+}
+
+/** REST routes and the methods they take; any other method gets 405 `method_not_allowed`. */
+const restMethods: ReadonlyArray<[RegExp, readonly string[]]> = [
+  [/^\/v1\/completions$/, ["POST", "OPTIONS"]],
+  [/^\/v1\/chat\/completions$/, ["POST", "OPTIONS"]],
+  [/^\/v1\/models(\/[^/]+)?$/, ["GET", "HEAD", "OPTIONS"]],
+  [/^\/(healthz|readyz|metrics)$/, ["GET", "HEAD"]],
+];
+
+// Typed as an HTTP/1.1 server for fastify; HTTP/2 requests reach the same handler through the
+// compatibility API, which fastify and connect-node both accept.
+const oneServerFactory: FastifyServerFactory = (handler) =>
+  createOnePortServer(handler as Parameters<typeof createOnePortServer>[0]) as unknown as Server;
+
+function tooLarge(limit: number): ApiError {
+  return new ApiError("request_too_large", `Request body too large: the limit is ${limit} bytes (8 MiB).`);
+}
+
+const requestIds = new WeakMap<FastifyRequest, string>();
+
+/** The request id given to a request by the root hook (REST routes may set their own). */
+function requestIdOf(request: FastifyRequest): string {
+  return requestIds.get(request) ?? newRequestId();
+}
+
+function routeLabel(request: FastifyRequest): string {
+  return request.routeOptions.url ?? "unknown";
+}
+
+/**
+ * Builds the gateway app, not yet listening (tests listen on port 0): REST (OpenAI-compatible),
+ * Connect + gRPC + gRPC-Web (acs.v1.CompletionsService) and ops routes on one port, HTTP/1.1 and
+ * h2c alike. The Connect plugin and the REST plugin are siblings: the Connect plugin replaces the
+ * content-type parsers in its own scope.
+ */
+export async function buildServer(
+  deps: ServerDeps,
+): Promise<{ app: FastifyInstance; metrics: GatewayMetrics }> {
+  const metrics = createMetrics();
+  const app = Fastify({
+    loggerInstance: deps.logger as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true }),
+    serverFactory: oneServerFactory,
+    bodyLimit: deps.config.bodyLimitBytes,
+    onProtoPoisoning: "error",
+    onConstructorPoisoning: "error",
+    return503OnClosing: true,
+    forceCloseConnections: "idle",
+  });
+
+  app.addHook("onRequest", async (request, reply) => {
+    const id = newRequestId();
+    requestIds.set(request, id);
+    reply.header("x-request-id", id);
+    // 413 on every route, before routing, for bodies that declare their size (fastify's bodyLimit
+    // covers chunked bodies of the REST routes; connect-node's readMaxBytes the Connect routes').
+    const length = Number(request.headers["content-length"] ?? 0);
+    if (length > deps.config.bodyLimitBytes && !request.url.startsWith("/acs.v1.")) {
+      return sendError(reply, tooLarge(deps.config.bodyLimitBytes), id);
+    }
+  });
+  app.addHook("onResponse", async (request, reply) => {
+    const url = request.url;
+    const surface = url.startsWith("/acs.v1.") ? "connect" : url.startsWith("/v1/") ? "rest" : "ops";
+    metrics.requests.inc({ surface, route: routeLabel(request), status: String(reply.statusCode) });
+    metrics.duration.observe({ surface, route: routeLabel(request) }, reply.elapsedTime / 1000);
+  });
+
+  await app.register(cors, {
+    // Preflights succeed without a key; request headers are reflected, which allows
+    // Authorization, Content-Type and the SDKs' x-stainless-* headers.
+    origin: true,
+    methods: ["GET", "POST", "OPTIONS"],
+    exposedHeaders: ["x-request-id", "x-acs-max-tokens-clamped", "grpc-status", "grpc-message"],
+    maxAge: 600,
+  });
+
+  await app.register(fastifyConnectPlugin, {
+    routes: createConnectRoutes(deps.api),
+    readMaxBytes: deps.config.bodyLimitBytes,
+    grpc: true,
+    grpcWeb: true,
+    connect: true,
+  });
+  await app.register(restRoutes, { api: deps.api, keepaliveIntervalMs: deps.config.keepaliveIntervalMs });
+
+  app.get("/healthz", async (_request, reply) => reply.send({ status: "ok" }));
+  app.get("/readyz", async (_request, reply) => {
+    const ready = deps.isReady();
+    return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "starting" });
+  });
+  app.get("/metrics", async (_request, reply) => {
+    const text = await metrics.registry.metrics();
+    return reply.header("content-type", metrics.registry.contentType).send(text);
+  });
+
+  app.setNotFoundHandler((request: FastifyRequest, reply: FastifyReply) => {
+    const path = request.url.split("?")[0] ?? "";
+    const known = restMethods.find(([re]) => re.test(path));
+    const err = known
+      ? new ApiError(
+          "method_not_allowed",
+          `Method ${request.method} is not allowed on ${path}; use ${known[1][0]}.`,
+        )
+      : new ApiError("unknown_route", `Unknown route: ${request.method} ${path}.`);
+    if (known) reply.header("allow", known[1].join(", "));
+    return sendError(reply, err, requestIdOf(request));
+  });
+  app.setErrorHandler((error, request, reply) => sendError(reply, error, requestIdOf(request)));
+
+  if (deps.onClose) {
+    const onClose = deps.onClose;
+    app.addHook("onClose", async () => onClose());
+  }
+  return { app, metrics };
+}

@@ -1,0 +1,14 @@
+export {
+  type CompletionsServiceDeps,
+  clampedHeader,
+  createCompletionsService,
+} from "./completions-service.js";
+export {
+  createModelRegistry,
+  type ModelRegistry,
+  type ModelsSource,
+  type ServedModel,
+} from "./model-registry.js";
+export type { KeyInfo, Ledger } from "./ports.js";
+export type { CallContext, CompletionsApi } from "./types.js";
+export { validateRequest, violationParam } from "./validate-request.js";

@@ -1,0 +1,195 @@
+// End to end with the official openai SDK against the real gateway and the reference engine.
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Stack, startStack } from "../helpers/start-stack.js";
+
+let stack: Stack;
+let client: OpenAI;
+
+beforeAll(async () => {
+  stack = await startStack();
+  client = new OpenAI({ baseURL: `${stack.url}/v1`, apiKey: "unused", maxRetries: 0 });
+});
+afterAll(async () => {
+  await stack.close();
+});
+
+/** What the engine itself answers for the same body (Inference called directly). */
+async function engineDirect(body: Record<string, unknown>) {
+  const res = await fetch(`${stack.engine?.url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ ...body, model: stack.modelId }),
+  });
+  return (await res.json()) as {
+    choices: Array<{ text: string; index: number }>;
+    usage: Record<string, number>;
+  };
+}
+
+describe("openai SDK, non-stream", () => {
+  it("returns the engine's greedy text, OpenAI's shape and exact usage", async () => {
+    const body = { prompt: "Hello", max_tokens: 6, temperature: 0, ignore_eos: true };
+    const { data, response } = await client.completions
+      .create({ model: stack.alias, ...body } as OpenAI.CompletionCreateParamsNonStreaming)
+      .withResponse();
+    const direct = await engineDirect(body);
+    expect(data.object).toBe("text_completion");
+    expect(data.id).toMatch(/^cmpl-[0-9a-f]{32}$/);
+    expect(data.model).toBe(stack.alias);
+    expect(Math.abs(data.created - Date.now() / 1000)).toBeLessThan(60);
+    expect(data.choices).toHaveLength(1);
+    expect(data.choices[0]?.text).toBe(direct.choices[0]?.text);
+    expect(data.choices[0]?.finish_reason).toBe("length");
+    expect(data.choices[0]?.logprobs).toBeNull();
+    const promptTokens = stack.engine?.model.tokenize("Hello").length;
+    expect(data.usage).toEqual({
+      prompt_tokens: promptTokens,
+      completion_tokens: 6,
+      total_tokens: (promptTokens ?? 0) + 6,
+    });
+    expect(response.headers.get("x-request-id")).toMatch(/^req_[0-9a-f]{32}$/);
+  });
+
+  it("serves several prompts with n = 2, choice index = prompt × n + sample", async () => {
+    const res = await client.completions.create({
+      model: stack.alias,
+      prompt: ["One", "Two", "Three"],
+      n: 2,
+      max_tokens: 3,
+      temperature: 1,
+      seed: 7,
+    });
+    expect(res.choices.map((c) => c.index)).toEqual([0, 1, 2, 3, 4, 5]);
+    expect(res.usage?.completion_tokens).toBeLessThanOrEqual(18);
+    const again = await client.completions.create({
+      model: stack.alias,
+      prompt: ["One", "Two", "Three"],
+      n: 2,
+      max_tokens: 3,
+      temperature: 1,
+      seed: 7,
+    });
+    expect(again.choices.map((c) => c.text)).toEqual(res.choices.map((c) => c.text));
+  });
+
+  it("takes token-id prompts (no BOS added) and returns token ids when asked", async () => {
+    const ids = [72, 101, 108, 108, 111];
+    const res = await client.completions.create({
+      model: stack.alias,
+      prompt: ids,
+      max_tokens: 4,
+      temperature: 0,
+      // vLLM fields travel as extra body keys
+      return_token_ids: true,
+      top_k: 5,
+      min_p: 0.01,
+      repetition_penalty: 1.1,
+    } as OpenAI.CompletionCreateParamsNonStreaming);
+    const choice = res.choices[0] as unknown as { prompt_token_ids: number[]; token_ids: number[] };
+    expect(choice.prompt_token_ids).toEqual(ids);
+    expect(choice.token_ids.length).toBeGreaterThan(0);
+    expect(res.usage?.prompt_tokens).toBe(ids.length);
+  });
+
+  it("returns logprobs with top candidates, and echo prepends the prompt", async () => {
+    const res = await client.completions.create({
+      model: stack.alias,
+      prompt: "abc",
+      max_tokens: 4,
+      temperature: 0,
+      logprobs: 2,
+      echo: true,
+      ignore_eos: true,
+    } as OpenAI.CompletionCreateParamsNonStreaming);
+    const choice = res.choices[0];
+    expect(choice?.text.startsWith("abc")).toBe(true);
+    const lp = choice?.logprobs;
+    expect(lp?.tokens?.length).toBe(lp?.token_logprobs?.length);
+    expect(lp?.text_offset?.length).toBe(lp?.tokens?.length);
+    // The first echoed token has no logprob (null), the generated ones do.
+    expect(lp?.token_logprobs?.[0]).toBeNull();
+    const last = lp?.top_logprobs?.[(lp?.top_logprobs?.length ?? 1) - 1] ?? {};
+    expect(Object.keys(last).length).toBeGreaterThanOrEqual(1);
+    for (const v of Object.values(last)) expect(v).toBeLessThanOrEqual(0);
+  });
+});
+
+describe("openai SDK, stream", () => {
+  it("streams the same text as the non-stream answer, then the usage chunk", async () => {
+    const body = { prompt: "The sky", max_tokens: 8, temperature: 0, ignore_eos: true };
+    const full = await client.completions.create({
+      model: stack.alias,
+      ...body,
+    } as OpenAI.CompletionCreateParamsNonStreaming);
+    const stream = await client.completions.create({
+      model: stack.alias,
+      ...body,
+      stream: true,
+      stream_options: { include_usage: true },
+    } as OpenAI.CompletionCreateParamsStreaming);
+    const chunks: OpenAI.Completion[] = [];
+    for await (const chunk of stream) chunks.push(chunk);
+    const text = chunks.flatMap((c) => c.choices.map((ch) => ch.text)).join("");
+    expect(text).toBe(full.choices[0]?.text);
+    const ids = new Set(chunks.map((c) => c.id));
+    expect(ids.size).toBe(1);
+    const last = chunks[chunks.length - 1];
+    expect(last?.choices).toEqual([]);
+    expect(last?.usage).toEqual(full.usage);
+    const finishes = chunks.flatMap((c) => c.choices.map((ch) => ch.finish_reason));
+    expect(finishes.filter((f) => f !== null)).toEqual(["length"]);
+    expect(finishes[finishes.length - 1]).toBe("length");
+  });
+});
+
+describe("openai SDK, errors", () => {
+  it("surfaces a 400 as BadRequestError with code, param, type and the request id", async () => {
+    const err = await client.completions
+      .create({
+        model: stack.alias,
+        prompt: "x",
+        max_tokens: "2",
+      } as unknown as OpenAI.CompletionCreateParamsNonStreaming)
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+    const e = err as InstanceType<typeof OpenAI.BadRequestError>;
+    expect(e.status).toBe(400);
+    expect(e.code).toBe("invalid_request");
+    expect(e.param).toBe("max_tokens");
+    expect(e.type).toBe("invalid_request_error");
+    expect(e.message).toContain("Invalid type for 'max_tokens': expected a number.");
+    expect(e.requestID).toMatch(/^req_[0-9a-f]{32}$/);
+  });
+
+  it("surfaces an unknown model as NotFoundError", async () => {
+    const err = await client.completions
+      .create({ model: "nope", prompt: "x", max_tokens: 1 })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OpenAI.NotFoundError);
+    expect((err as InstanceType<typeof OpenAI.NotFoundError>).code).toBe("model_not_found");
+    expect((err as InstanceType<typeof OpenAI.NotFoundError>).param).toBe("model");
+  });
+
+  it("refuses streams with a real HTTP status before the first byte", async () => {
+    const err = await client.completions
+      .create({
+        model: stack.alias,
+        prompt: "x",
+        max_tokens: 2,
+        stream: true,
+        prompt_logprobs: 1,
+      } as OpenAI.CompletionCreateParamsStreaming)
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((err as InstanceType<typeof OpenAI.BadRequestError>).param).toBe("prompt_logprobs");
+  });
+
+  it("lists models, including the alias", async () => {
+    const list = await client.models.list();
+    const ids = list.data.map((m) => m.id);
+    expect(ids).toContain(stack.modelId);
+    const one = await client.models.retrieve(stack.alias);
+    expect(one.id).toBe(stack.modelId);
+  });
+});
