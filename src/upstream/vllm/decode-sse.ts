@@ -1,7 +1,10 @@
 import { createParser, type EventSourceMessage, type ParseError } from "eventsource-parser";
 import { ApiError } from "../../errors/index.js";
 
-/** Longest SSE event accepted from Inference, in characters (a chunk is a few hundred bytes). */
+/**
+ * Longest SSE data buffered across reads, in characters (a vLLM chunk is a few hundred bytes).
+ * A memory bound on a stream that never ends its line or event.
+ */
 export const DEFAULT_MAX_SSE_EVENT_CHARS = 4 * 1024 * 1024;
 
 /**
@@ -11,7 +14,7 @@ export const DEFAULT_MAX_SSE_EVENT_CHARS = 4 * 1024 * 1024;
  * event is dropped (as the SSE spec says) — the caller notices the missing `[DONE]`.
  *
  * Throws ApiError 502 `upstream_error` for garbage: invalid UTF-8, a line that is no SSE field,
- * an event type other than `message`, or an event over `maxEventChars`.
+ * an event type other than `message`, or more than `maxEventChars` buffered across reads.
  * Stopping early (break / return) returns the byte iterator, which for a Node stream destroys
  * it — and with it the upstream connection.
  */
