@@ -1,0 +1,216 @@
+// Activations and steering vectors end to end: REST (JSON and SSE), Connect, the reference
+// engine's own forward pass, and an independent Python decoder.
+import { spawnSync } from "node:child_process";
+import { create } from "@bufbuild/protobuf";
+import { createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CompletionsService, CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
+import { decodeTensor, tensorFromVllmLensJson, type VllmLensTensorJson } from "../../src/lens/index.js";
+import { parseSse, type Stack, startStack } from "../helpers/start-stack.js";
+
+let stack: Stack;
+const layers = [1, 3];
+
+beforeAll(async () => {
+  stack = await startStack();
+});
+afterAll(async () => {
+  await stack.close();
+});
+
+interface Choice {
+  text: string;
+  prompt_token_ids?: number[];
+  token_ids?: number[];
+}
+interface Completion {
+  choices: Choice[];
+  activations?: { residual_stream: VllmLensTensorJson };
+}
+
+async function post(body: Record<string, unknown>): Promise<Response> {
+  return fetch(`${stack.url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "tiny", ...body }),
+  });
+}
+
+async function complete(body: Record<string, unknown>): Promise<Completion> {
+  const res = await post(body);
+  expect(res.status).toBe(200);
+  return (await res.json()) as Completion;
+}
+
+const captureBody = {
+  prompt: "Hello there",
+  max_tokens: 5,
+  temperature: 0,
+  ignore_eos: true,
+  return_token_ids: true,
+  output_residual_stream: layers,
+};
+
+function values(dict: VllmLensTensorJson): Float32Array {
+  return decodeTensor(tensorFromVllmLensJson(dict));
+}
+
+describe("capture (output_residual_stream)", () => {
+  it("returns (layers ascending, prompt + generated − 1, hidden) matching the engine's own forward", async () => {
+    const res = await complete({ ...captureBody, output_residual_stream: [3, 1] });
+    const choice = res.choices[0] as Choice;
+    const prompt = choice.prompt_token_ids ?? [];
+    const generated = choice.token_ids ?? [];
+    const dict = res.activations?.residual_stream as VllmLensTensorJson;
+    const hidden = stack.engine?.model.hiddenSize ?? 0;
+    const positions = prompt.length + generated.length - 1;
+    expect(dict.shape).toEqual([2, positions, hidden]);
+    expect(dict.dtype).toBe("int16");
+    expect(dict.original_dtype).toBe("torch.bfloat16");
+
+    const got = values(dict);
+    const ref = await stack.engine?.model.forward([...prompt, ...generated.slice(0, -1)]);
+    [1, 3].forEach((layer, li) => {
+      const want = ref?.residualStream[layer] as Float32Array;
+      for (let i = 0; i < positions * hidden; i++) {
+        const g = got[li * positions * hidden + i] as number;
+        const w = want[i] as number;
+        // bf16 keeps 8 bits of mantissa: relative error ≤ 2^-8
+        expect(Math.abs(g - w)).toBeLessThanOrEqual(Math.abs(w) * 2 ** -8 + 1e-6);
+      }
+    });
+  });
+
+  it("streams the same activations in a last chunk of their own, after the usage chunk", async () => {
+    const full = await complete(captureBody);
+    const res = await post({
+      ...captureBody,
+      return_token_ids: false,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    expect(res.status).toBe(200);
+    const events = parseSse(await res.text()).filter((e) => e.data !== undefined);
+    expect(events[events.length - 1]?.data).toBe("[DONE]");
+    const chunks = events.slice(0, -1).map((e) => JSON.parse(e.data as string));
+    const last = chunks[chunks.length - 1];
+    const usage = chunks[chunks.length - 2];
+    expect(usage.choices).toEqual([]);
+    expect(usage.usage.completion_tokens).toBe(5);
+    expect(last.choices).toEqual([]);
+    expect(last.activations.residual_stream.shape).toEqual(full.activations?.residual_stream.shape);
+    expect(Array.from(values(last.activations.residual_stream))).toEqual(
+      Array.from(values(full.activations?.residual_stream as VllmLensTensorJson)),
+    );
+    const text = chunks.flatMap((c) => c.choices.map((ch: Choice) => ch.text)).join("");
+    expect(text).toBe(full.choices[0]?.text);
+    // token ids were used internally for the prefill but not asked for: not returned
+    for (const c of chunks) for (const ch of c.choices) expect(ch.token_ids).toBeUndefined();
+  });
+
+  it("gives Connect the same numbers as raw Tensor bytes, and an independent Python decoder agrees", async () => {
+    const rest = await complete(captureBody);
+    const client = createClient(
+      CompletionsService,
+      createConnectTransport({ baseUrl: stack.url, httpVersion: "1.1", useBinaryFormat: true }),
+    );
+    const res = await client.createCompletion(
+      create(CreateCompletionRequestSchema, {
+        model: "tiny",
+        prompt: { case: "text", value: "Hello there" },
+        maxTokens: 5,
+        temperature: 0,
+        ignoreEos: true,
+        outputResidualStream: { layerIndices: layers },
+      }),
+    );
+    const tensor = res.activations?.residualStream;
+    expect(tensor).toBeDefined();
+    const fromConnect = decodeTensor(tensor as NonNullable<typeof tensor>);
+    expect(Array.from(fromConnect)).toEqual(
+      Array.from(values(rest.activations?.residual_stream as VllmLensTensorJson)),
+    );
+
+    const py = spawnSync("/usr/bin/python3", ["scripts/decode_tensor.py"], {
+      input: JSON.stringify(rest),
+      encoding: "utf8",
+      maxBuffer: 1 << 28,
+    });
+    expect(py.status, py.stderr).toBe(0);
+    const decoded = JSON.parse(py.stdout) as { shape: number[]; values: number[] };
+    expect(decoded.shape).toEqual([...(tensor?.shape ?? [])]);
+    expect(decoded.values).toEqual(Array.from(fromConnect));
+  });
+});
+
+describe("steering (apply_steering_vectors)", () => {
+  const hidden = 64;
+  const vector = (scale: number) => ({
+    activations: [Array.from({ length: hidden }, (_, i) => Math.sin(i) * 4)],
+    layer_indices: [1],
+    scale,
+  });
+  const body = { prompt: "Once upon a time", max_tokens: 12, temperature: 0, ignore_eos: true };
+
+  it("changes the text, and scale 0 does not", async () => {
+    const plain = await complete(body);
+    const steered = await complete({ ...body, apply_steering_vectors: [vector(8)] });
+    const zero = await complete({ ...body, apply_steering_vectors: [vector(0)] });
+    expect(steered.choices[0]?.text).not.toBe(plain.choices[0]?.text);
+    expect(zero.choices[0]?.text).toBe(plain.choices[0]?.text);
+  });
+
+  it("takes the vllm-lens encoded dict as well as nested arrays", async () => {
+    const values = Float32Array.from({ length: hidden }, (_, i) => Math.sin(i) * 4);
+    const dict = {
+      data: Buffer.from(values.buffer).toString("base64"),
+      dtype: "float32",
+      shape: [1, hidden],
+      compression: null,
+    };
+    const viaArrays = await complete({ ...body, apply_steering_vectors: [vector(8)] });
+    const viaDict = await complete({
+      ...body,
+      apply_steering_vectors: [{ activations: dict, layer_indices: [1], scale: 8 }],
+    });
+    expect(viaDict.choices[0]?.text).toBe(viaArrays.choices[0]?.text);
+  });
+
+  it("refuses a wrong hidden size, which the engine alone would silently ignore", async () => {
+    const wrong = {
+      activations: [Array.from({ length: hidden * 2 }, () => 50)],
+      layer_indices: [1],
+      scale: 8,
+    };
+    const res = await post({ ...body, apply_steering_vectors: [wrong] });
+    expect(res.status).toBe(400);
+    const json = (await res.json()) as { error: { param: string } };
+    expect(json.error.param).toBe("apply_steering_vectors[0].activations");
+
+    // Inference alone: vllm-lens accepts it and steers nothing (VLLM.md).
+    const direct = await fetch(`${stack.engine?.url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({
+        model: stack.modelId,
+        ...body,
+        vllm_xargs: { apply_steering_vectors: JSON.stringify([wrong]) },
+      }),
+    });
+    expect(direct.status).toBe(200);
+    const directJson = (await direct.json()) as Completion;
+    const plain = await complete(body);
+    expect(directJson.choices[0]?.text).toBe(plain.choices[0]?.text);
+  });
+
+  it("streams steered text equal to the non-stream steered text", async () => {
+    const full = await complete({ ...body, apply_steering_vectors: [vector(8)] });
+    const res = await post({ ...body, apply_steering_vectors: [vector(8)], stream: true });
+    const events = parseSse(await res.text()).filter((e) => e.data !== undefined && e.data !== "[DONE]");
+    const text = events
+      .flatMap((e) => JSON.parse(e.data as string).choices.map((c: Choice) => c.text))
+      .join("");
+    expect(text).toBe(full.choices[0]?.text);
+  });
+});
