@@ -1,0 +1,177 @@
+// Faults of Inference seen through the gateway: each gives the right envelope, nothing hangs,
+// disconnects abort the upstream request at once.
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseSse, type Stack, startStack } from "../helpers/start-stack.js";
+
+/** A scripted misbehaving Inference: the prompt text picks the behaviour. */
+function createFakeUpstream() {
+  const aborted: string[] = [];
+  const server = http.createServer((req, res) => {
+    let body = "";
+    req.on("data", (d) => {
+      body += d;
+    });
+    req.on("end", () => {
+      if (req.url === "/tokenize") {
+        const { prompt } = JSON.parse(body) as { prompt: string };
+        res.setHeader("content-type", "application/json");
+        res.end(JSON.stringify({ count: prompt.length, max_model_len: 512, tokens: [...prompt].map((c) => c.charCodeAt(0)) }));
+        return;
+      }
+      const json = JSON.parse(body) as { prompt: string; stream?: boolean };
+      const script = String(json.prompt);
+      const chunk = (text: string, finish: string | null = null) =>
+        `data: ${JSON.stringify({ id: "cmpl-x", object: "text_completion", created: 1, model: "acs/fake", choices: [{ index: 0, text, logprobs: null, finish_reason: finish, stop_reason: null, token_ids: [1] }], usage: null })}\n\n`;
+      req.socket.on("close", () => {
+        if (!res.writableEnded) aborted.push(script);
+      });
+      switch (script) {
+        case "http500":
+          res.writeHead(500, { "content-type": "application/json" });
+          res.end(JSON.stringify({ error: { message: "boom", type: "InternalServerError", param: null, code: 500 } }));
+          return;
+        case "error200":
+          res.writeHead(200, { "content-type": "application/json" });
+          res.end(JSON.stringify({ error: { message: "Token id 999999 is out of vocabulary", type: "BadRequestError", param: null, code: 400 } }));
+          return;
+        case "inband-first":
+          res.writeHead(200, { "content-type": "text/event-stream" });
+          res.end(`data: ${JSON.stringify({ error: { message: "Token id 999999 is out of vocabulary", type: "BadRequestError", param: null, code: 400 } })}\n\ndata: [DONE]\n\n`);
+          return;
+        case "inband-later":
+          res.writeHead(200, { "content-type": "text/event-stream" });
+          res.end(`${chunk("a")}${chunk("b")}data: ${JSON.stringify({ error: { message: "engine died", type: "InternalServerError", param: null, code: 500 } })}\n\ndata: [DONE]\n\n`);
+          return;
+        case "reset-mid-stream":
+          res.writeHead(200, { "content-type": "text/event-stream" });
+          res.write(chunk("a"));
+          setTimeout(() => req.socket.destroy(), 20);
+          return;
+        case "garbage":
+          res.writeHead(200, { "content-type": "text/event-stream" });
+          res.end(`${chunk("a")}data: {not json\n\ndata: [DONE]\n\n`);
+          return;
+        case "slow":
+          // never answers; the gateway's deadline must fire
+          return;
+        default:
+          res.writeHead(404);
+          res.end();
+      }
+    });
+  });
+  return { server, aborted };
+}
+
+let fake: ReturnType<typeof createFakeUpstream>;
+let stack: Stack;
+let refused: Stack;
+
+beforeAll(async () => {
+  fake = createFakeUpstream();
+  await new Promise<void>((r) => fake.server.listen(0, "127.0.0.1", r));
+  const port = (fake.server.address() as AddressInfo).port;
+  stack = await startStack({ upstreamUrl: `http://127.0.0.1:${port}`, nonStreamDeadlineMs: 300 });
+  // A port nobody listens on: connection refused.
+  const closed = http.createServer();
+  await new Promise<void>((r) => closed.listen(0, "127.0.0.1", r));
+  const closedPort = (closed.address() as AddressInfo).port;
+  await new Promise<void>((r) => closed.close(() => r()));
+  refused = await startStack({ upstreamUrl: `http://127.0.0.1:${closedPort}` });
+});
+afterAll(async () => {
+  await stack.close();
+  await refused.close();
+  fake.server.closeAllConnections();
+  await new Promise<void>((r) => fake.server.close(() => r()));
+});
+
+async function call(s: Stack, prompt: string, stream = false) {
+  const res = await fetch(`${s.url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: s.alias, prompt, max_tokens: 4, stream }),
+  });
+  return { res, text: await res.text() };
+}
+
+describe("Inference faults become the right envelope", () => {
+  it.each([
+    ["http500", false, 502, "upstream_error"],
+    ["error200", false, 400, "invalid_request"],
+    ["inband-first", true, 400, "invalid_request"],
+    ["slow", false, 504, "deadline_exceeded"],
+  ])("%s (stream %s) → %i %s", async (prompt, stream, status, code) => {
+    const { res, text } = await call(stack, prompt, stream);
+    expect(res.status).toBe(status);
+    const json = JSON.parse(text) as { error: { code: string; type: string; message: string }; request_id: string };
+    expect(json.error.code).toBe(code);
+    expect(json.request_id).toBe(res.headers.get("x-request-id"));
+    // Inference's class names and integer codes never reach callers
+    expect(json.error.type).not.toMatch(/Error$/);
+    if (code === "invalid_request") expect(json.error.message).toContain("out of vocabulary");
+  });
+
+  it("aborts the upstream request when the deadline passes", async () => {
+    await expect.poll(() => fake.aborted.includes("slow"), { timeout: 2000 }).toBe(true);
+  });
+
+  it("connection refused → 503 upstream_unavailable", async () => {
+    const { res, text } = await call(refused, "x");
+    expect(res.status).toBe(503);
+    expect((JSON.parse(text) as { error: { code: string } }).error.code).toBe("upstream_unavailable");
+  });
+
+  it.each([
+    ["inband-later", "upstream_error"],
+    ["reset-mid-stream", "upstream_error"],
+    ["garbage", "upstream_error"],
+  ])("%s after the stream started → one error event, then [DONE]", async (prompt, code) => {
+    const { res, text } = await call(stack, prompt, true);
+    expect(res.status).toBe(200);
+    const events = parseSse(text).filter((e) => e.data !== undefined);
+    expect(events[events.length - 1]?.data).toBe("[DONE]");
+    const error = JSON.parse(events[events.length - 2]?.data as string) as { error: { code: string }; request_id: string };
+    expect(error.error.code).toBe(code);
+    expect(error.request_id).toBe(res.headers.get("x-request-id"));
+    expect(events[0]?.data?.startsWith("{")).toBe(true);
+    expect(JSON.parse(events[0]?.data as string).choices[0].text).toBe("a");
+    expect(parseSse(text).some((e) => e.field !== undefined)).toBe(false);
+  });
+});
+
+describe("disconnects", () => {
+  let engineStack: Stack;
+  beforeAll(async () => {
+    engineStack = await startStack();
+  });
+  afterAll(async () => {
+    await engineStack.close();
+  });
+
+  it.each([true, false])("a caller that disconnects (stream %s) aborts the Inference request within 1 s", async (stream) => {
+    const engine = engineStack.engine;
+    if (!engine) throw new Error("no engine");
+    const abortedBefore = engine.stats.aborted;
+    const controller = new AbortController();
+    const request = fetch(`${engineStack.url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "tiny", prompt: "Hi", max_tokens: 500, ignore_eos: true, stream }),
+      signal: controller.signal,
+    });
+    if (stream) {
+      const res = await request;
+      await res.body?.getReader().read();
+    } else {
+      await expect.poll(() => engine.stats.active, { timeout: 5000 }).toBeGreaterThan(0);
+    }
+    const t0 = Date.now();
+    controller.abort();
+    await request.catch(() => undefined);
+    await expect.poll(() => engine.stats.aborted, { timeout: 1000, interval: 10 }).toBeGreaterThan(abortedBefore);
+    expect(Date.now() - t0).toBeLessThan(1000);
+  });
+});
