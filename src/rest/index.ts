@@ -1,0 +1,43 @@
+export { createCallContext } from "./call-context.js";
+export {
+  completionRequestFieldNames,
+  type DecodedCompletionRequest,
+  decodeCompletionRequest,
+} from "./decode-completion-request.js";
+export {
+  type ActivationsJson,
+  type CompletionChoiceJson,
+  type CompletionChunkJson,
+  type CompletionJson,
+  type LogprobsJson,
+  type ModelJson,
+  type ModelListJson,
+  type PromptLogprobsJson,
+  renderChunk,
+  renderCompletion,
+  renderModel,
+  renderModelList,
+  type UsageJson,
+} from "./render-completion.js";
+export {
+  allowedMethods,
+  CHAT_COMPLETIONS_MESSAGE,
+  handleUnmatchedRoute,
+  type RestRoutesOptions,
+  restRouteMethods,
+  restRoutes,
+} from "./rest-routes.js";
+export {
+  apiErrorFrom,
+  MAX_BODY_BYTES,
+  renderMethodNotAllowed,
+  renderNotFound,
+  requestIdOf,
+  sendError,
+} from "./send-error.js";
+export {
+  createSseWriter,
+  DEFAULT_KEEPALIVE_INTERVAL_MS,
+  type SseWriter,
+  type SseWriterOptions,
+} from "./sse-writer.js";

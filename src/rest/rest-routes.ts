@@ -1,0 +1,200 @@
+import { PassThrough } from "node:stream";
+import type {
+  FastifyBaseLogger,
+  FastifyInstance,
+  FastifyPluginAsync,
+  FastifyReply,
+  FastifyRequest,
+} from "fastify";
+import type { StreamCompletionResponse } from "../../gen/acs/v1/completions_pb.js";
+import { ApiError, invalidRequest, toApiError } from "../errors/index.js";
+import type { CompletionsApi } from "../service/types.js";
+import { createCallContext } from "./call-context.js";
+import { decodeCompletionRequest } from "./decode-completion-request.js";
+import { renderChunk, renderCompletion, renderModel, renderModelList } from "./render-completion.js";
+import {
+  MAX_BODY_BYTES,
+  renderMethodNotAllowed,
+  renderNotFound,
+  requestIdOf,
+  sendError,
+} from "./send-error.js";
+import { createSseWriter, DEFAULT_KEEPALIVE_INTERVAL_MS, type SseWriter } from "./sse-writer.js";
+
+/** Options of the {@link restRoutes} plugin. */
+export interface RestRoutesOptions {
+  /** The service (the same one the Connect routes call). */
+  api: CompletionsApi;
+  /** Milliseconds between `: keepalive` comments of a stream (API.md §5: 5000). */
+  keepaliveIntervalMs: number;
+}
+
+/** The message of API.md §8 for `POST /v1/chat/completions`. */
+export const CHAT_COMPLETIONS_MESSAGE =
+  "This API serves Base models, which have no chat format: send POST /v1/completions with a prompt instead of POST /v1/chat/completions with messages.";
+
+/** The REST routes and the methods each one takes (for 405 answers on the root). */
+export const restRouteMethods: Readonly<Record<string, readonly string[]>> = {
+  "/v1/completions": ["POST"],
+  "/v1/chat/completions": ["POST"],
+  "/v1/models": ["GET", "HEAD"],
+};
+
+/**
+ * The methods a REST path takes (`/v1/models/{id}` included), or undefined when the path is not a
+ * REST route. A trailing query string is ignored.
+ */
+export function allowedMethods(url: string): readonly string[] | undefined {
+  const path = url.split("?", 1)[0] ?? "";
+  if (path.startsWith("/v1/models/")) return restRouteMethods["/v1/models"];
+  return restRouteMethods[path];
+}
+
+/**
+ * A not-found handler for the root: 405 `method_not_allowed` (with `Allow`) when the path is a
+ * REST route called with another method, else 404 `unknown_route`.
+ */
+export function handleUnmatchedRoute(request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const allowed = allowedMethods(request.url);
+  if (allowed !== undefined && !allowed.includes(request.method)) {
+    return renderMethodNotAllowed(request, reply, allowed);
+  }
+  return renderNotFound(request, reply);
+}
+
+/** `application/json`, with or without `; charset=utf-8`; anything else → 415. */
+function assertJsonContentType(contentType: string | undefined): void {
+  const [essence = "", ...parameters] = (contentType ?? "")
+    .split(";")
+    .map((part) => part.trim().toLowerCase());
+  const charset = parameters
+    .find((p) => p.startsWith("charset="))
+    ?.slice("charset=".length)
+    .replace(/"/g, "");
+  if (
+    essence !== "application/json" ||
+    (charset !== undefined && charset !== "utf-8" && charset !== "utf8")
+  ) {
+    throw new ApiError(
+      "unsupported_media_type",
+      "Unsupported Content-Type: send the request body as JSON with 'Content-Type: application/json'.",
+    );
+  }
+}
+
+/**
+ * Streams the chunks (the first one already read) as SSE. An error after the first chunk becomes
+ * one envelope event and `[DONE]`; a client that goes away stops the loop and closes the iterator
+ * (which aborts Inference).
+ */
+async function pumpChunks(
+  first: IteratorResult<StreamCompletionResponse>,
+  chunks: AsyncIterator<StreamCompletionResponse>,
+  writer: SseWriter,
+  opts: { includeUsage: boolean; requestId: string; signal: AbortSignal; log: FastifyBaseLogger },
+): Promise<void> {
+  let finished = first.done === true;
+  try {
+    let next = first;
+    while (next.done !== true) {
+      if (!(await writer.send(renderChunk(next.value, { includeUsage: opts.includeUsage })))) return;
+      next = await chunks.next();
+    }
+    finished = true;
+    await writer.done();
+  } catch (err) {
+    finished = true;
+    if (writer.closed || opts.signal.aborted) return;
+    const apiError = toApiError(err);
+    if (apiError.status >= 500)
+      opts.log.error({ err, requestId: opts.requestId }, "stream failed after start");
+    await writer.fail(apiError.toEnvelope(opts.requestId));
+  } finally {
+    if (!finished) await chunks.return?.();
+  }
+}
+
+async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions): Promise<void> {
+  const { api } = options;
+  const keepaliveIntervalMs = options.keepaliveIntervalMs ?? DEFAULT_KEEPALIVE_INTERVAL_MS;
+
+  app.addHook("onRequest", async (_request, reply) => {
+    requestIdOf(reply);
+  });
+  app.setErrorHandler((err, _request, reply) => sendError(reply, err, requestIdOf(reply)));
+
+  // Bodies are read as text and decoded by the strict decoder (never fastify's JSON parser).
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser(
+    "application/json",
+    { parseAs: "string", bodyLimit: MAX_BODY_BYTES },
+    (_request, body, done) => done(null, body),
+  );
+
+  app.post("/v1/completions", { bodyLimit: MAX_BODY_BYTES }, async (request, reply) => {
+    assertJsonContentType(request.headers["content-type"]);
+    const body = typeof request.body === "string" ? request.body : "";
+    const { request: completionRequest, stream } = decodeCompletionRequest(body);
+    const ctx = createCallContext(request, reply);
+    if (!stream) {
+      const response = await api.createCompletion(completionRequest, ctx);
+      return reply.type("application/json; charset=utf-8").send(JSON.stringify(renderCompletion(response)));
+    }
+    const chunks = api.streamCompletion(completionRequest, ctx)[Symbol.asyncIterator]();
+    // Every refusal comes before the first chunk: wait for it, so a refusal is a real HTTP status.
+    const first = await chunks.next();
+    const out = new PassThrough();
+    const writer = createSseWriter(out, { keepaliveIntervalMs });
+    reply
+      .type("text/event-stream; charset=utf-8")
+      .header("cache-control", "no-cache")
+      .header("x-accel-buffering", "no")
+      .send(out);
+    void pumpChunks(first, chunks, writer, {
+      includeUsage: completionRequest.streamOptions?.includeUsage === true,
+      requestId: ctx.requestId,
+      signal: ctx.signal,
+      log: request.log,
+    });
+    return reply;
+  });
+
+  app.get("/v1/models", async (request, reply) => {
+    const models = await api.listModels(createCallContext(request, reply));
+    return reply.type("application/json; charset=utf-8").send(JSON.stringify(renderModelList(models)));
+  });
+
+  // A wildcard, so that an id with a `/` matches URL-encoded (%2F) and also as two segments.
+  app.get("/v1/models/*", async (request, reply) => {
+    const id = (request.params as Record<string, string | undefined>)["*"] ?? "";
+    const models = await api.listModels(createCallContext(request, reply));
+    const model = models.data.find((m) => m.id === id || m.aliases.includes(id));
+    if (model === undefined) {
+      throw new ApiError("model_not_found", `The model '${id}' does not exist.`, { param: "model" });
+    }
+    return reply.type("application/json; charset=utf-8").send(JSON.stringify(renderModel(model)));
+  });
+
+  // Chat is always refused (API.md §8), whatever the body: any content type is read and ignored.
+  await app.register(async (chat) => {
+    chat.removeAllContentTypeParsers();
+    chat.addContentTypeParser(
+      "*",
+      { parseAs: "buffer", bodyLimit: MAX_BODY_BYTES },
+      (_request, _body, done) => done(null, undefined),
+    );
+    chat.post("/v1/chat/completions", { bodyLimit: MAX_BODY_BYTES }, async () => {
+      throw invalidRequest(null, CHAT_COMPLETIONS_MESSAGE);
+    });
+  });
+}
+
+/**
+ * The OpenAI-compatible REST surface as an encapsulated fastify plugin (register it as a sibling
+ * of the Connect plugin): `POST /v1/completions` (JSON, or SSE with `stream: true`),
+ * `GET /v1/models`, `GET /v1/models/{id}` (id or alias; `/` URL-encoded or not) and
+ * `POST /v1/chat/completions` (always 400). In its scope: an `X-Request-Id` on every response,
+ * bodies up to 8 MiB (413 above), JSON only (415 otherwise), and every error rendered as the
+ * API.md §7 envelope by {@link sendError}.
+ */
+export const restRoutes: FastifyPluginAsync<RestRoutesOptions> = registerRoutes;

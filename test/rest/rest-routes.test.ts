@@ -1,0 +1,635 @@
+import { once } from "node:events";
+import { request as httpRequest, type IncomingMessage } from "node:http";
+import type { AddressInfo } from "node:net";
+import { setTimeout as sleep } from "node:timers/promises";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import Fastify, { type FastifyInstance } from "fastify";
+import OpenAI from "openai";
+import { afterEach, describe, expect, it } from "vitest";
+import {
+  type CreateCompletionRequest,
+  CreateCompletionResponseSchema,
+  FinishReason,
+  ListModelsResponseSchema,
+  type StreamCompletionResponse,
+  StreamCompletionResponseSchema,
+} from "../../gen/acs/v1/completions_pb.js";
+import { ApiError, isRequestId } from "../../src/errors/index.js";
+import { CHAT_COMPLETIONS_MESSAGE, handleUnmatchedRoute, restRoutes } from "../../src/rest/index.js";
+import type { CallContext, CompletionsApi } from "../../src/service/types.js";
+import { parseSse, withoutKeepalives } from "./helpers/parse-sse.js";
+
+type StreamCompletionInit = Exclude<
+  MessageInitShape<typeof StreamCompletionResponseSchema>,
+  StreamCompletionResponse
+>;
+
+const head = { id: "cmpl-0123456789abcdef0123456789abcdef", created: 1_700_000_000n };
+const headJson = { id: head.id, object: "text_completion", created: 1_700_000_000 };
+
+/**
+ * A CompletionsApi with canned protos (the interface's contract), steered by the request's model:
+ * `missing` → 404, `boom` → a non-ApiError, `clamp` sets a header, `fail-mid` fails after a chunk,
+ * `slow` streams one chunk then waits for the caller to go away.
+ */
+function createFakeApi() {
+  const calls: { method: string; request?: CreateCompletionRequest; ctx: CallContext }[] = [];
+  const events: string[] = [];
+  const refuse = (model: string): void => {
+    if (model === "missing") {
+      throw new ApiError("model_not_found", "The model 'missing' does not exist.", { param: "model" });
+    }
+    if (model === "boom") throw new Error("secret internals");
+  };
+  const chunk = (init: Omit<StreamCompletionInit, "id" | "created" | "model">, model: string) =>
+    create(StreamCompletionResponseSchema, { ...init, ...head, model });
+
+  const api: CompletionsApi = {
+    async createCompletion(request, ctx) {
+      calls.push({ method: "createCompletion", request, ctx });
+      refuse(request.model);
+      if (request.model === "clamp") ctx.setResponseHeader("X-Acs-Max-Tokens-Clamped", "7");
+      return create(CreateCompletionResponseSchema, {
+        ...head,
+        model: request.model,
+        choices: [
+          {
+            index: 0,
+            text: " blue.",
+            finishReason: FinishReason.STOP,
+            stopReason: { case: "stopString", value: "\n" },
+          },
+        ],
+        usage: { promptTokens: 4, completionTokens: 2, totalTokens: 6 },
+      });
+    },
+    async *streamCompletion(request, ctx): AsyncGenerator<StreamCompletionResponse> {
+      calls.push({ method: "streamCompletion", request, ctx });
+      try {
+        refuse(request.model);
+        if (request.model === "clamp") ctx.setResponseHeader("X-Acs-Max-Tokens-Clamped", "7");
+        yield chunk({ choices: [{ index: 0, text: " blue" }] }, request.model);
+        if (request.model === "fail-mid")
+          throw new ApiError("upstream_error", "Inference failed mid-stream.");
+        if (request.model === "slow") {
+          await new Promise<void>((resolve) => {
+            if (ctx.signal.aborted) resolve();
+            ctx.signal.addEventListener("abort", () => resolve(), { once: true });
+            setTimeout(resolve, 5000);
+          });
+          events.push(ctx.signal.aborted ? "aborted" : "timeout");
+          return;
+        }
+        if (request.model === "keepalive") await sleep(120);
+        yield chunk({ choices: [{ index: 0, text: ".", finishReason: FinishReason.LENGTH }] }, request.model);
+        if (request.streamOptions?.includeUsage) {
+          yield chunk({ usage: { promptTokens: 4, completionTokens: 2, totalTokens: 6 } }, request.model);
+        }
+      } finally {
+        events.push("finally");
+      }
+    },
+    async listModels(ctx) {
+      calls.push({ method: "listModels", ctx });
+      return create(ListModelsResponseSchema, {
+        data: [
+          {
+            id: "meta-llama/Llama-3.1-8B",
+            created: 1_720_000_000n,
+            ownedBy: "acs",
+            aliases: ["llama-8b"],
+            maxModelLen: 131072,
+            hiddenSize: 4096,
+            numHiddenLayers: 32,
+          },
+        ],
+      });
+    },
+  };
+  return { api, calls, events };
+}
+
+let app: FastifyInstance | undefined;
+afterEach(async () => {
+  await app?.close();
+  app = undefined;
+});
+
+async function build(keepaliveIntervalMs = 5000) {
+  const fake = createFakeApi();
+  app = Fastify();
+  await app.register(restRoutes, { api: fake.api, keepaliveIntervalMs });
+  app.setNotFoundHandler(handleUnmatchedRoute);
+  await app.ready();
+  return { app, ...fake };
+}
+
+const json = { "content-type": "application/json" };
+const completion = (fields: Record<string, unknown>) =>
+  JSON.stringify({ model: "llama-8b", prompt: "The sky is", ...fields });
+
+describe("POST /v1/completions (JSON)", () => {
+  it("answers the rendered completion with X-Request-Id, and hands the service the call context", async () => {
+    const { app, calls } = await build();
+    const res = await app.inject({
+      method: "POST",
+      url: "/v1/completions",
+      headers: { ...json, authorization: "Bearer sk-test" },
+      payload: completion({ max_tokens: 2 }),
+    });
+    expect(res.statusCode).toBe(200);
+    expect(res.headers["content-type"]).toBe("application/json; charset=utf-8");
+    const requestId = res.headers["x-request-id"];
+    expect(typeof requestId === "string" && isRequestId(requestId)).toBe(true);
+    expect(res.json()).toEqual({
+      ...headJson,
+      model: "llama-8b",
+      choices: [{ index: 0, text: " blue.", logprobs: null, finish_reason: "stop", stop_reason: "\n" }],
+      usage: { prompt_tokens: 4, completion_tokens: 2, total_tokens: 6 },
+    });
+    expect(calls).toHaveLength(1);
+    const [call] = calls;
+    expect(call?.method).toBe("createCompletion");
+    expect(call?.request?.maxTokens).toBe(2);
+    expect(call?.ctx.requestId).toBe(requestId);
+    expect(call?.ctx.authorization).toBe("Bearer sk-test");
+    expect(call?.ctx.signal.aborted).toBe(false);
+  });
+
+  it("keeps a 19-digit seed exact on its way to the service", async () => {
+    const { app, calls } = await build();
+    const res = await app.inject({
+      method: "POST",
+      url: "/v1/completions",
+      headers: json,
+      payload: '{"model": "llama-8b", "prompt": "x", "seed": 9223372036854775807}',
+    });
+    expect(res.statusCode).toBe(200);
+    expect(calls[0]?.request?.seed).toBe(9223372036854775807n);
+  });
+
+  it("sends headers the service sets (X-Acs-Max-Tokens-Clamped)", async () => {
+    const { app } = await build();
+    const res = await app.inject({
+      method: "POST",
+      url: "/v1/completions",
+      headers: json,
+      payload: completion({ model: "clamp" }),
+    });
+    expect(res.headers["x-acs-max-tokens-clamped"]).toBe("7");
+  });
+
+  it.each(["application/json; charset=utf-8", "application/json;charset=UTF-8", "Application/JSON"])(
+    "takes Content-Type %s",
+    async (contentType) => {
+      const { app } = await build();
+      const res = await app.inject({
+        method: "POST",
+        url: "/v1/completions",
+        headers: { "content-type": contentType },
+        payload: completion({}),
+      });
+      expect(res.statusCode).toBe(200);
+    },
+  );
+});
+
+const eightMiB = 8 * 1024 * 1024;
+
+interface RefusalCase {
+  name: string;
+  method?: "POST" | "GET";
+  url?: string;
+  headers?: Record<string, string>;
+  payload?: string;
+  status: number;
+  type: string;
+  code: string;
+  param: string | null;
+  message?: string;
+}
+
+const refusals: RefusalCase[] = [
+  {
+    name: "max_tokens as a string (the seed's example)",
+    headers: json,
+    payload: completion({ max_tokens: "2" }),
+    status: 400,
+    type: "invalid_request_error",
+    code: "invalid_request",
+    param: "max_tokens",
+    message: "Invalid type for 'max_tokens': expected a number.",
+  },
+  {
+    name: "unknown field best_of",
+    headers: json,
+    payload: completion({ best_of: 2 }),
+    status: 400,
+    type: "invalid_request_error",
+    code: "invalid_request",
+    param: "best_of",
+    message: "Unrecognized request argument supplied: best_of",
+  },
+  {
+    name: "malformed JSON",
+    headers: json,
+    payload: '{"model": ',
+    status: 400,
+    type: "invalid_request_error",
+    code: "invalid_request",
+    param: null,
+  },
+  {
+    name: "empty JSON body",
+    headers: json,
+    payload: "",
+    status: 400,
+    type: "invalid_request_error",
+    code: "invalid_request",
+    param: null,
+  },
+  {
+    name: "text/plain",
+    headers: { "content-type": "text/plain" },
+    payload: completion({}),
+    status: 415,
+    type: "invalid_request_error",
+    code: "unsupported_media_type",
+    param: null,
+  },
+  {
+    name: "form body",
+    headers: { "content-type": "application/x-www-form-urlencoded" },
+    payload: "model=x",
+    status: 415,
+    type: "invalid_request_error",
+    code: "unsupported_media_type",
+    param: null,
+  },
+  {
+    name: "no Content-Type, no body",
+    status: 415,
+    type: "invalid_request_error",
+    code: "unsupported_media_type",
+    param: null,
+  },
+  {
+    name: "JSON in another charset",
+    headers: { "content-type": "application/json; charset=latin1" },
+    payload: completion({}),
+    status: 415,
+    type: "invalid_request_error",
+    code: "unsupported_media_type",
+    param: null,
+  },
+  {
+    name: "body over 8 MiB",
+    headers: json,
+    payload: completion({ user: "x".repeat(eightMiB) }),
+    status: 413,
+    type: "invalid_request_error",
+    code: "request_too_large",
+    param: null,
+  },
+  {
+    name: "unknown model (the service's ApiError)",
+    headers: json,
+    payload: completion({ model: "missing" }),
+    status: 404,
+    type: "invalid_request_error",
+    code: "model_not_found",
+    param: "model",
+    message: "The model 'missing' does not exist.",
+  },
+  {
+    name: "a refusal of a stream is a real HTTP status",
+    headers: json,
+    payload: completion({ model: "missing", stream: true }),
+    status: 404,
+    type: "invalid_request_error",
+    code: "model_not_found",
+    param: "model",
+  },
+  {
+    name: "an unexpected error is a 500 without its details",
+    headers: json,
+    payload: completion({ model: "boom" }),
+    status: 500,
+    type: "server_error",
+    code: "internal_error",
+    param: null,
+    message: "The server had an error while processing your request.",
+  },
+  {
+    name: "chat completions with messages",
+    url: "/v1/chat/completions",
+    headers: json,
+    payload: JSON.stringify({ model: "llama-8b", messages: [{ role: "user", content: "hi" }] }),
+    status: 400,
+    type: "invalid_request_error",
+    code: "invalid_request",
+    param: null,
+    message: CHAT_COMPLETIONS_MESSAGE,
+  },
+  {
+    name: "chat completions with any body",
+    url: "/v1/chat/completions",
+    headers: { "content-type": "text/plain" },
+    payload: "hello",
+    status: 400,
+    type: "invalid_request_error",
+    code: "invalid_request",
+    param: null,
+    message: CHAT_COMPLETIONS_MESSAGE,
+  },
+  {
+    name: "chat completions over 8 MiB",
+    url: "/v1/chat/completions",
+    headers: json,
+    payload: "x".repeat(eightMiB + 1),
+    status: 413,
+    type: "invalid_request_error",
+    code: "request_too_large",
+    param: null,
+  },
+  {
+    name: "unknown model id",
+    method: "GET",
+    url: "/v1/models/nope",
+    status: 404,
+    type: "invalid_request_error",
+    code: "model_not_found",
+    param: "model",
+    message: "The model 'nope' does not exist.",
+  },
+  {
+    name: "unknown route",
+    method: "GET",
+    url: "/v1/nope?x=1",
+    status: 404,
+    type: "invalid_request_error",
+    code: "unknown_route",
+    param: null,
+    message: "Invalid URL (GET /v1/nope)",
+  },
+  {
+    name: "wrong method on a REST route",
+    method: "GET",
+    url: "/v1/completions",
+    status: 405,
+    type: "invalid_request_error",
+    code: "method_not_allowed",
+    param: null,
+    message: "Method GET is not allowed on /v1/completions; use POST.",
+  },
+];
+
+describe("refusals: the §7 envelope with the right status, and X-Request-Id = request_id", () => {
+  it.each(refusals)("$name → $status $code", async (c) => {
+    const { app } = await build();
+    const res = await app.inject({
+      method: c.method ?? "POST",
+      url: c.url ?? "/v1/completions",
+      ...(c.headers === undefined ? {} : { headers: c.headers }),
+      ...(c.payload === undefined ? {} : { payload: c.payload }),
+    });
+    expect(res.statusCode).toBe(c.status);
+    expect(res.headers["content-type"]).toBe("application/json; charset=utf-8");
+    const body = res.json() as { error: Record<string, unknown>; request_id: string };
+    expect(Object.keys(body).sort()).toEqual(["error", "request_id"]);
+    expect(Object.keys(body.error).sort()).toEqual(["code", "message", "param", "type"]);
+    expect({ type: body.error.type, code: body.error.code, param: body.error.param }).toEqual({
+      type: c.type,
+      code: c.code,
+      param: c.param,
+    });
+    expect(typeof body.error.message).toBe("string");
+    if (c.message !== undefined) expect(body.error.message).toBe(c.message);
+    expect(isRequestId(body.request_id)).toBe(true);
+    expect(res.headers["x-request-id"]).toBe(body.request_id);
+  });
+
+  it("405 names the allowed methods in Allow", async () => {
+    const { app } = await build();
+    const res = await app.inject({ method: "DELETE", url: "/v1/models/llama-8b" });
+    expect([res.statusCode, res.headers.allow]).toEqual([405, "GET, HEAD"]);
+  });
+});
+
+describe("GET /v1/models", () => {
+  const model = {
+    id: "meta-llama/Llama-3.1-8B",
+    object: "model",
+    created: 1_720_000_000,
+    owned_by: "acs",
+    max_model_len: 131072,
+    aliases: ["llama-8b"],
+    hidden_size: 4096,
+    num_hidden_layers: 32,
+  };
+
+  it("lists the served models", async () => {
+    const { app } = await build();
+    const res = await app.inject({ method: "GET", url: "/v1/models" });
+    expect(res.statusCode).toBe(200);
+    expect(isRequestId(String(res.headers["x-request-id"]))).toBe(true);
+    expect(res.json()).toEqual({ object: "list", data: [model] });
+  });
+
+  it.each([
+    "/v1/models/meta-llama%2FLlama-3.1-8B",
+    "/v1/models/meta-llama/Llama-3.1-8B",
+    "/v1/models/llama-8b",
+  ])("finds one model by id or alias: %s", async (url) => {
+    const { app } = await build();
+    const res = await app.inject({ method: "GET", url });
+    expect([res.statusCode, res.json()]).toEqual([200, model]);
+  });
+});
+
+describe("POST /v1/completions with stream: true (SSE)", () => {
+  it("streams the chunks, the usage chunk and [DONE], as text/event-stream", async () => {
+    const { app } = await build();
+    const res = await app.inject({
+      method: "POST",
+      url: "/v1/completions",
+      headers: json,
+      payload: completion({ model: "clamp", stream: true, stream_options: { include_usage: true } }),
+    });
+    expect(res.statusCode).toBe(200);
+    expect(res.headers["content-type"]).toBe("text/event-stream; charset=utf-8");
+    expect(res.headers["x-acs-max-tokens-clamped"]).toBe("7");
+    expect(isRequestId(String(res.headers["x-request-id"]))).toBe(true);
+    const chunkHead = { ...headJson, model: "clamp" };
+    expect(withoutKeepalives(parseSse(res.body))).toEqual([
+      {
+        kind: "data",
+        data: {
+          ...chunkHead,
+          choices: [{ index: 0, text: " blue", logprobs: null, finish_reason: null, stop_reason: null }],
+          usage: null,
+        },
+      },
+      {
+        kind: "data",
+        data: {
+          ...chunkHead,
+          choices: [{ index: 0, text: ".", logprobs: null, finish_reason: "length", stop_reason: null }],
+          usage: null,
+        },
+      },
+      {
+        kind: "data",
+        data: {
+          ...chunkHead,
+          choices: [],
+          usage: { prompt_tokens: 4, completion_tokens: 2, total_tokens: 6 },
+        },
+      },
+      { kind: "done" },
+    ]);
+  });
+
+  it("an error after the first chunk is one envelope event with the request id, then [DONE]", async () => {
+    const { app, events } = await build();
+    const res = await app.inject({
+      method: "POST",
+      url: "/v1/completions",
+      headers: json,
+      payload: completion({ model: "fail-mid", stream: true }),
+    });
+    expect(res.statusCode).toBe(200);
+    const blocks = withoutKeepalives(parseSse(res.body));
+    expect(blocks.slice(1)).toEqual([
+      {
+        kind: "data",
+        data: {
+          error: {
+            message: "Inference failed mid-stream.",
+            type: "server_error",
+            param: null,
+            code: "upstream_error",
+          },
+          request_id: res.headers["x-request-id"],
+        },
+      },
+      { kind: "done" },
+    ]);
+    expect(events).toEqual(["finally"]);
+  });
+
+  it("carries : keepalive comments while the service is quiet", async () => {
+    const { app } = await build(20);
+    const res = await app.inject({
+      method: "POST",
+      url: "/v1/completions",
+      headers: json,
+      payload: completion({ model: "keepalive", stream: true }),
+    });
+    const blocks = parseSse(res.body);
+    const firstData = blocks.findIndex((b) => b.kind === "data");
+    const comments = blocks.filter((b) => b.kind === "comment");
+    expect(firstData).toBe(0);
+    expect(comments.length).toBeGreaterThanOrEqual(2);
+    expect(withoutKeepalives(blocks).map((b) => b.kind)).toEqual(["data", "data", "done"]);
+  });
+});
+
+describe("on a real socket", () => {
+  async function listen() {
+    const built = await build();
+    await built.app.listen({ port: 0, host: "127.0.0.1" });
+    const { port } = built.app.server.address() as AddressInfo;
+    return { ...built, port };
+  }
+
+  it("a client that disconnects mid-stream aborts the call's signal and closes the iterator within 1 s", async () => {
+    const { port, calls, events } = await listen();
+    const req = httpRequest({
+      host: "127.0.0.1",
+      port,
+      method: "POST",
+      path: "/v1/completions",
+      headers: json,
+    });
+    req.end(completion({ model: "slow", stream: true }));
+    const [res] = (await once(req, "response")) as [IncomingMessage];
+    expect(res.statusCode).toBe(200);
+    await once(res, "data");
+    const start = Date.now();
+    req.destroy();
+    while (!events.includes("finally") && Date.now() - start < 1000) await sleep(5);
+    expect(events).toEqual(["aborted", "finally"]);
+    expect(calls[0]?.ctx.signal.aborted).toBe(true);
+    expect(Date.now() - start).toBeLessThan(1000);
+  });
+
+  it("a finished response does not abort the signal", async () => {
+    const { port, calls } = await listen();
+    const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+      method: "POST",
+      headers: json,
+      body: completion({}),
+    });
+    expect(res.status).toBe(200);
+    await res.json();
+    await sleep(20);
+    expect(calls[0]?.ctx.signal.aborted).toBe(false);
+  });
+
+  it("the openai SDK (6.x) parses completions, streams and errors", async () => {
+    const { port } = await listen();
+    const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: "sk-test", maxRetries: 0 });
+
+    const completionRes = await client.completions.create({
+      model: "llama-8b",
+      prompt: "The sky is",
+      max_tokens: 2,
+    });
+    expect(completionRes.choices.map((c) => [c.index, c.text, c.finish_reason])).toEqual([
+      [0, " blue.", "stop"],
+    ]);
+    expect(completionRes.usage?.total_tokens).toBe(6);
+
+    const stream = await client.completions.create({
+      model: "llama-8b",
+      prompt: "The sky is",
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    const texts: string[] = [];
+    let usage: unknown;
+    for await (const chunk of stream) {
+      for (const c of chunk.choices) texts.push(c.text);
+      if (chunk.usage) usage = chunk.usage;
+    }
+    expect(texts).toEqual([" blue", "."]);
+    expect(usage).toEqual({ prompt_tokens: 4, completion_tokens: 2, total_tokens: 6 });
+
+    const refused = await client.completions
+      .create({
+        model: "llama-8b",
+        prompt: "x",
+        best_of: 2,
+      } as unknown as OpenAI.CompletionCreateParamsNonStreaming)
+      .catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
+    const apiError = refused as InstanceType<typeof OpenAI.BadRequestError>;
+    expect([apiError.status, apiError.code, apiError.param, apiError.type]).toEqual([
+      400,
+      "invalid_request",
+      "best_of",
+      "invalid_request_error",
+    ]);
+    expect(isRequestId(apiError.requestID ?? "")).toBe(true);
+
+    const midStream = await client.completions.create({ model: "fail-mid", prompt: "x", stream: true });
+    const seen: string[] = [];
+    const streamError = await (async () => {
+      for await (const chunk of midStream) seen.push(chunk.choices[0]?.text ?? "");
+    })().catch((err: unknown) => err);
+    expect(seen).toEqual([" blue"]);
+    expect(streamError).toBeInstanceOf(OpenAI.APIError);
+    expect((streamError as InstanceType<typeof OpenAI.APIError>).code).toBe("upstream_error");
+  });
+});
