@@ -96,6 +96,26 @@ describe("complete", () => {
     expect(JSON.parse(seen?.body ?? "")).toStrictEqual(JSON.parse(JSON.stringify(body)));
   });
 
+  it("sends a 64-bit seed exactly on the wire, and each call's own X-Request-Id", async () => {
+    const { up, c } = await setup(json(200, completion));
+    const seeded = buildVllmRequest(
+      create(CreateCompletionRequestSchema, {
+        model: "m",
+        prompt: { case: "text", value: "x" },
+        seed: -9223372036854775808n,
+      }),
+      resolved,
+    );
+    const ids = [newUpstreamRequestId(), newUpstreamRequestId(), newUpstreamRequestId()];
+    await Promise.all(
+      ids.map((upstreamRequestId) =>
+        c.complete(seeded, { signal: new AbortController().signal, deadlineMs: 5000, upstreamRequestId }),
+      ),
+    );
+    expect(up.requests.every((r) => r.body.includes('"seed":-9223372036854775808}'))).toBe(true);
+    expect(new Set(up.requests.map((r) => r.headers["x-request-id"]))).toStrictEqual(new Set(ids));
+  });
+
   it("keeps a base URL path prefix", async () => {
     upstream = await startFakeUpstream(json(200, completion));
     client = createVllmClient({ baseUrl: `${upstream.url}/inference/` });
