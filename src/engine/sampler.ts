@@ -107,19 +107,7 @@ export function sampleToken(logits: Float32Array, p: SamplingParams, st: Sampler
     for (let i = 0; i < V; i++) if (w[i]! < kth) w[i] = Number.NEGATIVE_INFINITY;
   }
   if (p.topP < 1) {
-    // smallest set of top tokens whose mass reaches top_p (ties at the threshold kept)
-    if (sortBuf.length !== V) sortBuf = new Float32Array(V);
-    sortBuf.set(w);
-    sortBuf.sort();
-    let total = 0;
-    for (let i = 0; i < V; i++) total += Math.exp(sortBuf[i]! - max);
-    let cum = 0;
-    let threshold = max;
-    for (let i = V - 1; i >= 0; i--) {
-      threshold = sortBuf[i]!;
-      cum += Math.exp(threshold - max);
-      if (cum >= p.topP * total) break;
-    }
+    const threshold = topPThreshold(w, max, p.topP);
     for (let i = 0; i < V; i++) if (w[i]! < threshold) w[i] = Number.NEGATIVE_INFINITY;
   }
   let sum = 0;
@@ -139,6 +127,50 @@ export function sampleToken(logits: Float32Array, p: SamplingParams, st: Sampler
     if (acc > target) return i;
   }
   return last >= 0 ? last : argmax(logits);
+}
+
+const BUCKETS = 4096;
+const bucketMass = new Float64Array(BUCKETS);
+
+/**
+ * The smallest logit value v such that the tokens with logit ≥ v hold at least `topP` of the
+ * probability mass (ties at v kept). O(V): mass is bucketed by logit, only the boundary bucket is sorted.
+ */
+function topPThreshold(w: Float32Array, max: number, topP: number): number {
+  const V = w.length;
+  const lo = max - 60;
+  const scale = (BUCKETS - 1) / (max - lo);
+  bucketMass.fill(0);
+  let total = 0;
+  for (let i = 0; i < V; i++) {
+    const x = w[i]!;
+    if (x === Number.NEGATIVE_INFINITY) continue;
+    const e = Math.exp(x - max);
+    total += e;
+    bucketMass[x <= lo ? 0 : Math.floor((x - lo) * scale)]! += e;
+  }
+  const target = topP * total;
+  let cum = 0;
+  let b = BUCKETS - 1;
+  for (; b > 0; b--) {
+    if (cum + bucketMass[b]! >= target) break;
+    cum += bucketMass[b]!;
+  }
+  const inBucket: number[] = [];
+  for (let i = 0; i < V; i++) {
+    const x = w[i]!;
+    if (x === Number.NEGATIVE_INFINITY) continue;
+    const bx = x <= lo ? 0 : Math.floor((x - lo) * scale);
+    if (bx === b) inBucket.push(x);
+  }
+  inBucket.sort((a, c) => c - a);
+  let threshold = inBucket[0] ?? max;
+  for (const x of inBucket) {
+    threshold = x;
+    cum += Math.exp(x - max);
+    if (cum >= target) break;
+  }
+  return threshold;
 }
 
 /** Index of the largest value (first on ties). */

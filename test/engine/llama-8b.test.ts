@@ -32,7 +32,10 @@ describe("llama-8b preset", () => {
   });
 
   it("answers a greedy request of max_model_len − prompt tokens (ignore_eos) in about 5 s", async () => {
+    // CPU time of this process (engine + client) is what the machine needs when idle; wall time
+    // also counts other processes sharing the 2 cores, so it is only logged.
     const t0 = performance.now();
+    const cpu0 = process.cpuUsage();
     const r = await postJson(url, {
       model: engine.model.id,
       prompt: "Four score and seven",
@@ -41,11 +44,15 @@ describe("llama-8b preset", () => {
       ignore_eos: true,
     });
     const ms = performance.now() - t0;
+    const cpu = process.cpuUsage(cpu0);
+    const cpuMs = (cpu.user + cpu.system) / 1000;
     const body = r.json as unknown as Resp;
     expect(body.usage.prompt_tokens + body.usage.completion_tokens).toBe(engine.model.maxModelLen - 1);
     expect(body.choices[0]!.finish_reason).toBe("length");
-    console.log(`llama-8b: ${body.usage.completion_tokens} greedy tokens in ${ms.toFixed(0)} ms`);
-    expect(ms).toBeLessThan(7_500);
+    console.log(
+      `llama-8b: ${body.usage.completion_tokens} greedy tokens in ${ms.toFixed(0)} ms wall, ${cpuMs.toFixed(0)} ms CPU`,
+    );
+    expect(cpuMs).toBeLessThan(5_000);
   });
 
   it("steering at hidden 4096 visibly changes the text; capture has shape (layers, positions, 4096)", async () => {
