@@ -40,7 +40,6 @@ export function createOnePortServer(handler: Handler): OnePortServer {
   const sockets = new Set<net.Socket>();
 
   const toHttp2 = (socket: net.Socket, head: Buffer) => {
-    socket.setNoDelay(true); // else ~40–130 ms per unary call (Nagle + delayed ACK)
     const duplex = new Duplex({
       read() {
         socket.resume();
@@ -67,6 +66,8 @@ export function createOnePortServer(handler: Handler): OnePortServer {
   };
 
   const server = net.createServer((socket) => {
+    // Small writes (SSE chunks, unary replies) must not wait for Nagle + delayed ACK (~40 ms).
+    socket.setNoDelay(true);
     sockets.add(socket);
     socket.on("close", () => sockets.delete(socket));
     let head = Buffer.alloc(0);
