@@ -5,8 +5,7 @@ import { errorCatalogue, toApiError } from "../errors/index.js";
 
 /**
  * Any error as a ConnectError carrying the acs.v1.ErrorEnvelope detail (same message, type, code,
- * param and request id as the REST envelope), with the Connect code of the catalogue and the
- * X-Request-Id header in its metadata.
+ * param and request id as the REST envelope), with the Connect code of the catalogue.
  */
 export function toConnectError(err: unknown, requestId: string): ConnectError {
   const api = toApiError(err);
@@ -22,7 +21,7 @@ export function toConnectError(err: unknown, requestId: string): ConnectError {
   return new ConnectError(
     api.message,
     errorCatalogue[api.code].connectCode,
-    { "x-request-id": requestId },
+    undefined, // X-Request-Id is already a response header (set before the handler runs)
     [{ desc: ErrorEnvelopeSchema, value: envelope }],
     api,
   );

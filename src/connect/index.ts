@@ -1,2 +1,2 @@
 export { toConnectError } from "./error-conversion.js";
-export { createConnectRoutes } from "./routes.js";
+export { createConnectRoutes, requestIdKey } from "./routes.js";

@@ -1,11 +1,17 @@
-import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
+import { type ConnectRouter, createContextKey, type HandlerContext } from "@connectrpc/connect";
 import { CompletionsService } from "../../gen/acs/v1/completions_pb.js";
 import { newRequestId } from "../errors/index.js";
 import type { CallContext, CompletionsApi } from "../service/index.js";
 import { toConnectError } from "./error-conversion.js";
 
+/**
+ * The request id the server gave the HTTP request (so the X-Request-Id header and the envelope
+ * agree); set through the Connect plugin's `contextValues`.
+ */
+export const requestIdKey = createContextKey<string | undefined>(undefined, { description: "acs request id" });
+
 function callContext(ctx: HandlerContext): CallContext {
-  const requestId = newRequestId();
+  const requestId = ctx.values.get(requestIdKey) ?? newRequestId();
   ctx.responseHeader.set("x-request-id", requestId);
   return {
     requestId,

@@ -1,4 +1,5 @@
 import type { Server } from "node:http";
+import { createContextValues } from "@connectrpc/connect";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import cors from "@fastify/cors";
 import Fastify, {
@@ -11,7 +12,7 @@ import Fastify, {
 } from "fastify";
 import type { Logger } from "pino";
 import type { Config } from "../config/index.js";
-import { createConnectRoutes } from "../connect/index.js";
+import { createConnectRoutes, requestIdKey } from "../connect/index.js";
 import { ApiError, newRequestId } from "../errors/index.js";
 import { restRoutes, sendError } from "../rest/index.js";
 import type { CompletionsApi } from "../service/index.js";
@@ -41,6 +42,11 @@ const restMethods: ReadonlyArray<[RegExp, readonly string[]]> = [
 // compatibility API, which fastify and connect-node both accept.
 const oneServerFactory: FastifyServerFactory = (handler) =>
   createOnePortServer(handler as Parameters<typeof createOnePortServer>[0]) as unknown as Server;
+
+/** Connect, gRPC and gRPC-Web paths: /<package>.<Service>/<Method>. */
+function isConnectPath(url: string): boolean {
+  return url.startsWith("/acs.v1.");
+}
 
 function tooLarge(limit: number): ApiError {
   return new ApiError("request_too_large", `Request body too large: the limit is ${limit} bytes (8 MiB).`);
@@ -81,17 +87,18 @@ export async function buildServer(
   app.addHook("onRequest", async (request, reply) => {
     const id = newRequestId();
     requestIds.set(request, id);
-    reply.header("x-request-id", id);
+    // Connect routes send it as a response header of their own (src/connect).
+    if (!isConnectPath(request.url)) reply.header("x-request-id", id);
     // 413 on every route, before routing, for bodies that declare their size (fastify's bodyLimit
     // covers chunked bodies of the REST routes; connect-node's readMaxBytes the Connect routes').
     const length = Number(request.headers["content-length"] ?? 0);
-    if (length > deps.config.bodyLimitBytes && !request.url.startsWith("/acs.v1.")) {
+    if (length > deps.config.bodyLimitBytes && !isConnectPath(request.url)) {
       return sendError(reply, tooLarge(deps.config.bodyLimitBytes), id);
     }
   });
   app.addHook("onResponse", async (request, reply) => {
     const url = request.url;
-    const surface = url.startsWith("/acs.v1.") ? "connect" : url.startsWith("/v1/") ? "rest" : "ops";
+    const surface = isConnectPath(url) ? "connect" : url.startsWith("/v1/") ? "rest" : "ops";
     metrics.requests.inc({ surface, route: routeLabel(request), status: String(reply.statusCode) });
     metrics.duration.observe({ surface, route: routeLabel(request) }, reply.elapsedTime / 1000);
   });
@@ -108,6 +115,7 @@ export async function buildServer(
   await app.register(fastifyConnectPlugin, {
     routes: createConnectRoutes(deps.api),
     readMaxBytes: deps.config.bodyLimitBytes,
+    contextValues: (request) => createContextValues().set(requestIdKey, requestIds.get(request)),
     grpc: true,
     grpcWeb: true,
     connect: true,

@@ -115,6 +115,7 @@ describe.each(["grpc", "connectJson", "connectBinaryH2", "grpcWeb"])("%s", (name
     expect(envelope?.error?.code).toBe("invalid_request");
     expect(envelope?.error?.type).toBe("invalid_request_error");
     expect(envelope?.requestId).toMatch(/^req_[0-9a-f]{32}$/);
+    expect(ce.metadata.get("x-request-id")).toBe(envelope?.requestId);
 
     const rest = await fetch(`${stack.url}/v1/completions`, {
       method: "POST",
