@@ -31,6 +31,7 @@ export {
   tensorRawBytes,
 } from "./tensor-codec.js";
 export {
+  MAX_REQUEST_TENSOR_ELEMENTS,
   parseTensorJson,
   tensorFromVllmLensJson,
   tensorToVllmLensJson,

@@ -29,6 +29,13 @@ export interface VllmLensTensorJson {
   compression?: "zstd" | null;
 }
 
+/**
+ * Most numbers one REST tensor may hold: 2^23, the cap on all steering numbers of a request
+ * (MAX_STEERING_NUMBERS), so that a small zstd body or a ragged array cannot cost more than
+ * 32 MiB of float32 before the request-wide checks run.
+ */
+export const MAX_REQUEST_TENSOR_ELEMENTS = 2 ** 23;
+
 const TENSOR_KEYS = new Set(["data", "dtype", "original_dtype", "shape", "compression"]);
 
 /** dtype × original_dtype pairs a vllm-lens decoder reads as the same element type. */
@@ -86,7 +93,10 @@ function parseNestedArrays(value: unknown[]): Tensor {
       `nested arrays of numbers must have 2 dimensions (layers, hidden) or 3 (layers, positions, hidden), not ${shape.length}`,
     );
   }
-  const out = new Float32Array(tensorElementCount(shape));
+  const elements = tensorElementCount(shape, MAX_REQUEST_TENSOR_ELEMENTS);
+  // Two passes: check everything first (types, finiteness, rectangular), then allocate and fill,
+  // so that a small ragged body cannot make the shape of its first rows cost a big allocation.
+  let out: Float32Array | undefined;
   let next = 0;
   const index: number[] = [];
   const walk = (node: unknown, depth: number): void => {
@@ -108,7 +118,7 @@ function parseNestedArrays(value: unknown[]): Tensor {
             `element ${indexPath(index)} (${number}) is not a finite float32 number; every number must be finite`,
           );
         }
-        out[next++] = single;
+        if (out !== undefined) out[next++] = single;
       } else {
         if (!Array.isArray(item)) {
           throw new TensorRefusal(`${indexPath(index)} is ${jsonTypeName(item)}; expected an array`, {
@@ -125,6 +135,8 @@ function parseNestedArrays(value: unknown[]): Tensor {
     }
     index.length = depth;
   };
+  walk(value, 0);
+  out = new Float32Array(elements);
   walk(value, 0);
   return create(TensorSchema, { dtype: Dtype.FLOAT32, shape, data: new Uint8Array(out.buffer) });
 }
@@ -230,7 +242,7 @@ function dictBytes(header: DictHeader, elements: number): { bytes: Buffer; expec
 /** The vllm-lens dict → Tensor with raw (inflated) bytes, checked against its shape. */
 function parseTensorDict(value: Record<string, unknown>): Tensor {
   const header = readDictHeader(value, true);
-  const elements = tensorElementCount(header.shape, MAX_TENSOR_ELEMENTS);
+  const elements = tensorElementCount(header.shape, MAX_REQUEST_TENSOR_ELEMENTS);
   const { bytes, expected } = dictBytes(header, elements);
   let raw: Uint8Array = bytes;
   if (header.zstd) {
@@ -268,7 +280,8 @@ function requestError(param: string, refusal: TensorRefusal): ApiError {
  * float32 range (a plain number or a lossless-json LosslessNumber) → FLOAT32 raw; or the vllm-lens
  * dict `{data: base64, dtype: "float32"|"float16"|"int16", original_dtype?, shape, compression?:
  * "zstd"|null}` (int16 = bfloat16 bits; original_dtype, when given, must match the dtype) → the
- * same dtype, raw bytes (a zstd frame is inflated here with bounded memory). At most 2^25 numbers.
+ * same dtype, raw bytes (a zstd frame is inflated here with bounded memory). At most 2^23 numbers
+ * ({@link MAX_REQUEST_TENSOR_ELEMENTS}), checked before any allocation.
  *
  * Throws ApiError 400 `invalid_request` with `param` = `param` for a bad value (unknown key, bad
  * dtype, base64 that is not strict, shape/length mismatch, bad or oversized zstd), or

@@ -9,6 +9,8 @@ import { zstdCompress } from "../../src/lens/bounded-zstd.js";
 import {
   decodeTensor,
   encodeTensor,
+  MAX_REQUEST_TENSOR_ELEMENTS,
+  MAX_STEERING_NUMBERS,
   parseTensorJson,
   type TensorDtype,
   tensorFromVllmLensJson,
@@ -139,14 +141,30 @@ describe("parseTensorJson: nested arrays", () => {
     expectApiError(() => parseTensorJson(value, P), { code: "invalid_request", param, status: 400, message });
   });
 
-  it("refuses more than 2^25 numbers before allocating", () => {
-    const row = new Array(2 ** 13).fill(0);
-    const big = new Array(2 ** 12 + 1).fill(row); // shares one row: cheap to build
+  it("refuses more than 2^23 numbers before allocating", () => {
+    const row = new Array(2 ** 12).fill(0);
+    const big = new Array(2 ** 11 + 1).fill(row); // shares one row: cheap to build
     expectApiError(() => parseTensorJson([big], P), {
       code: "invalid_request",
       param: P,
-      message: /more than 33554432/,
+      message: /more than 8388608/,
     });
+  });
+
+  it("a small ragged body whose first rows claim 2^23 numbers is refused without allocating them", () => {
+    const first = [new Array(4096).fill(1)];
+    const ragged = [first, ...new Array(2 ** 11 - 1).fill([[]])]; // 2048 × 1 × 4096 by its first rows
+    const before = process.memoryUsage().arrayBuffers;
+    expectApiError(() => parseTensorJson(ragged, P), {
+      code: "invalid_request",
+      param: P,
+      message: /the array at \[1\]\[0\] is empty|not rectangular/,
+    });
+    expect(process.memoryUsage().arrayBuffers - before).toBeLessThan(16 * 1024 * 1024);
+  });
+
+  it("MAX_REQUEST_TENSOR_ELEMENTS is the request-wide steering cap", () => {
+    expect(MAX_REQUEST_TENSOR_ELEMENTS).toBe(MAX_STEERING_NUMBERS);
   });
 });
 
@@ -322,7 +340,7 @@ describe("parseTensorJson: the vllm-lens dict", () => {
       P,
       `Invalid value for '${P}': shape [2, 2] holds 4 numbers (16 bytes as float32) but data inflates to more than 16 bytes.`,
     ],
-    ["over 2^25 numbers", { ...good, shape: [8192, 8192] }, P, /holds more than 33554432 numbers/],
+    ["over 2^23 numbers", { ...good, shape: [4096, 4097] }, P, /holds more than 8388608 numbers/],
   ];
   it.each(refusals)("refuses %s", (_name, value, param, message) => {
     expectApiError(() => parseTensorJson(value, P), { code: "invalid_request", param, status: 400, message });
