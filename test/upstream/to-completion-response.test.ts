@@ -7,6 +7,7 @@ import {
   parseJsonOrdered,
   parseVllmCompletion,
   parseVllmCompletionChunk,
+  parseVllmJson,
   toCompletionResponse,
   toStreamChunk,
 } from "../../src/upstream/index.js";
@@ -31,7 +32,7 @@ const vllmText = `{
 }`;
 
 describe("toCompletionResponse", () => {
-  const v = parseVllmCompletion(parseJsonOrdered(vllmText));
+  const v = parseVllmCompletion(parseVllmJson(vllmText));
   const r = toCompletionResponse(v, "llama-8b");
 
   it("makes its own id, keeps the requested model and Inference's created", () => {

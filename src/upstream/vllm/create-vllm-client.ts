@@ -5,10 +5,10 @@ import { serializeVllmRequest } from "./build-vllm-request.js";
 import { createTokenizeCache } from "./create-tokenize-cache.js";
 import { decodeSse } from "./decode-sse.js";
 import { isVllmErrorBody, mapUpstreamError } from "./map-upstream-error.js";
-import { parseJsonOrdered } from "./parse-json-ordered.js";
 import {
   parseVllmCompletion,
   parseVllmCompletionChunk,
+  parseVllmJson,
   parseVllmModelList,
   parseVllmTokenizeResponse,
 } from "./parse-vllm-response.js";
@@ -148,7 +148,7 @@ function linkAbort(signal: AbortSignal | undefined, deadlineMs?: number) {
 
 function parseJson(text: string, what: string): unknown {
   try {
-    return parseJsonOrdered(text);
+    return parseVllmJson(text);
   } catch (cause) {
     throw new ApiError("upstream_error", `Inference sent a ${what} that is not JSON.`, { cause });
   }

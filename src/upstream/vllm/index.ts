@@ -26,6 +26,7 @@ export { orderedEntries, parseJsonOrdered } from "./parse-json-ordered.js";
 export {
   parseVllmCompletion,
   parseVllmCompletionChunk,
+  parseVllmJson,
   parseVllmModelList,
   parseVllmTokenizeResponse,
 } from "./parse-vllm-response.js";

@@ -83,10 +83,10 @@ export function parseJsonOrdered(text: string): unknown {
         return literal("null", null);
       default: {
         NUMBER.lastIndex = i;
-        const m = NUMBER.exec(text);
-        if (m === null) return fail("Unexpected token");
+        if (!NUMBER.test(text)) return fail("Unexpected token");
+        const start = i;
         i = NUMBER.lastIndex;
-        return Number(m[0]);
+        return Number(text.slice(start, i));
       }
     }
   };
@@ -127,7 +127,11 @@ export function parseJsonOrdered(text: string): unknown {
         keys.push(key);
         if (INDEX_KEY.test(key)) reordered = true;
       }
-      Object.defineProperty(out, key, { value: v, enumerable: true, writable: true, configurable: true });
+      if (key === "__proto__") {
+        Object.defineProperty(out, key, { value: v, enumerable: true, writable: true, configurable: true });
+      } else {
+        out[key] = v;
+      }
       ws();
       const c = text[i++];
       if (c === "}") break;

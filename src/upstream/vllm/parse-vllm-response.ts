@@ -1,4 +1,5 @@
 import { ApiError } from "../../errors/index.js";
+import { parseJsonOrdered } from "./parse-json-ordered.js";
 import type {
   VllmActivations,
   VllmCompletion,
@@ -182,4 +183,37 @@ export function parseVllmTokenizeResponse(json: unknown): VllmTokenizeResponse {
     if (count !== tokens.length) fail("count", "the number of tokens");
     return { count, tokens, max_model_len: int(o.max_model_len, "max_model_len") };
   });
+}
+
+const INTEGER_KEY = /^(?:0|[1-9][0-9]{0,9})$/;
+
+function hasIntegerKey(dict: unknown): boolean {
+  if (typeof dict !== "object" || dict === null) return false;
+  for (const k in dict) if (INTEGER_KEY.test(k)) return true;
+  return false;
+}
+
+/**
+ * JSON text of a completion or chunk from Inference → its value. Uses the native JSON.parse, and
+ * parses again with {@link parseJsonOrdered} only when a logprob dict has integer-like keys (whose
+ * source order JSON.parse loses): every prompt_logprobs, and top_logprobs holding a token like
+ * "1". Throws SyntaxError for invalid JSON.
+ */
+export function parseVllmJson(text: string): unknown {
+  const json: unknown = JSON.parse(text);
+  const choices = (json as { choices?: unknown } | null)?.choices;
+  if (!Array.isArray(choices)) return json;
+  for (const c of choices) {
+    if (typeof c !== "object" || c === null) continue;
+    const { logprobs, prompt_logprobs } = c as {
+      logprobs?: { top_logprobs?: unknown };
+      prompt_logprobs?: unknown;
+    };
+    const dicts = [
+      ...(Array.isArray(logprobs?.top_logprobs) ? logprobs.top_logprobs : []),
+      ...(Array.isArray(prompt_logprobs) ? prompt_logprobs : []),
+    ];
+    if (dicts.some(hasIntegerKey)) return parseJsonOrdered(text);
+  }
+  return json;
 }
