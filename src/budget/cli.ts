@@ -41,44 +41,43 @@ interface Io {
 }
 
 function main(argv: readonly string[], env: NodeJS.ProcessEnv, io: Io): number {
-  let parsed: ReturnType<typeof parse>;
+  let command: Command | "help";
+  let values: Values;
   try {
-    parsed = parse(argv);
+    const parsed = parse(argv);
+    values = parsed.values;
+    command = values.help === true ? "help" : toCommand(parsed.positionals, values);
   } catch (err) {
     io.err(`error: ${err instanceof Error ? err.message : String(err)}`);
     io.err("Run with --help for usage.");
     return 2;
   }
-  const { values, positionals } = parsed;
-  const command = positionals[0];
-  if (values.help === true || command === "help") {
+  if (command === "help") {
     io.out(HELP.trimEnd());
     return 0;
   }
-  if (command === undefined) {
-    io.err(HELP.trimEnd());
+  const dbPath = values.db ?? env.ACS_DB;
+  if (dbPath === undefined || dbPath === "") {
+    io.err("error: no database: set ACS_DB to the SQLite file, or pass --db PATH");
     return 2;
   }
-  const dbPath = values.db ?? env.ACS_DB;
-  let ledger: BudgetLedger | undefined;
+  let ledger: BudgetLedger;
   try {
-    checkCommand(command, positionals, values);
-    if (dbPath === undefined || dbPath === "") {
-      throw new UsageError("no database: set ACS_DB to the SQLite file, or pass --db PATH");
-    }
     ledger = createBudgetLedger({ path: dbPath, reclaimIntervalMs: 0 });
-    run(ledger, command, positionals, values, io);
+  } catch (err) {
+    io.err(
+      `error: cannot open the database '${dbPath}': ${err instanceof Error ? err.message : String(err)}`,
+    );
+    return 1;
+  }
+  try {
+    run(ledger, command, values.json === true, io);
     return 0;
   } catch (err) {
-    if (err instanceof UsageError) {
-      io.err(`error: ${err.message}`);
-      io.err("Run with --help for usage.");
-      return 2;
-    }
     io.err(`error: ${err instanceof UnknownIdError ? err.message : String(err)}`);
     return 1;
   } finally {
-    ledger?.close();
+    ledger.close();
   }
 }
 
@@ -101,6 +100,18 @@ function parse(argv: readonly string[]) {
 
 type Values = ReturnType<typeof parse>["values"];
 
+/** A command line, checked: every value parsed before the database is opened. */
+type Command =
+  | {
+      readonly kind: "create";
+      readonly budgetTokens: number;
+      readonly name?: string;
+      readonly models?: string[];
+    }
+  | { readonly kind: "list" }
+  | { readonly kind: "grant"; readonly id: string; readonly tokens: number }
+  | { readonly kind: "revoke" | "usage"; readonly id: string };
+
 const ALLOWED: Record<string, { args: number; options: readonly (keyof Values)[] }> = {
   create: { args: 0, options: ["budget", "name", "models"] },
   list: { args: 0, options: [] },
@@ -109,46 +120,60 @@ const ALLOWED: Record<string, { args: number; options: readonly (keyof Values)[]
   usage: { args: 1, options: [] },
 };
 
-function checkCommand(command: string, positionals: readonly string[], values: Values): void {
-  const spec = ALLOWED[command];
-  if (spec === undefined) throw new UsageError(`unknown command '${command}'`);
-  const args = positionals.length - 1;
-  if (args !== spec.args) {
+/** The checked command, or "help"; throws UsageError with the reason. */
+function toCommand(positionals: readonly string[], values: Values): Command | "help" {
+  const name = positionals[0];
+  if (name === "help") return "help";
+  if (name === undefined) throw new UsageError("no command (create, list, grant, revoke, usage)");
+  const spec = ALLOWED[name];
+  if (spec === undefined) throw new UsageError(`unknown command '${name}'`);
+  if (positionals.length - 1 !== spec.args) {
     throw new UsageError(
-      spec.args === 0 ? `'${command}' takes no arguments` : `'${command}' takes the key id: ${command} <id>`,
+      spec.args === 0 ? `'${name}' takes no arguments` : `'${name}' takes the key id: ${name} <id>`,
     );
   }
   for (const option of ["budget", "name", "models", "tokens"] as const) {
     if (values[option] !== undefined && !spec.options.includes(option)) {
-      throw new UsageError(`'${command}' has no option --${option}`);
+      throw new UsageError(`'${name}' has no option --${option}`);
     }
+  }
+  const id = positionals[1] ?? "";
+  switch (name) {
+    case "create": {
+      if (values.budget === undefined) throw new UsageError("'create' needs --budget TOKENS");
+      const models = values.models?.split(",").map((m) => m.trim());
+      if (models?.some((m) => m === "")) throw new UsageError("--models: a model id must not be empty");
+      return {
+        kind: "create",
+        budgetTokens: tokenCount("--budget", values.budget, 0),
+        ...(values.name === undefined ? {} : { name: values.name }),
+        ...(models === undefined ? {} : { models }),
+      };
+    }
+    case "grant":
+      if (values.tokens === undefined) throw new UsageError("'grant' needs --tokens N");
+      return { kind: "grant", id, tokens: tokenCount("--tokens", values.tokens, 1) };
+    case "revoke":
+    case "usage":
+      return { kind: name, id };
+    default:
+      return { kind: "list" };
   }
 }
 
-function run(
-  ledger: BudgetLedger,
-  command: string,
-  positionals: readonly string[],
-  values: Values,
-  io: Io,
-): void {
-  const id = positionals[1] ?? "";
-  const json = values.json === true;
-  switch (command) {
+function run(ledger: BudgetLedger, command: Command, json: boolean, io: Io): void {
+  switch (command.kind) {
     case "create": {
-      if (values.budget === undefined) throw new UsageError("'create' needs --budget TOKENS");
-      const budgetTokens = tokenCount("--budget", values.budget, 0);
-      const models = values.models?.split(",").map((m) => m.trim());
-      if (models?.some((m) => m === "")) throw new UsageError("--models: a model id must not be empty");
+      const { budgetTokens, name, models } = command;
       const created = ledger.createKey({
         budgetTokens,
-        ...(values.name === undefined ? {} : { name: values.name }),
+        ...(name === undefined ? {} : { name }),
         ...(models === undefined ? {} : { models }),
       });
       if (json) {
         io.out(JSON.stringify({ ...created, ...ledger.usage(created.id) }));
       } else {
-        io.out(`Created key ${created.id}${values.name === undefined ? "" : ` (${values.name})`}`);
+        io.out(`Created key ${created.id}${name === undefined ? "" : ` (${name})`}`);
         io.out(`Budget: ${budgetTokens} tokens; models: ${models === undefined ? "all" : models.join(", ")}`);
         io.out("The key is shown only this once; store it now:");
         io.out(created.key);
@@ -161,20 +186,17 @@ function run(
       else printTable(keys, io);
       return;
     }
-    case "grant": {
-      if (values.tokens === undefined) throw new UsageError("'grant' needs --tokens N");
-      const usage = ledger.grant(id, tokenCount("--tokens", values.tokens, 1));
-      printUsage(usage, json, io);
+    case "grant":
+      printUsage(ledger.grant(command.id, command.tokens), json, io);
       return;
-    }
     case "revoke": {
-      const summary = ledger.revoke(id);
+      const summary = ledger.revoke(command.id);
       if (json) io.out(JSON.stringify(summary));
       else io.out(`Revoked key ${summary.id} at ${new Date(summary.revokedAt ?? 0).toISOString()}`);
       return;
     }
     case "usage":
-      printUsage(ledger.usage(id), json, io);
+      printUsage(ledger.usage(command.id), json, io);
       return;
   }
 }

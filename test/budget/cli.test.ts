@@ -15,13 +15,24 @@ interface CliResult {
   stderr: string;
 }
 
-/** Runs `tsx src/budget/cli.ts …args` in a child process with the given ACS_DB. */
-async function keys(args: readonly string[], acsDb: string | undefined): Promise<CliResult> {
+/**
+ * Runs the CLI in a child process with the given ACS_DB: through the `tsx` binary, as
+ * `npm run keys` does, or (faster: one process, not two) through `node --import tsx`.
+ */
+async function keys(
+  args: readonly string[],
+  acsDb: string | undefined,
+  via: "tsx" | "node" = "node",
+): Promise<CliResult> {
   const env: NodeJS.ProcessEnv = { ...process.env };
   delete env.ACS_DB;
   if (acsDb !== undefined) env.ACS_DB = acsDb;
   try {
-    const { stdout, stderr } = await run(TSX, ["src/budget/cli.ts", ...args], { cwd: ROOT, env });
+    const [file, argv] =
+      via === "tsx"
+        ? [TSX, ["src/budget/cli.ts", ...args]]
+        : [process.execPath, ["--import", "tsx", "src/budget/cli.ts", ...args]];
+    const { stdout, stderr } = await run(file, argv, { cwd: ROOT, env });
     return { code: 0, stdout, stderr };
   } catch (err) {
     const e = err as { code: number; stdout: string; stderr: string };
@@ -89,7 +100,7 @@ describe("npm run keys (src/budget/cli.ts)", () => {
     expect(rows.every((r) => !("key" in r) && !("keyHash" in r))).toBe(true);
   });
 
-  it.each([
+  it.concurrent.each([
     [["usage", "key_000000000000"], 1, /^error: No key with id 'key_000000000000'\./],
     [["grant", "key_000000000000", "--tokens", "5"], 1, /^error: No key with id/],
     [["create"], 2, /'create' needs --budget TOKENS/],
@@ -101,9 +112,11 @@ describe("npm run keys (src/budget/cli.ts)", () => {
     [["list", "--tokens", "5"], 2, /'list' has no option --tokens/],
     [["frobnicate"], 2, /unknown command 'frobnicate'/],
     [["list", "--bogus"], 2, /Unknown option '--bogus'/],
-    [[], 2, /^Usage: npm run keys/],
+    [[], 2, /^error: no command/],
+    [["usage", "key_000000000000", "--db", "/nonexistent/dir/x.db"], 1, /^error: cannot open the database/],
   ])("%j exits %i with a clear error", async (args, code, message) => {
-    const result = await keys(args, db.path);
+    const own = tempDb(); // concurrent cases: each its own file
+    const result = await keys(args, own.path).finally(own.cleanup);
     expect(result.code).toBe(code);
     expect(result.stderr).toMatch(message);
   });
