@@ -122,8 +122,12 @@ export interface BudgetLedger {
    * key or a revoked key.
    */
   authenticate(authorization: string | undefined): KeyInfo;
-  /** Throws ApiError `model_not_allowed` (403, param `model`) when the key's allow-list lacks modelId. */
-  checkModel(key: KeyInfo, modelId: string): void;
+  /**
+   * Throws ApiError `model_not_allowed` (403, param `model`) when the key has an allow-list that
+   * names neither modelId nor any of its aliases (so a key made with `--models llama-8b` serves a
+   * request for the alias and for the served id it resolves to).
+   */
+  checkModel(key: KeyInfo, modelId: string, aliases?: readonly string[]): void;
   /**
    * Holds promptTokens + prompts × n × maxTokens of the key's Budget, in one transaction, lowering
    * maxTokens to what the Budget can hold when it cannot hold it all. Throws ApiError
@@ -252,8 +256,9 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
       return { id: record.id, name: record.name, models: record.models };
     },
 
-    checkModel(key, modelId) {
-      if (key.models !== null && !key.models.includes(modelId)) {
+    checkModel(key, modelId, aliases = []) {
+      const allowed = key.models;
+      if (allowed !== null && !allowed.includes(modelId) && !aliases.some((a) => allowed.includes(a))) {
         throw new ApiError(
           "model_not_allowed",
           `The API key provided is not allowed to use the model '${modelId}'.`,

@@ -157,6 +157,14 @@ describe("checkModel", () => {
     expect(err.param).toBe("model");
     expect(err.message).toContain("'llama-70b'");
   });
+
+  it("accepts a model whose alias is on the allow-list", () => {
+    const limited = newKey(10, ["llama-8b"]).info;
+    expect(() => ledger.checkModel(limited, "meta-llama/Llama-3.1-8B", ["llama-8b"])).not.toThrow();
+    expect(apiErrorOf(() => ledger.checkModel(limited, "meta-llama/Llama-3.1-70B", ["llama-70b"])).code).toBe(
+      "model_not_allowed",
+    );
+  });
 });
 
 describe("placeHold", () => {
