@@ -1,0 +1,102 @@
+import { setTimeout as sleep } from "node:timers/promises";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import {
+  type CreateCompletionRequest,
+  CreateCompletionResponseSchema,
+  FinishReason,
+  ListModelsResponseSchema,
+  type StreamCompletionResponse,
+  StreamCompletionResponseSchema,
+} from "../../../gen/acs/v1/completions_pb.js";
+import { ApiError } from "../../../src/errors/index.js";
+import type { CallContext, CompletionsApi } from "../../../src/service/types.js";
+
+type StreamCompletionInit = Exclude<
+  MessageInitShape<typeof StreamCompletionResponseSchema>,
+  StreamCompletionResponse
+>;
+
+export const head = { id: "cmpl-0123456789abcdef0123456789abcdef", created: 1_700_000_000n };
+export const headJson = { id: head.id, object: "text_completion", created: 1_700_000_000 };
+
+/**
+ * A CompletionsApi with canned protos (the interface's contract), steered by the request's model:
+ * `missing` → 404, `boom` → a non-ApiError, `clamp` sets a header, `fail-mid` fails after a chunk,
+ * `slow` streams one chunk then waits for the caller to go away.
+ */
+export function createFakeApi() {
+  const calls: { method: string; request?: CreateCompletionRequest; ctx: CallContext }[] = [];
+  const events: string[] = [];
+  const refuse = (model: string): void => {
+    if (model === "missing") {
+      throw new ApiError("model_not_found", "The model 'missing' does not exist.", { param: "model" });
+    }
+    if (model === "boom") throw new Error("secret internals");
+  };
+  const chunk = (init: Omit<StreamCompletionInit, "id" | "created" | "model">, model: string) =>
+    create(StreamCompletionResponseSchema, { ...init, ...head, model });
+
+  const api: CompletionsApi = {
+    async createCompletion(request, ctx) {
+      calls.push({ method: "createCompletion", request, ctx });
+      refuse(request.model);
+      if (request.model === "clamp") ctx.setResponseHeader("X-Acs-Max-Tokens-Clamped", "7");
+      return create(CreateCompletionResponseSchema, {
+        ...head,
+        model: request.model,
+        choices: [
+          {
+            index: 0,
+            text: " blue.",
+            finishReason: FinishReason.STOP,
+            stopReason: { case: "stopString", value: "\n" },
+          },
+        ],
+        usage: { promptTokens: 4, completionTokens: 2, totalTokens: 6 },
+      });
+    },
+    async *streamCompletion(request, ctx): AsyncGenerator<StreamCompletionResponse> {
+      calls.push({ method: "streamCompletion", request, ctx });
+      try {
+        refuse(request.model);
+        if (request.model === "clamp") ctx.setResponseHeader("X-Acs-Max-Tokens-Clamped", "7");
+        yield chunk({ choices: [{ index: 0, text: " blue" }] }, request.model);
+        if (request.model === "fail-mid")
+          throw new ApiError("upstream_error", "Inference failed mid-stream.");
+        if (request.model === "slow") {
+          await new Promise<void>((resolve) => {
+            if (ctx.signal.aborted) resolve();
+            ctx.signal.addEventListener("abort", () => resolve(), { once: true });
+            setTimeout(resolve, 5000);
+          });
+          events.push(ctx.signal.aborted ? "aborted" : "timeout");
+          return;
+        }
+        if (request.model === "keepalive") await sleep(120);
+        yield chunk({ choices: [{ index: 0, text: ".", finishReason: FinishReason.LENGTH }] }, request.model);
+        if (request.streamOptions?.includeUsage) {
+          yield chunk({ usage: { promptTokens: 4, completionTokens: 2, totalTokens: 6 } }, request.model);
+        }
+      } finally {
+        events.push("finally");
+      }
+    },
+    async listModels(ctx) {
+      calls.push({ method: "listModels", ctx });
+      return create(ListModelsResponseSchema, {
+        data: [
+          {
+            id: "meta-llama/Llama-3.1-8B",
+            created: 1_720_000_000n,
+            ownedBy: "acs",
+            aliases: ["llama-8b"],
+            maxModelLen: 131072,
+            hiddenSize: 4096,
+            numHiddenLayers: 32,
+          },
+        ],
+      });
+    },
+  };
+  return { api, calls, events };
+}
