@@ -7,6 +7,7 @@ import type { EventEmitter } from "node:events";
 import type { AddressInfo } from "node:net";
 import { createModel, type ForwardResult, type Model } from "./model.js";
 import { getPreset, type PresetDims, type PresetName } from "./presets.js";
+import type { SchedulingPolicy } from "./protocol.js";
 import { createEngineServer, type EngineStats } from "./server.js";
 import { applySteering, parseSteeringVectors } from "./steering.js";
 import { createByteTokenizer, createLlama3Tokenizer, type Tokenizer } from "./tokenizer.js";
@@ -27,6 +28,8 @@ export interface StartEngineOptions {
   servedModelName?: string;
   /** Default: the preset's. Must be ≥ 2. */
   maxModelLen?: number;
+  /** vLLM `--scheduling-policy`: `fcfs` refuses a non-zero priority, as vLLM's default does. Default "priority". */
+  schedulingPolicy?: SchedulingPolicy;
 }
 
 /** A reference forward pass, for comparing numbers with what the server returns. */
@@ -80,7 +83,14 @@ export async function startEngine(opts: StartEngineOptions = {}): Promise<Runnin
   const maxModelLen = opts.maxModelLen ?? preset.maxModelLen;
   if (!Number.isInteger(maxModelLen) || maxModelLen < 2) throw new Error(`bad maxModelLen ${maxModelLen}`);
   const servedModelName = opts.servedModelName ?? preset.servedModelName;
-  const server = createEngineServer({ preset, model, tokenizer, servedModelName, maxModelLen });
+  const server = createEngineServer({
+    preset,
+    model,
+    tokenizer,
+    servedModelName,
+    maxModelLen,
+    schedulingPolicy: opts.schedulingPolicy ?? "priority",
+  });
   await server.app.listen({ host: opts.host ?? "127.0.0.1", port: opts.port ?? 0 });
   const addr = server.app.server.address() as AddressInfo;
   const host = addr.family === "IPv6" ? `[${addr.address}]` : addr.address;

@@ -1,5 +1,6 @@
 /**
- * `npm run engine -- --preset NAME --port N [--host H] [--served-model-name S] [--max-model-len L]`
+ * `npm run engine -- --preset NAME --port N [--host H] [--served-model-name S] [--max-model-len L]
+ *   [--scheduling-policy fcfs|priority]`
  * Starts the reference engine alone. Reads ENGINE_PRESET / ENGINE_PORT / ENGINE_HOST as fallbacks.
  */
 import { PRESET_NAMES, type PresetName, startEngine } from "./index.js";
@@ -20,12 +21,18 @@ const port = Number(arg("port") ?? process.env.ENGINE_PORT ?? 8000);
 const host = arg("host") ?? process.env.ENGINE_HOST ?? "127.0.0.1";
 const served = arg("served-model-name");
 const maxLen = arg("max-model-len");
+const policy = arg("scheduling-policy");
+if (policy !== undefined && policy !== "fcfs" && policy !== "priority") {
+  console.error(`--scheduling-policy must be fcfs or priority, got ${policy}`);
+  process.exit(2);
+}
 const engine = await startEngine({
   preset: presetName as PresetName,
   port,
   host,
   ...(served ? { servedModelName: served } : {}),
   ...(maxLen ? { maxModelLen: Number(maxLen) } : {}),
+  ...(policy ? { schedulingPolicy: policy } : {}),
 });
 console.log(
   `engine ${presetName} serving ${engine.model.id} at ${engine.url} (max_model_len ${engine.model.maxModelLen})`,

@@ -98,10 +98,20 @@ function checkIds(ids: number[]): number[] {
 }
 
 /**
+ * vLLM's `--scheduling-policy`: with `fcfs` (vLLM's default) a non-zero `priority` is a 400; with
+ * `priority` it is accepted (lower is served earlier).
+ */
+export type SchedulingPolicy = "fcfs" | "priority";
+
+/**
  * Validates a body. @throws EngineError (400) with vLLM-like messages.
  * `maxModelLen` is not used here (the prompt-length check needs the tokens).
  */
-export function parseCompletionRequest(body: unknown, headerRequestId: string | null): CompletionRequest {
+export function parseCompletionRequest(
+  body: unknown,
+  headerRequestId: string | null,
+  schedulingPolicy: SchedulingPolicy = "fcfs",
+): CompletionRequest {
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
     throw bad("1 validation error for CompletionRequest\n  Input should be a valid dictionary or object");
   }
@@ -160,7 +170,7 @@ export function parseCompletionRequest(body: unknown, headerRequestId: string | 
     }
   }
   const priority = optInt(b, "priority") ?? 0;
-  if (priority !== 0) {
+  if (priority !== 0 && schedulingPolicy !== "priority") {
     throw bad(`Got priority ${priority} but Priority scheduling is not enabled.`, "priority");
   }
   const requestIdField = b.request_id;

@@ -11,7 +11,7 @@ import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest }
 import { Scheduler, type Sequence, type StepOutput } from "./engine-core.js";
 import type { Model } from "./model.js";
 import type { PresetDims } from "./presets.js";
-import { type CompletionRequest, parseCompletionRequest } from "./protocol.js";
+import { type CompletionRequest, parseCompletionRequest, type SchedulingPolicy } from "./protocol.js";
 import type { TokenLogprobs } from "./sampler.js";
 import { EngineError, parseSteeringVectors, type SteeringVector } from "./steering.js";
 import { encodeBf16Tensor, type TensorDict } from "./tensor-codec.js";
@@ -36,6 +36,8 @@ export interface ServerDeps {
   tokenizer: Tokenizer;
   servedModelName: string;
   maxModelLen: number;
+  /** vLLM `--scheduling-policy`. @default "priority" (the API offers `priority`) */
+  schedulingPolicy?: SchedulingPolicy;
 }
 
 /** A built (not yet listening) server. */
@@ -173,6 +175,7 @@ export function createEngineServer(deps: ServerDeps): EngineServer {
     const cr = parseCompletionRequest(
       req.body,
       typeof headerId === "string" && headerId !== "" ? headerId : null,
+      deps.schedulingPolicy ?? "priority",
     );
     checkModel(cr.model);
     const requestId = `cmpl-${cr.requestId ?? randomUUID().replaceAll("-", "")}`;

@@ -374,3 +374,19 @@ describe("client disconnect aborts generation", () => {
   it("stream", async () => abortWith(true));
   it("non-stream", async () => abortWith(false));
 });
+
+describe("priority (vLLM --scheduling-policy)", () => {
+  it("accepts a non-zero priority under the priority policy and refuses it under fcfs, as vLLM does", async () => {
+    const fcfs = await startEngine({ preset: "tiny", schedulingPolicy: "fcfs" });
+    try {
+      const body = { prompt: "Hi", max_tokens: 1, priority: 2 };
+      const ok = await postJson(`${engine.url}/v1/completions`, body);
+      expect(ok.status).toBe(200);
+      const refused = await postJson(`${fcfs.url}/v1/completions`, body);
+      expect(refused.status).toBe(400);
+      expect((refused.json as { error: { param: string } }).error.param).toBe("priority");
+    } finally {
+      await fcfs.close();
+    }
+  });
+});
