@@ -60,9 +60,16 @@ describe("authentication, REST and Connect alike", () => {
     expect(json.error).toMatchObject({ type: "invalid_request_error", code: "invalid_api_key", param: null });
 
     const err = await connect()
-      .createCompletion(create(CreateCompletionRequestSchema, { model: "tiny", prompt: { case: "text", value: "Hi" }, maxTokens: 2 }), {
-        headers: authorization ? { authorization } : {},
-      })
+      .createCompletion(
+        create(CreateCompletionRequestSchema, {
+          model: "tiny",
+          prompt: { case: "text", value: "Hi" },
+          maxTokens: 2,
+        }),
+        {
+          headers: authorization ? { authorization } : {},
+        },
+      )
       .then(
         () => undefined,
         (e: unknown) => ConnectError.from(e),
@@ -89,7 +96,13 @@ describe("the clamp near the end of a Budget", () => {
     const { key } = ledger().createKey({ budgetTokens: promptTokens + 3 });
     const client = new OpenAI({ baseURL: `${stack.url}/v1`, apiKey: key, maxRetries: 0 });
     const { data, response } = await client.completions
-      .create({ model: "tiny", prompt: "Hi", max_tokens: 10, temperature: 0, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming)
+      .create({
+        model: "tiny",
+        prompt: "Hi",
+        max_tokens: 10,
+        temperature: 0,
+        ignore_eos: true,
+      } as OpenAI.CompletionCreateParamsNonStreaming)
       .withResponse();
     expect(response.headers.get("x-acs-max-tokens-clamped")).toBe("3");
     expect(data.usage?.completion_tokens).toBe(3);
@@ -104,7 +117,10 @@ describe("the clamp near the end of a Budget", () => {
         temperature: 0,
         ignoreEos: true,
       }),
-      { headers: { authorization: `Bearer ${second.key}` }, onHeader: (h) => (clamped = h.get("x-acs-max-tokens-clamped")) },
+      {
+        headers: { authorization: `Bearer ${second.key}` },
+        onHeader: (h) => (clamped = h.get("x-acs-max-tokens-clamped")),
+      },
     );
     expect(clamped).toBe("2");
     expect(res.usage?.completionTokens).toBe(2);
@@ -126,10 +142,21 @@ describe("concurrency", () => {
     const { id, key } = ledger().createKey({ budgetTokens: budget });
     const results = await Promise.all(
       Array.from({ length: 500 }, async (_, i) => {
-        const res = await rest({ ...small, stream: i % 2 === 0, ...(i % 2 === 0 ? { stream_options: { include_usage: true } } : {}) }, `Bearer ${key}`);
+        const res = await rest(
+          {
+            ...small,
+            stream: i % 2 === 0,
+            ...(i % 2 === 0 ? { stream_options: { include_usage: true } } : {}),
+          },
+          `Bearer ${key}`,
+        );
         const text = await res.text();
         if (res.status !== 200) return { status: res.status, used: 0 };
-        if (i % 2 === 1) return { status: 200, used: (JSON.parse(text) as { usage: { total_tokens: number } }).usage.total_tokens };
+        if (i % 2 === 1)
+          return {
+            status: 200,
+            used: (JSON.parse(text) as { usage: { total_tokens: number } }).usage.total_tokens,
+          };
         const usageEvent = text
           .split("\n\n")
           .map((e) => e.replace(/^data: /, ""))

@@ -17,7 +17,13 @@ function createFakeUpstream() {
       if (req.url === "/tokenize") {
         const { prompt } = JSON.parse(body) as { prompt: string };
         res.setHeader("content-type", "application/json");
-        res.end(JSON.stringify({ count: prompt.length, max_model_len: 512, tokens: [...prompt].map((c) => c.charCodeAt(0)) }));
+        res.end(
+          JSON.stringify({
+            count: prompt.length,
+            max_model_len: 512,
+            tokens: [...prompt].map((c) => c.charCodeAt(0)),
+          }),
+        );
         return;
       }
       const json = JSON.parse(body) as { prompt: string; stream?: boolean };
@@ -30,19 +36,36 @@ function createFakeUpstream() {
       switch (script) {
         case "http500":
           res.writeHead(500, { "content-type": "application/json" });
-          res.end(JSON.stringify({ error: { message: "boom", type: "InternalServerError", param: null, code: 500 } }));
+          res.end(
+            JSON.stringify({
+              error: { message: "boom", type: "InternalServerError", param: null, code: 500 },
+            }),
+          );
           return;
         case "error200":
           res.writeHead(200, { "content-type": "application/json" });
-          res.end(JSON.stringify({ error: { message: "Token id 999999 is out of vocabulary", type: "BadRequestError", param: null, code: 400 } }));
+          res.end(
+            JSON.stringify({
+              error: {
+                message: "Token id 999999 is out of vocabulary",
+                type: "BadRequestError",
+                param: null,
+                code: 400,
+              },
+            }),
+          );
           return;
         case "inband-first":
           res.writeHead(200, { "content-type": "text/event-stream" });
-          res.end(`data: ${JSON.stringify({ error: { message: "Token id 999999 is out of vocabulary", type: "BadRequestError", param: null, code: 400 } })}\n\ndata: [DONE]\n\n`);
+          res.end(
+            `data: ${JSON.stringify({ error: { message: "Token id 999999 is out of vocabulary", type: "BadRequestError", param: null, code: 400 } })}\n\ndata: [DONE]\n\n`,
+          );
           return;
         case "inband-later":
           res.writeHead(200, { "content-type": "text/event-stream" });
-          res.end(`${chunk("a")}${chunk("b")}data: ${JSON.stringify({ error: { message: "engine died", type: "InternalServerError", param: null, code: 500 } })}\n\ndata: [DONE]\n\n`);
+          res.end(
+            `${chunk("a")}${chunk("b")}data: ${JSON.stringify({ error: { message: "engine died", type: "InternalServerError", param: null, code: 500 } })}\n\ndata: [DONE]\n\n`,
+          );
           return;
         case "reset-mid-stream":
           res.writeHead(200, { "content-type": "text/event-stream" });
@@ -106,7 +129,10 @@ describe("Inference faults become the right envelope", () => {
   ])("%s (stream %s) → %i %s", async (prompt, stream, status, code) => {
     const { res, text } = await call(stack, prompt, stream);
     expect(res.status).toBe(status);
-    const json = JSON.parse(text) as { error: { code: string; type: string; message: string }; request_id: string };
+    const json = JSON.parse(text) as {
+      error: { code: string; type: string; message: string };
+      request_id: string;
+    };
     expect(json.error.code).toBe(code);
     expect(json.request_id).toBe(res.headers.get("x-request-id"));
     // Inference's class names and integer codes never reach callers
@@ -133,7 +159,10 @@ describe("Inference faults become the right envelope", () => {
     expect(res.status).toBe(200);
     const events = parseSse(text).filter((e) => e.data !== undefined);
     expect(events[events.length - 1]?.data).toBe("[DONE]");
-    const error = JSON.parse(events[events.length - 2]?.data as string) as { error: { code: string }; request_id: string };
+    const error = JSON.parse(events[events.length - 2]?.data as string) as {
+      error: { code: string };
+      request_id: string;
+    };
     expect(error.error.code).toBe(code);
     expect(error.request_id).toBe(res.headers.get("x-request-id"));
     expect(events[0]?.data?.startsWith("{")).toBe(true);
@@ -151,27 +180,32 @@ describe("disconnects", () => {
     await engineStack.close();
   });
 
-  it.each([true, false])("a caller that disconnects (stream %s) aborts the Inference request within 1 s", async (stream) => {
-    const engine = engineStack.engine;
-    if (!engine) throw new Error("no engine");
-    const abortedBefore = engine.stats.aborted;
-    const controller = new AbortController();
-    const request = fetch(`${engineStack.url}/v1/completions`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ model: "tiny", prompt: "Hi", max_tokens: 500, ignore_eos: true, stream }),
-      signal: controller.signal,
-    });
-    if (stream) {
-      const res = await request;
-      await res.body?.getReader().read();
-    } else {
-      await expect.poll(() => engine.stats.active, { timeout: 5000 }).toBeGreaterThan(0);
-    }
-    const t0 = Date.now();
-    controller.abort();
-    await request.catch(() => undefined);
-    await expect.poll(() => engine.stats.aborted, { timeout: 1000, interval: 10 }).toBeGreaterThan(abortedBefore);
-    expect(Date.now() - t0).toBeLessThan(1000);
-  });
+  it.each([true, false])(
+    "a caller that disconnects (stream %s) aborts the Inference request within 1 s",
+    async (stream) => {
+      const engine = engineStack.engine;
+      if (!engine) throw new Error("no engine");
+      const abortedBefore = engine.stats.aborted;
+      const controller = new AbortController();
+      const request = fetch(`${engineStack.url}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: "tiny", prompt: "Hi", max_tokens: 500, ignore_eos: true, stream }),
+        signal: controller.signal,
+      });
+      if (stream) {
+        const res = await request;
+        await res.body?.getReader().read();
+      } else {
+        await expect.poll(() => engine.stats.active, { timeout: 5000 }).toBeGreaterThan(0);
+      }
+      const t0 = Date.now();
+      controller.abort();
+      await request.catch(() => undefined);
+      await expect
+        .poll(() => engine.stats.aborted, { timeout: 1000, interval: 10 })
+        .toBeGreaterThan(abortedBefore);
+      expect(Date.now() - t0).toBeLessThan(1000);
+    },
+  );
 });
