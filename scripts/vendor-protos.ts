@@ -1,6 +1,7 @@
 /**
- * Rebuilds proto-vendor/buf/validate/validate.proto from the file descriptor embedded in
- * @bufbuild/protovalidate (the BSR, where buf would normally fetch it, is out of reach here).
+ * Rebuilds the third-party protos in proto-vendor/ (the BSR, where buf would normally fetch them,
+ * is out of reach here): buf/validate/validate.proto from the file descriptor embedded in
+ * @bufbuild/protovalidate, and grpc/health/v1/health.proto from the grpc-health-check package.
  *
  * Usage: `tsx scripts/vendor-protos.ts` writes the file; `--check` exits 1 when the committed
  * file differs from what the installed package would produce (CI runs it to catch drift).
@@ -26,7 +27,17 @@ import {
 } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-const target = join(root, "proto-vendor/buf/validate/validate.proto");
+
+/** Vendored files and where their text comes from. */
+const vendored: Array<{ target: string; render: () => string }> = [
+  { target: "proto-vendor/buf/validate/validate.proto", render: () => renderValidateProto() },
+  {
+    // gRPC's health protocol, as shipped by the grpc-health-check package (canonical path).
+    target: "proto-vendor/grpc/health/v1/health.proto",
+    render: () =>
+      readFileSync(join(root, "node_modules/grpc-health-check/proto/health/v1/health.proto"), "utf8"),
+  },
+];
 
 function quote(s: string): string {
   let out = '"';
@@ -186,18 +197,23 @@ export function renderValidateProto(): string {
   return `${out.join("\n").trimEnd()}\n`;
 }
 
-const text = renderValidateProto();
-if (process.argv.includes("--check")) {
-  let current = "";
-  try {
-    current = readFileSync(target, "utf8");
-  } catch {}
-  if (current !== text) {
-    console.error(`${target} is out of date: run npm run vendor-protos`);
-    process.exit(1);
+let stale = false;
+for (const { target, render } of vendored) {
+  const path = join(root, target);
+  const text = render();
+  if (process.argv.includes("--check")) {
+    let current = "";
+    try {
+      current = readFileSync(path, "utf8");
+    } catch {}
+    if (current !== text) {
+      console.error(`${target} is out of date: run npm run vendor-protos`);
+      stale = true;
+    }
+  } else {
+    mkdirSync(dirname(path), { recursive: true });
+    writeFileSync(path, text);
+    console.log(`wrote ${target}`);
   }
-} else {
-  mkdirSync(dirname(target), { recursive: true });
-  writeFileSync(target, text);
-  console.log(`wrote ${target}`);
 }
+if (stale) process.exit(1);

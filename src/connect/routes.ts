@@ -8,7 +8,9 @@ import { toConnectError } from "./error-conversion.js";
  * The request id the server gave the HTTP request (so the X-Request-Id header and the envelope
  * agree); set through the Connect plugin's `contextValues`.
  */
-export const requestIdKey = createContextKey<string | undefined>(undefined, { description: "acs request id" });
+export const requestIdKey = createContextKey<string | undefined>(undefined, {
+  description: "acs request id",
+});
 
 function callContext(ctx: HandlerContext): CallContext {
   const requestId = ctx.values.get(requestIdKey) ?? newRequestId();

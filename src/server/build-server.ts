@@ -12,7 +12,7 @@ import Fastify, {
 } from "fastify";
 import type { Logger } from "pino";
 import type { Config } from "../config/index.js";
-import { createConnectRoutes, requestIdKey } from "../connect/index.js";
+import { createConnectRoutes, createHealthRoutes, requestIdKey } from "../connect/index.js";
 import { ApiError, newRequestId } from "../errors/index.js";
 import { restRoutes, sendError } from "../rest/index.js";
 import type { CompletionsApi } from "../service/index.js";
@@ -45,7 +45,7 @@ const oneServerFactory: FastifyServerFactory = (handler) =>
 
 /** Connect, gRPC and gRPC-Web paths: /<package>.<Service>/<Method>. */
 function isConnectPath(url: string): boolean {
-  return url.startsWith("/acs.v1.");
+  return url.startsWith("/acs.v1.") || url.startsWith("/grpc.health.v1.");
 }
 
 function tooLarge(limit: number): ApiError {
@@ -113,7 +113,10 @@ export async function buildServer(
   });
 
   await app.register(fastifyConnectPlugin, {
-    routes: createConnectRoutes(deps.api),
+    routes: (router) => {
+      createConnectRoutes(deps.api)(router);
+      createHealthRoutes(deps.isReady)(router);
+    },
     readMaxBytes: deps.config.bodyLimitBytes,
     contextValues: (request) => createContextValues().set(requestIdKey, requestIds.get(request)),
     grpc: true,

@@ -11,6 +11,7 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CompletionsService, CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { ErrorEnvelopeSchema } from "../../gen/acs/v1/error_pb.js";
+import { Health, HealthCheckResponse_ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 
 let stack: Stack;
@@ -152,5 +153,27 @@ describe("gRPC errors map to the catalogue's codes", () => {
     expect(res.data[0]?.aliases).toEqual(["tiny"]);
     expect(res.data[0]?.hiddenSize).toBe(stack.engine?.model.hiddenSize);
     expect(res.data[0]?.numHiddenLayers).toBe(stack.engine?.model.numLayers);
+  });
+});
+
+describe("gRPC health (grpc.health.v1.Health)", () => {
+  it("reports SERVING for the server and the completions service, NOT_FOUND for others", async () => {
+    const health = createClient(Health, transports.grpc as Transport);
+    expect((await health.check({ service: "" })).status).toBe(HealthCheckResponse_ServingStatus.SERVING);
+    expect((await health.check({ service: "acs.v1.CompletionsService" })).status).toBe(
+      HealthCheckResponse_ServingStatus.SERVING,
+    );
+    const err = await connectError(health.check({ service: "nope" }));
+    expect(err.code).toBe(Code.NotFound);
+  });
+
+  it("Watch sends the current status first", async () => {
+    const health = createClient(Health, transports.grpc as Transport);
+    const controller = new AbortController();
+    for await (const res of health.watch({ service: "" }, { signal: controller.signal })) {
+      expect(res.status).toBe(HealthCheckResponse_ServingStatus.SERVING);
+      controller.abort();
+      break;
+    }
   });
 });
