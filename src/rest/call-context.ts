@@ -12,7 +12,11 @@ import { requestIdOf } from "./send-error.js";
  * - `authorization`: the raw `Authorization` header;
  * - `setResponseHeader`: a header of this response (ignored once the response has started).
  */
-export function createCallContext(request: FastifyRequest, reply: FastifyReply): CallContext {
+export function createCallContext(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  shutdown?: AbortSignal,
+): CallContext {
   const controller = new AbortController();
   const res = reply.raw;
   const onClose = (): void => {
@@ -25,7 +29,7 @@ export function createCallContext(request: FastifyRequest, reply: FastifyReply):
   const authorization = request.headers.authorization;
   return {
     requestId: requestIdOf(reply),
-    signal: controller.signal,
+    signal: shutdown === undefined ? controller.signal : AbortSignal.any([controller.signal, shutdown]),
     authorization: typeof authorization === "string" ? authorization : undefined,
     setResponseHeader(name, value) {
       if (!res.headersSent) reply.header(name, value);

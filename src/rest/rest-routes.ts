@@ -7,12 +7,13 @@ import type {
   FastifyRequest,
 } from "fastify";
 import type { StreamCompletionResponse } from "../../gen/acs/v1/completions_pb.js";
-import { ApiError, invalidRequest, toApiError } from "../errors/index.js";
+import { ApiError, invalidRequest } from "../errors/index.js";
 import type { CompletionsApi } from "../service/types.js";
 import { createCallContext } from "./call-context.js";
 import { decodeCompletionRequest } from "./decode-completion-request.js";
 import { renderChunk, renderCompletion, renderModel, renderModelList } from "./render-completion.js";
 import {
+  apiErrorFrom,
   MAX_BODY_BYTES,
   renderMethodNotAllowed,
   renderNotFound,
@@ -91,7 +92,7 @@ async function pumpChunks(
   first: IteratorResult<StreamCompletionResponse>,
   chunks: AsyncIterator<StreamCompletionResponse>,
   writer: SseWriter,
-  opts: { includeUsage: boolean; requestId: string; signal: AbortSignal; log: FastifyBaseLogger },
+  opts: { includeUsage: boolean; requestId: string; shutdown: AbortSignal; log: FastifyBaseLogger },
 ): Promise<void> {
   let finished = first.done === true;
   try {
@@ -104,8 +105,8 @@ async function pumpChunks(
     await writer.done();
   } catch (err) {
     finished = true;
-    if (writer.closed || opts.signal.aborted) return;
-    const apiError = toApiError(err);
+    if (writer.closed) return;
+    const apiError = opts.shutdown.aborted ? shutdownError(opts.shutdown) : apiErrorFrom(err);
     if (apiError.status >= 500)
       opts.log.error({ err, requestId: opts.requestId }, "stream failed after start");
     await writer.fail(apiError.toEnvelope(opts.requestId));
@@ -114,14 +115,34 @@ async function pumpChunks(
   }
 }
 
+/** The error a call gets when the server shuts down under it (the shutdown signal's reason). */
+function shutdownError(shutdown: AbortSignal): ApiError {
+  return shutdown.reason instanceof ApiError ? shutdown.reason : apiErrorFrom(shutdown.reason);
+}
+
 async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions): Promise<void> {
   const { api } = options;
   const keepaliveIntervalMs = options.keepaliveIntervalMs ?? DEFAULT_KEEPALIVE_INTERVAL_MS;
+  // Aborted when the server starts closing: running calls (streams above all) end with a 503
+  // envelope instead of holding fastify.close() open.
+  const closing = new AbortController();
+  app.addHook("preClose", async () => {
+    closing.abort(new ApiError("upstream_unavailable", "The server is shutting down; retry the request."));
+  });
+  const contextOf = (request: FastifyRequest, reply: FastifyReply) =>
+    createCallContext(request, reply, closing.signal);
 
   app.addHook("onRequest", async (_request, reply) => {
     requestIdOf(reply);
   });
-  app.setErrorHandler((err, _request, reply) => sendError(reply, err, requestIdOf(reply)));
+  app.setErrorHandler((err, _request, reply) => {
+    // A call cut short by the shutdown (the service throws `canceled`) answers 503, not 499.
+    const shown =
+      closing.signal.aborted && err instanceof ApiError && err.code === "canceled"
+        ? shutdownError(closing.signal)
+        : err;
+    return sendError(reply, shown, requestIdOf(reply));
+  });
 
   // Bodies are read as text and decoded by the strict decoder (never fastify's JSON parser).
   app.removeAllContentTypeParsers();
@@ -135,7 +156,7 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
     assertJsonContentType(request.headers["content-type"]);
     const body = typeof request.body === "string" ? request.body : "";
     const { request: completionRequest, stream } = decodeCompletionRequest(body);
-    const ctx = createCallContext(request, reply);
+    const ctx = contextOf(request, reply);
     if (!stream) {
       const response = await api.createCompletion(completionRequest, ctx);
       return reply.type("application/json; charset=utf-8").send(JSON.stringify(renderCompletion(response)));
@@ -153,21 +174,21 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
     void pumpChunks(first, chunks, writer, {
       includeUsage: completionRequest.streamOptions?.includeUsage === true,
       requestId: ctx.requestId,
-      signal: ctx.signal,
+      shutdown: closing.signal,
       log: request.log,
     });
     return reply;
   });
 
   app.get("/v1/models", async (request, reply) => {
-    const models = await api.listModels(createCallContext(request, reply));
+    const models = await api.listModels(contextOf(request, reply));
     return reply.type("application/json; charset=utf-8").send(JSON.stringify(renderModelList(models)));
   });
 
   // A wildcard, so that an id with a `/` matches URL-encoded (%2F) and also as two segments.
   app.get("/v1/models/*", async (request, reply) => {
     const id = (request.params as Record<string, string | undefined>)["*"] ?? "";
-    const models = await api.listModels(createCallContext(request, reply));
+    const models = await api.listModels(contextOf(request, reply));
     const model = models.data.find((m) => m.id === id || m.aliases.includes(id));
     if (model === undefined) {
       throw new ApiError("model_not_found", `The model '${id}' does not exist.`, { param: "model" });

@@ -465,6 +465,40 @@ describe("on a real socket", () => {
     expect(Date.now() - start).toBeLessThan(1000);
   });
 
+  it("closing the server ends a running stream with a 503 envelope event and [DONE]", async () => {
+    const { app, port, events } = await listen();
+    const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+      method: "POST",
+      headers: json,
+      body: completion({ model: "slow", stream: true }),
+    });
+    const reader = res.body!.getReader();
+    const decoder = new TextDecoder();
+    let text = decoder.decode((await reader.read()).value);
+    const start = Date.now();
+    const closed = app.close();
+    for (let part = await reader.read(); !part.done; part = await reader.read())
+      text += decoder.decode(part.value);
+    await closed;
+    expect(Date.now() - start).toBeLessThan(1000);
+    expect(events).toEqual(["aborted", "finally"]);
+    expect(withoutKeepalives(parseSse(text)).slice(1)).toEqual([
+      {
+        kind: "data",
+        data: {
+          error: {
+            message: "The server is shutting down; retry the request.",
+            type: "server_error",
+            param: null,
+            code: "upstream_unavailable",
+          },
+          request_id: res.headers.get("x-request-id"),
+        },
+      },
+      { kind: "done" },
+    ]);
+  });
+
   it("a finished response does not abort the signal", async () => {
     const { port, calls } = await listen();
     const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {

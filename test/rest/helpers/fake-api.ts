@@ -70,6 +70,8 @@ export function createFakeApi() {
             setTimeout(resolve, 5000);
           });
           events.push(ctx.signal.aborted ? "aborted" : "timeout");
+          // As the real service does: an aborted call ends with `canceled`.
+          if (ctx.signal.aborted) throw new ApiError("canceled", "The call was canceled.");
           return;
         }
         if (request.model === "keepalive") await sleep(120);
