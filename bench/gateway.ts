@@ -34,7 +34,10 @@ async function waitFor(url: string, timeoutMs = 60_000): Promise<void> {
 }
 
 function start(args: string[], env: Record<string, string>): ChildProcess {
-  return spawn("node_modules/.bin/tsx", args, { env: { ...process.env, ...env }, stdio: "ignore" });
+  return spawn(process.execPath, ["--import", "tsx", ...args], {
+    env: { ...process.env, ...env },
+    stdio: "ignore",
+  });
 }
 
 interface Row {
