@@ -1,42 +1,51 @@
 #!/usr/bin/python3
-"""Independent decoder of a vllm-lens tensor dict (numpy + zstandard, Debian packages).
+"""Independent decoder of vllm-lens tensor dicts (numpy + zstandard, as vllm-lens decodes them).
 
-Reads JSON from stdin: either a tensor dict or a completion response with
-activations.residual_stream. Prints JSON {"shape": [...], "values": [...float32 in C order]}.
-Run with /usr/bin/python3 (Debian's python3-numpy and python3-zstandard).
+Reads JSON on stdin: one tensor dict ({"data", "dtype", "original_dtype", "shape",
+"compression"}), a list of them, or a completion response (its activations.residual_stream).
+Writes, for each dict, {"shape": [...], "float32": base64 of the values widened to float32,
+little-endian, C order} (a list for a list). Base64 keeps NaN, ±Inf and -0 bit-exact. Tests use it
+to check the gateway's and the engine's tensors against a decoder that shares no code with them.
+
+Run with Debian's /usr/bin/python3 (python3-numpy, python3-zstandard). Exit status 3 when numpy
+or zstandard is missing.
 """
+
 import base64
 import json
 import sys
 
-import numpy as np
-import zstandard
+try:
+    import numpy as np
+    import zstandard
+except ImportError as err:  # pragma: no cover - depends on the machine
+    print(f"missing Python module: {err.name}", file=sys.stderr)
+    sys.exit(3)
 
 
-def decode(t):
-    raw = base64.b64decode(t["data"], validate=True)
-    if t.get("compression") == "zstd":
-        raw = zstandard.ZstdDecompressor().decompress(raw, max_output_size=1 << 30)
-    elif t.get("compression") not in (None,):
-        raise ValueError("unknown compression %r" % t.get("compression"))
-    dtype = t["dtype"]
-    if dtype == "int16" and "bfloat16" in str(t.get("original_dtype")):
-        bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
-        arr = bits.view(np.float32)
-    elif dtype == "float32":
-        arr = np.frombuffer(raw, dtype="<f4")
-    elif dtype == "float16":
-        arr = np.frombuffer(raw, dtype="<f2").astype(np.float32)
+def decode(d):
+    raw = base64.b64decode(d["data"], validate=True)
+    if d.get("compression") == "zstd":
+        raw = zstandard.ZstdDecompressor().decompress(raw)
+    elif d.get("compression") is not None:
+        raise ValueError("unknown compression %r" % d.get("compression"))
+    arr = np.frombuffer(raw, dtype=np.dtype(d["dtype"]).newbyteorder("<")).reshape(d["shape"])
+    if d.get("original_dtype") == "torch.bfloat16":
+        values = (arr.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
     else:
-        arr = np.frombuffer(raw, dtype="<i2").astype(np.float32)
-    return arr.reshape(t["shape"])
+        values = arr.astype(np.float32)
+    values = np.ascontiguousarray(values, dtype="<f4")
+    return {"shape": list(values.shape), "float32": base64.b64encode(values.tobytes()).decode("ascii")}
 
 
 def main():
     doc = json.load(sys.stdin)
-    t = doc["activations"]["residual_stream"] if "activations" in doc else doc
-    arr = decode(t)
-    json.dump({"shape": list(arr.shape), "values": [float(x) for x in arr.ravel()]}, sys.stdout)
+    if isinstance(doc, list):
+        json.dump([decode(d) for d in doc], sys.stdout)
+    elif "activations" in doc:
+        json.dump(decode(doc["activations"]["residual_stream"]), sys.stdout)
+    else:
+        json.dump(decode(doc), sys.stdout)
 
 
 if __name__ == "__main__":

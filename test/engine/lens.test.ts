@@ -100,10 +100,13 @@ describe("output_residual_stream", () => {
       input: JSON.stringify(r),
       maxBuffer: 1 << 26,
     });
-    const py = JSON.parse(out.toString()) as { shape: number[]; values: number[] };
+    const py = JSON.parse(out.toString()) as { shape: number[]; float32: string };
     const ours = await decodeTensorDict(r.activations!.residual_stream, 1 << 24);
     expect(py.shape).toEqual(ours.shape);
-    expect(py.values).toEqual(Array.from(ours.data));
+    const bytes = Buffer.from(py.float32, "base64");
+    expect(Array.from(new Float32Array(bytes.buffer, bytes.byteOffset, bytes.length / 4))).toEqual(
+      Array.from(ours.data),
+    );
   });
 });
 

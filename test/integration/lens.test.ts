@@ -138,9 +138,12 @@ describe("capture (output_residual_stream)", () => {
       maxBuffer: 1 << 28,
     });
     expect(py.status, py.stderr).toBe(0);
-    const decoded = JSON.parse(py.stdout) as { shape: number[]; values: number[] };
+    const decoded = JSON.parse(py.stdout) as { shape: number[]; float32: string };
     expect(decoded.shape).toEqual([...(tensor?.shape ?? [])]);
-    expect(decoded.values).toEqual(Array.from(fromConnect));
+    const bytes = Buffer.from(decoded.float32, "base64");
+    expect(Array.from(new Float32Array(bytes.buffer, bytes.byteOffset, bytes.length / 4))).toEqual(
+      Array.from(fromConnect),
+    );
   });
 });
 
