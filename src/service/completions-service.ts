@@ -161,7 +161,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       }
     }
     const model = models.resolve(request.model);
-    if (key !== undefined) ledger?.checkModel(key, model.id);
+    if (key !== undefined) ledger?.checkModel(key, model.id, model.aliases);
 
     const lengths = await countPromptTokens(model, request, ctx.signal);
     const longest = Math.max(...lengths);

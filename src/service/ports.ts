@@ -10,8 +10,8 @@ export interface KeyInfo {
 export interface Ledger {
   /** Throws ApiError 401 `invalid_api_key`. */
   authenticate(authorization: string | undefined): KeyInfo;
-  /** Throws ApiError 403 `model_not_allowed`. */
-  checkModel(key: KeyInfo, modelId: string): void;
+  /** Throws ApiError 403 `model_not_allowed` unless the key may use the model (by id or one of its aliases). */
+  checkModel(key: KeyInfo, modelId: string, aliases?: readonly string[]): void;
   /**
    * Reserves promptTokens + prompts × n × maxTokens in one transaction, lowering maxTokens to what
    * the Budget holds (clamped: true); throws ApiError 429 `insufficient_quota` when not one token fits.

@@ -196,3 +196,16 @@ describe("settle on disconnect", () => {
     expect(spent).toBeLessThan(promptTokens + 400);
   });
 });
+
+describe("model allow-lists", () => {
+  it("a key restricted to other models gets 403 model_not_allowed; an alias in the list is enough", async () => {
+    const other = ledger().createKey({ budgetTokens: 1000, models: ["some/other-model"] });
+    const res = await rest(small, `Bearer ${other.key}`);
+    expect(res.status).toBe(403);
+    const json = (await res.json()) as { error: Record<string, unknown> };
+    expect(json.error).toMatchObject({ type: "invalid_request_error", code: "model_not_allowed", param: "model" });
+
+    const byAlias = ledger().createKey({ budgetTokens: 1000, models: ["tiny"] });
+    expect((await rest(small, `Bearer ${byAlias.key}`)).status).toBe(200);
+  });
+});
