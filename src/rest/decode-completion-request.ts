@@ -6,7 +6,7 @@ import {
 import type { SteeringVector, SteeringVectorSchema } from "../../gen/acs/v1/lens_pb.js";
 import { type ApiError, invalidRequest } from "../errors/index.js";
 import { parseTensorJson } from "../lens/index.js";
-import { isJsonNumber, parseStrictJson, readExactInteger } from "./strict-json.js";
+import { clip, isJsonNumber, parseStrictJson, readExactInteger } from "./strict-json.js";
 
 /** A REST completion request, decoded: the proto request, and whether `stream: true` was sent. */
 export interface DecodedCompletionRequest {
@@ -36,7 +36,8 @@ export function invalidType(param: string, expected: string): ApiError {
 
 /** OpenAI's wording for a field the API does not take. */
 export function unknownField(param: string): ApiError {
-  return invalidRequest(param, `Unrecognized request argument supplied: ${param}`);
+  const shown = clip(param);
+  return invalidRequest(shown, `Unrecognized request argument supplied: ${shown}`);
 }
 
 function outOfRange(param: string, range: IntRange): ApiError {

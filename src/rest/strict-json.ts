@@ -25,8 +25,16 @@ export function parseStrictJson(body: string): unknown {
       throw invalidRequest(null, "The request body is not valid JSON: it is nested too deeply.");
     }
     const detail = err instanceof Error ? err.message : String(err);
-    throw invalidRequest(null, `The request body is not valid JSON: ${detail}.`);
+    throw invalidRequest(null, `The request body is not valid JSON: ${clip(detail)}.`);
   }
+}
+
+/** Longest piece of caller text echoed in an error message or param. */
+const MAX_ECHO = 200;
+
+/** `text` cut to at most ~200 characters (an ellipsis marks the cut), for echoing caller input. */
+export function clip(text: string): string {
+  return text.length <= MAX_ECHO ? text : `${text.slice(0, MAX_ECHO)}…`;
 }
 
 /** What an exact reading of a JSON number as an integer gives. */

@@ -347,6 +347,17 @@ describe("decodeCompletionRequest refusals", () => {
     expect(err.message).toMatch(/^The request body is not valid JSON: .+\.$/);
   });
 
+  it("echoes at most 200 characters of a caller's key (unknown field, duplicate key)", () => {
+    const key = "k".repeat(10_000);
+    const unknown = decodeError(`{"${key}": 1}`);
+    expect([unknown.param, unknown.message]).toEqual([
+      `${"k".repeat(200)}…`,
+      `Unrecognized request argument supplied: ${"k".repeat(200)}…`,
+    ]);
+    const duplicate = decodeError(`{"${key}": 1, "${key}": 2}`);
+    expect(duplicate.message.length).toBeLessThan(300);
+  });
+
   it("checks unknown fields before any type", () => {
     const err = decodeError('{"max_tokens": "2", "best_of": 2}');
     expect(err.param).toBe("best_of");
