@@ -176,7 +176,7 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
       requestId: ctx.requestId,
       shutdown: closing.signal,
       log: request.log,
-    });
+    }).catch((err: unknown) => request.log.error({ err, requestId: ctx.requestId }, "SSE pump failed"));
     return reply;
   });
 

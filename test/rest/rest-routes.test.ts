@@ -310,6 +310,15 @@ describe("refusals: the §7 envelope with the right status, and X-Request-Id = r
     expect(res.headers["x-request-id"]).toBe(body.request_id);
   });
 
+  it("takes a body of exactly 8 MiB", async () => {
+    const { app } = await build();
+    const empty = completion({ user: "" });
+    const payload = completion({ user: "x".repeat(eightMiB - Buffer.byteLength(empty)) });
+    expect(Buffer.byteLength(payload)).toBe(eightMiB);
+    const res = await app.inject({ method: "POST", url: "/v1/completions", headers: json, payload });
+    expect(res.statusCode).toBe(200);
+  });
+
   it("405 names the allowed methods in Allow", async () => {
     const { app } = await build();
     const res = await app.inject({ method: "DELETE", url: "/v1/models/llama-8b" });
