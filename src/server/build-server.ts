@@ -14,7 +14,7 @@ import type { Logger } from "pino";
 import type { Config } from "../config/index.js";
 import { createConnectRoutes, createHealthRoutes, requestIdKey } from "../connect/index.js";
 import { ApiError, newRequestId } from "../errors/index.js";
-import { restRoutes, sendError } from "../rest/index.js";
+import { handleUnmatchedRoute, renderMethodNotAllowed, restRoutes, sendError } from "../rest/index.js";
 import type { CompletionsApi } from "../service/index.js";
 import { createMetrics, type GatewayMetrics } from "./metrics.js";
 import { createOnePortServer } from "./one-port-server.js";
@@ -30,13 +30,8 @@ export interface ServerDeps {
   readonly onClose?: () => Promise<void>;
 }
 
-/** REST routes and the methods they take; any other method gets 405 `method_not_allowed`. */
-const restMethods: ReadonlyArray<[RegExp, readonly string[]]> = [
-  [/^\/v1\/completions$/, ["POST", "OPTIONS"]],
-  [/^\/v1\/chat\/completions$/, ["POST", "OPTIONS"]],
-  [/^\/v1\/models(\/[^/]+)?$/, ["GET", "HEAD", "OPTIONS"]],
-  [/^\/(healthz|readyz|metrics)$/, ["GET", "HEAD"]],
-];
+/** Ops routes (GET/HEAD only); REST routes know their own methods (src/rest). */
+const opsPaths = new Set(["/healthz", "/readyz", "/metrics"]);
 
 // Typed as an HTTP/1.1 server for fastify; HTTP/2 requests reach the same handler through the
 // compatibility API, which fastify and connect-node both accept.
@@ -136,16 +131,10 @@ export async function buildServer(
   });
 
   app.setNotFoundHandler((request: FastifyRequest, reply: FastifyReply) => {
-    const path = request.url.split("?")[0] ?? "";
-    const known = restMethods.find(([re]) => re.test(path));
-    const err = known
-      ? new ApiError(
-          "method_not_allowed",
-          `Method ${request.method} is not allowed on ${path}; use ${known[1][0]}.`,
-        )
-      : new ApiError("unknown_route", `Unknown route: ${request.method} ${path}.`);
-    if (known) reply.header("allow", known[1].join(", "));
-    return sendError(reply, err, requestIdOf(request));
+    if (opsPaths.has(request.url.split("?", 1)[0] ?? "")) {
+      return renderMethodNotAllowed(request, reply, ["GET", "HEAD"]);
+    }
+    return handleUnmatchedRoute(request, reply);
   });
   app.setErrorHandler((error, request, reply) => sendError(reply, error, requestIdOf(request)));
 
