@@ -35,7 +35,10 @@ export class ApiError extends Error {
 
   /** The envelope for `requestId` (req_ + 32 hex). */
   toEnvelope(requestId: string): ErrorEnvelopeJson {
-    return { error: { message: this.message, type: this.type, param: this.param, code: this.code }, request_id: requestId };
+    return {
+      error: { message: this.message, type: this.type, param: this.param, code: this.code },
+      request_id: requestId,
+    };
   }
 }
 
@@ -50,5 +53,7 @@ export function invalidRequest(param: string | null, message: string): ApiError 
  */
 export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
-  return new ApiError("internal_error", "The server had an error while processing your request.", { cause: err });
+  return new ApiError("internal_error", "The server had an error while processing your request.", {
+    cause: err,
+  });
 }

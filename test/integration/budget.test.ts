@@ -203,7 +203,11 @@ describe("model allow-lists", () => {
     const res = await rest(small, `Bearer ${other.key}`);
     expect(res.status).toBe(403);
     const json = (await res.json()) as { error: Record<string, unknown> };
-    expect(json.error).toMatchObject({ type: "invalid_request_error", code: "model_not_allowed", param: "model" });
+    expect(json.error).toMatchObject({
+      type: "invalid_request_error",
+      code: "model_not_allowed",
+      param: "model",
+    });
 
     const byAlias = ledger().createKey({ budgetTokens: 1000, models: ["tiny"] });
     expect((await rest(small, `Bearer ${byAlias.key}`)).status).toBe(200);
