@@ -1,9 +1,12 @@
 /**
- * Gateway overhead: the same completions requests sent to the reference engine directly and
- * through the gateway, non-stream and stream, at concurrency 1, 64 and 256 (autocannon). Engine
- * and gateway run as separate processes (as in production), autocannon in this one.
- * `benchGateway()` returns a markdown section: latency p50/p99 (ms), requests/s, and the added
- * latency and throughput ratio of the gateway.
+ * Gateway benchmarks over real processes on loopback (autocannon in this process; the engine and
+ * the gateway as separate processes, as in production):
+ * - benchGateway: the same completions requests to the engine directly and through the gateway,
+ *   non-stream and stream, at concurrency 1, 64 and 256: added latency p50/p99 (ms), throughput ratio.
+ * - benchCapture: the added latency of a capture request (output_residual_stream: all 32 layers of
+ *   the llama-8b preset) over the same request without capture, and over the engine's own capture.
+ * - benchHoldOnRequest: the added latency of the Hold + settle (ACS_DB on) on a request.
+ * Each returns a markdown section for bench/RESULTS.md.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -11,6 +14,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import autocannon from "autocannon";
+import { createBudgetLedger } from "../src/budget/index.js";
 
 const durationS = Number(process.env.BENCH_DURATION_S ?? 5);
 
@@ -34,16 +38,57 @@ async function waitFor(url: string, timeoutMs = 60_000): Promise<void> {
 }
 
 function start(args: string[], env: Record<string, string>): ChildProcess {
+  // node with tsx's loader: one process per server, so kill() reaches the server itself
   return spawn(process.execPath, ["--import", "tsx", ...args], {
     env: { ...process.env, ...env },
     stdio: "ignore",
   });
 }
 
-interface Row {
-  target: string;
-  mode: string;
-  connections: number;
+/** An engine process and any number of gateway processes in front of it; stop() ends them all. */
+async function startStack(preset: "tiny" | "llama-8b", gateways: Array<Record<string, string>>) {
+  const dir = mkdtempSync(join(tmpdir(), "acs-bench-"));
+  const enginePort = await freePort();
+  const engineUrl = `http://127.0.0.1:${enginePort}`;
+  const modelsFile = join(dir, "models.json");
+  const [hidden, layers] = preset === "tiny" ? [64, 4] : [4096, 32];
+  writeFileSync(
+    modelsFile,
+    JSON.stringify({
+      models: [
+        {
+          id: "bench",
+          upstream_url: engineUrl,
+          served_model_name: preset === "tiny" ? "acs/tiny" : "meta-llama/Llama-3.1-8B",
+          hidden_size: hidden,
+          num_hidden_layers: layers,
+        },
+      ],
+    }),
+  );
+  const children = [start(["src/engine/main.ts", "--preset", preset, "--port", String(enginePort)], {})];
+  const urls: string[] = [];
+  for (const env of gateways) {
+    const port = await freePort();
+    urls.push(`http://127.0.0.1:${port}`);
+    children.push(
+      start(["src/main.ts"], { ACS_MODELS: modelsFile, PORT: String(port), ACS_LOG_LEVEL: "warn", ...env }),
+    );
+  }
+  await waitFor(`${engineUrl}/health`);
+  for (const url of urls) await waitFor(`${url}/healthz`);
+  return {
+    dir,
+    engineUrl,
+    gatewayUrls: urls,
+    stop() {
+      for (const c of children) c.kill("SIGTERM");
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+interface Cell {
   p50: number;
   p99: number;
   rps: number;
@@ -54,18 +99,17 @@ async function load(
   url: string,
   body: object,
   connections: number,
-  duration = durationS,
-): Promise<Omit<Row, "target" | "mode">> {
+  opts: { duration?: number; headers?: Record<string, string> } = {},
+): Promise<Cell> {
   const result = await autocannon({
     url: `${url}/v1/completions`,
     method: "POST",
-    headers: { "content-type": "application/json" },
+    headers: { "content-type": "application/json", ...opts.headers },
     body: JSON.stringify(body),
     connections,
-    duration,
+    duration: opts.duration ?? durationS,
   });
   return {
-    connections,
     p50: result.latency.p50,
     p99: result.latency.p99,
     rps: result.requests.average,
@@ -73,64 +117,118 @@ async function load(
   };
 }
 
-/** Runs the gateway-vs-engine benchmark; returns a markdown section. */
+/** Warm-up (1 s), then the measured run. */
+async function measure(url: string, body: object, connections: number, headers: Record<string, string> = {}) {
+  await load(url, body, Math.min(connections, 8), { duration: 1, headers });
+  return load(url, body, connections, { headers });
+}
+
+const machineNote =
+  "engine and gateway in separate processes on the same 2-core machine, competing for CPU with autocannon";
+
+/** Gateway vs engine, same requests. */
 export async function benchGateway(): Promise<string> {
-  const dir = mkdtempSync(join(tmpdir(), "acs-bench-"));
-  const enginePort = await freePort();
-  const gatewayPort = await freePort();
-  const engineUrl = `http://127.0.0.1:${enginePort}`;
-  const gatewayUrl = `http://127.0.0.1:${gatewayPort}`;
-  const modelsFile = join(dir, "models.json");
-  writeFileSync(
-    modelsFile,
-    JSON.stringify({
-      models: [
-        { id: "acs/tiny", aliases: ["tiny"], upstream_url: engineUrl, hidden_size: 64, num_hidden_layers: 4 },
-      ],
-    }),
-  );
-  const engine = start(["src/engine/main.ts", "--preset", "tiny", "--port", String(enginePort)], {});
-  const gateway = start(["src/main.ts"], {
-    ACS_MODELS: modelsFile,
-    PORT: String(gatewayPort),
-    ACS_LOG_LEVEL: "warn",
-  });
-  const rows: Row[] = [];
-  try {
-    await waitFor(`${engineUrl}/health`);
-    await waitFor(`${gatewayUrl}/healthz`);
-    const base = { model: "acs/tiny", prompt: "The sky is", max_tokens: 4, temperature: 0, ignore_eos: true };
-    for (const mode of ["non-stream", "stream"] as const) {
-      const body = mode === "stream" ? { ...base, stream: true } : base;
-      for (const connections of [1, 64, 256]) {
-        for (const [target, url] of [
-          ["engine", engineUrl],
-          ["gateway", gatewayUrl],
-        ] as const) {
-          await load(url, body, Math.min(connections, 8), 1); // warm-up
-          rows.push({ target, mode, ...(await load(url, body, connections)) });
-        }
-      }
-    }
-  } finally {
-    engine.kill("SIGTERM");
-    gateway.kill("SIGTERM");
-    rmSync(dir, { recursive: true, force: true });
-  }
+  const stack = await startStack("tiny", [{}]);
+  const gateway = stack.gatewayUrls[0] as string;
   const lines = [
     "## Gateway vs engine (autocannon)",
     "",
-    `Same request (tiny preset, prompt "The sky is", max_tokens 4, greedy) to the engine directly and through the gateway; ${durationS} s per cell; engine and gateway in separate processes on the same 2-core machine, so both compete for CPU with autocannon.`,
+    `Same request (tiny preset, prompt "The sky is", max_tokens 4, greedy) to the engine directly and through the gateway; ${durationS} s per cell after 1 s of warm-up; ${machineNote}.`,
     "",
     "| mode | connections | engine p50 / p99 ms | gateway p50 / p99 ms | added p50 / p99 ms | engine req/s | gateway req/s | throughput ratio | errors (e/g) |",
     "|---|---|---|---|---|---|---|---|---|",
   ];
-  for (let i = 0; i < rows.length; i += 2) {
-    const e = rows[i] as Row;
-    const g = rows[i + 1] as Row;
-    lines.push(
-      `| ${e.mode} | ${e.connections} | ${e.p50} / ${e.p99} | ${g.p50} / ${g.p99} | ${g.p50 - e.p50} / ${g.p99 - e.p99} | ${e.rps.toFixed(0)} | ${g.rps.toFixed(0)} | ${(g.rps / e.rps).toFixed(2)} | ${e.errors} / ${g.errors} |`,
+  try {
+    const base = { model: "bench", prompt: "The sky is", max_tokens: 4, temperature: 0, ignore_eos: true };
+    for (const mode of ["non-stream", "stream"] as const) {
+      const body = mode === "stream" ? { ...base, stream: true } : base;
+      for (const connections of [1, 64, 256]) {
+        const e = await measure(stack.engineUrl, { ...body, model: "acs/tiny" }, connections);
+        const g = await measure(gateway, body, connections);
+        lines.push(
+          `| ${mode} | ${connections} | ${e.p50} / ${e.p99} | ${g.p50} / ${g.p99} | ${g.p50 - e.p50} / ${g.p99 - e.p99} | ${e.rps.toFixed(0)} | ${g.rps.toFixed(0)} | ${(g.rps / e.rps).toFixed(2)} | ${e.errors} / ${g.errors} |`,
+        );
+      }
+    }
+  } finally {
+    stack.stop();
+  }
+  return lines.join("\n");
+}
+
+/** The added latency of capturing all 32 layers of the llama-8b preset. */
+export async function benchCapture(): Promise<string> {
+  const stack = await startStack("llama-8b", [{}]);
+  const gateway = stack.gatewayUrls[0] as string;
+  const base = { prompt: "The sky is", max_tokens: 4, temperature: 0, ignore_eos: true };
+  try {
+    const plain = await measure(gateway, { ...base, model: "bench" }, 1);
+    const capture = await measure(gateway, { ...base, model: "bench", output_residual_stream: true }, 1);
+    const captureStream = await measure(
+      gateway,
+      { ...base, model: "bench", output_residual_stream: true, stream: true },
+      1,
     );
+    const engineCapture = await measure(
+      stack.engineUrl,
+      {
+        ...base,
+        model: "meta-llama/Llama-3.1-8B",
+        vllm_xargs: { output_residual_stream: JSON.stringify(Array.from({ length: 32 }, (_, i) => i)) },
+      },
+      1,
+    );
+    const row = (name: string, c: Cell) =>
+      `| ${name} | ${c.p50} | ${c.p99} | ${c.rps.toFixed(1)} | ${c.errors} |`;
+    return [
+      "## Capture requests (llama-8b preset, 32 layers × 7 positions × 4096 = 917,504 numbers, ~1.8 MB bf16)",
+      "",
+      `Connections 1, ${durationS} s per row; ${machineNote}.`,
+      "",
+      "| request | p50 ms | p99 ms | req/s | errors |",
+      "|---|---|---|---|---|",
+      row("gateway, no capture", plain),
+      row("engine, capture (vllm_xargs)", engineCapture),
+      row("gateway, capture", capture),
+      row("gateway, capture, stream (+1 prefill)", captureStream),
+      "",
+      `Added by capture through the gateway: p50 ${capture.p50 - plain.p50} ms over no capture, ${capture.p50 - engineCapture.p50} ms over the engine's own capture (the gateway's decode of Inference's JSON and re-encode of the tensor); a stream's capture costs one more prefill: p50 ${captureStream.p50 - capture.p50} ms over non-stream.`,
+    ].join("\n");
+  } finally {
+    stack.stop();
+  }
+}
+
+/** The added latency of the Hold + settle (keys and Budgets on) on a request. */
+export async function benchHoldOnRequest(): Promise<string> {
+  const dir = mkdtempSync(join(tmpdir(), "acs-bench-db-"));
+  const dbPath = join(dir, "acs.db");
+  const ledger = createBudgetLedger({ path: dbPath, reclaimIntervalMs: 0 });
+  const { key } = ledger.createKey({ budgetTokens: 1_000_000_000 });
+  ledger.close();
+  const stack = await startStack("tiny", [{}, { ACS_DB: dbPath }]);
+  const [off, on] = stack.gatewayUrls as [string, string];
+  const body = { model: "bench", prompt: "The sky is", max_tokens: 1, temperature: 0 };
+  const auth = { authorization: `Bearer ${key}` };
+  const lines = [
+    "## Hold + settle on a request (ACS_DB on vs off)",
+    "",
+    `Tiny preset, max_tokens 1, non-stream; two gateways on one engine, one with keys and Budgets (SQLite, synchronous=full); ${durationS} s per cell.`,
+    "",
+    "| connections | off p50 / p99 ms | on p50 / p99 ms | added p50 / p99 ms | off req/s | on req/s | errors (off/on) |",
+    "|---|---|---|---|---|---|---|",
+  ];
+  try {
+    for (const connections of [1, 64]) {
+      const a = await measure(off, body, connections);
+      const b = await measure(on, body, connections, auth);
+      lines.push(
+        `| ${connections} | ${a.p50} / ${a.p99} | ${b.p50} / ${b.p99} | ${b.p50 - a.p50} / ${b.p99 - a.p99} | ${a.rps.toFixed(0)} | ${b.rps.toFixed(0)} | ${a.errors} / ${b.errors} |`,
+      );
+    }
+  } finally {
+    stack.stop();
+    rmSync(dir, { recursive: true, force: true });
   }
   return lines.join("\n");
 }

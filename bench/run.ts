@@ -6,12 +6,14 @@ import { writeFileSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
 import { benchBudget } from "./budget.js";
 import { benchEngine } from "./engine.js";
-import { benchGateway } from "./gateway.js";
+import { benchCapture, benchGateway, benchHoldOnRequest } from "./gateway.js";
 import { benchLens } from "./lens.js";
 
 const sections: Record<string, () => Promise<string>> = {
   engine: benchEngine,
   gateway: benchGateway,
+  capture: benchCapture,
+  hold: benchHoldOnRequest,
   lens: benchLens,
   budget: benchBudget,
 };
