@@ -83,17 +83,3 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     },
   };
 }
-
-/** Parses an SSE body into its events: data payloads (JSON or "[DONE]") and comments. */
-export function parseSse(text: string): Array<{ data?: string; comment?: string; field?: string }> {
-  const events: Array<{ data?: string; comment?: string; field?: string }> = [];
-  for (const block of text.split("\n\n")) {
-    if (block === "") continue;
-    for (const line of block.split("\n")) {
-      if (line.startsWith(":")) events.push({ comment: line.slice(1).trim() });
-      else if (line.startsWith("data: ")) events.push({ data: line.slice(6) });
-      else if (line !== "") events.push({ field: line });
-    }
-  }
-  return events;
-}

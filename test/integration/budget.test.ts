@@ -9,6 +9,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CompletionsService, CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { ErrorEnvelopeSchema } from "../../gen/acs/v1/error_pb.js";
+import { sseChunks } from "../helpers/parse-sse.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 
 let stack: Stack;
@@ -157,12 +158,7 @@ describe("concurrency", () => {
             status: 200,
             used: (JSON.parse(text) as { usage: { total_tokens: number } }).usage.total_tokens,
           };
-        const usageEvent = text
-          .split("\n\n")
-          .map((e) => e.replace(/^data: /, ""))
-          .filter((d) => d.startsWith("{"))
-          .map((d) => JSON.parse(d) as { usage?: { total_tokens: number } | null })
-          .find((c) => c.usage);
+        const usageEvent = sseChunks<{ usage?: { total_tokens: number } | null }>(text).find((c) => c.usage);
         return { status: 200, used: usageEvent?.usage?.total_tokens ?? 0 };
       }),
     );

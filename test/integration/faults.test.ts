@@ -3,7 +3,8 @@
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseSse, type Stack, startStack } from "../helpers/start-stack.js";
+import { sseChunks } from "../helpers/parse-sse.js";
+import { type Stack, startStack } from "../helpers/start-stack.js";
 
 /** A scripted misbehaving Inference: the prompt text picks the behaviour. */
 function createFakeUpstream() {
@@ -157,17 +158,14 @@ describe("Inference faults become the right envelope", () => {
   ])("%s after the stream started → one error event, then [DONE]", async (prompt, code) => {
     const { res, text } = await call(stack, prompt, true);
     expect(res.status).toBe(200);
-    const events = parseSse(text).filter((e) => e.data !== undefined);
-    expect(events[events.length - 1]?.data).toBe("[DONE]");
-    const error = JSON.parse(events[events.length - 2]?.data as string) as {
-      error: { code: string };
-      request_id: string;
-    };
-    expect(error.error.code).toBe(code);
-    expect(error.request_id).toBe(res.headers.get("x-request-id"));
-    expect(events[0]?.data?.startsWith("{")).toBe(true);
-    expect(JSON.parse(events[0]?.data as string).choices[0].text).toBe("a");
-    expect(parseSse(text).some((e) => e.field !== undefined)).toBe(false);
+    // sseChunks/parseSse throw on any event:, id: or retry: line and on a missing [DONE]
+    const chunks = sseChunks(text);
+    expect(chunks[chunks.length - 1]).toMatchObject({
+      error: { code },
+      request_id: res.headers.get("x-request-id"),
+    });
+    expect(chunks.slice(0, -1).every((c) => !("error" in c))).toBe(true);
+    expect(chunks[0]).toMatchObject({ choices: [{ text: "a" }] });
   });
 });
 

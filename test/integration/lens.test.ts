@@ -7,7 +7,8 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CompletionsService, CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { decodeTensor, tensorFromVllmLensJson, type VllmLensTensorJson } from "../../src/lens/index.js";
-import { parseSse, type Stack, startStack } from "../helpers/start-stack.js";
+import { sseChunks } from "../helpers/parse-sse.js";
+import { type Stack, startStack } from "../helpers/start-stack.js";
 
 let stack: Stack;
 const layers = [1, 3];
@@ -91,9 +92,8 @@ describe("capture (output_residual_stream)", () => {
       stream_options: { include_usage: true },
     });
     expect(res.status).toBe(200);
-    const events = parseSse(await res.text()).filter((e) => e.data !== undefined);
-    expect(events[events.length - 1]?.data).toBe("[DONE]");
-    const chunks = events.slice(0, -1).map((e) => JSON.parse(e.data as string));
+    // biome-ignore lint/suspicious/noExplicitAny: chunks are checked field by field below
+    const chunks = sseChunks<any>(await res.text());
     const last = chunks[chunks.length - 1];
     const usage = chunks[chunks.length - 2];
     expect(usage.choices).toEqual([]);
@@ -210,9 +210,8 @@ describe("steering (apply_steering_vectors)", () => {
   it("streams steered text equal to the non-stream steered text", async () => {
     const full = await complete({ ...body, apply_steering_vectors: [vector(8)] });
     const res = await post({ ...body, apply_steering_vectors: [vector(8)], stream: true });
-    const events = parseSse(await res.text()).filter((e) => e.data !== undefined && e.data !== "[DONE]");
-    const text = events
-      .flatMap((e) => JSON.parse(e.data as string).choices.map((c: Choice) => c.text))
+    const text = sseChunks<{ choices: Choice[] }>(await res.text())
+      .flatMap((c) => c.choices.map((ch) => ch.text))
       .join("");
     expect(text).toBe(full.choices[0]?.text);
   });

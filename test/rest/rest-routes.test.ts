@@ -7,8 +7,8 @@ import OpenAI from "openai";
 import { afterEach, describe, expect, it } from "vitest";
 import { isRequestId } from "../../src/errors/index.js";
 import { CHAT_COMPLETIONS_MESSAGE, handleUnmatchedRoute, restRoutes } from "../../src/rest/index.js";
+import { parseSse, withoutKeepalives } from "../helpers/parse-sse.js";
 import { createFakeApi, headJson } from "./helpers/fake-api.js";
-import { parseSse, withoutKeepalives } from "./helpers/parse-sse.js";
 
 let app: FastifyInstance | undefined;
 afterEach(async () => {

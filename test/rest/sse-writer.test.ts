@@ -6,7 +6,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, describe, expect, it } from "vitest";
 import { ApiError } from "../../src/errors/index.js";
 import { createSseWriter } from "../../src/rest/sse-writer.js";
-import { parseSse, withoutKeepalives } from "./helpers/parse-sse.js";
+import { parseSse, withoutKeepalives } from "../helpers/parse-sse.js";
 
 async function collect(stream: PassThrough): Promise<string> {
   let text = "";

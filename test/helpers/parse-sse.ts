@@ -28,3 +28,17 @@ export function parseSse(body: string): SseBlock[] {
 export function withoutKeepalives(blocks: SseBlock[]): SseBlock[] {
   return blocks.filter((b) => !(b.kind === "comment" && b.text === "keepalive"));
 }
+
+/**
+ * The JSON payloads of a whole SSE body that ends with `data: [DONE]` (throws otherwise), in
+ * order, keepalive comments skipped.
+ */
+export function sseChunks<T = Record<string, unknown>>(body: string): T[] {
+  const blocks = parseSse(body).filter((b) => b.kind !== "comment");
+  const last = blocks.pop();
+  if (last?.kind !== "done") throw new Error("SSE body does not end with data: [DONE]");
+  return blocks.map((b) => {
+    if (b.kind !== "data") throw new Error("[DONE] before the end of the stream");
+    return b.data as T;
+  });
+}
