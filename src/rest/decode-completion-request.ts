@@ -6,7 +6,7 @@ import {
 import type { SteeringVector, SteeringVectorSchema } from "../../gen/acs/v1/lens_pb.js";
 import { type ApiError, invalidRequest } from "../errors/index.js";
 import { parseTensorJson } from "../lens/index.js";
-import { clip, isJsonNumber, parseStrictJson, readExactInteger } from "./strict-json.js";
+import { clip, decodeUtf8Body, isJsonNumber, parseStrictJson, readExactInteger } from "./strict-json.js";
 
 /** A REST completion request, decoded: the proto request, and whether `stream: true` was sent. */
 export interface DecodedCompletionRequest {
@@ -143,7 +143,7 @@ function readStop(value: unknown): string[] {
 
 function readOutputResidualStream(value: unknown): Partial<RequestInit> {
   const param = "output_residual_stream";
-  if (value === false) return {};
+  // `false` is a wrong type, not "left out" (API.md §2: int[] or true); only null is left out.
   if (value === true) return { outputResidualStream: { allLayers: true } };
   const expected = "an array of integers or true";
   if (Array.isArray(value)) {
@@ -273,20 +273,22 @@ export const completionRequestFieldNames: readonly string[] = [...requestFields.
  *
  * - Numbers are read from their source text: integer fields take `2`, `2.0`, `2e0` within int32
  *   (`seed`: int64, exact); decimal fields take any finite number; `"2"` is a number only for
- *   `priority`. `null` means left out, for every field; `output_residual_stream: false` too.
+ *   `priority`. `null` means left out, for every field (`output_residual_stream: false` is a wrong
+ *   type: it takes an array of integers or `true`).
  * - Only shapes and types are checked here (and int32/int64 representability); ranges and
  *   cross-field rules (n vs temperature, stream_options without stream, …) are the service's.
  * - Unknown fields are refused before any type is checked; then fields in body order.
  *
- * @param body the raw request body (UTF-8 text)
+ * @param body the raw request body: its bytes (decoded as strict UTF-8), or text
  * @returns the proto request and `stream` (which selects CreateCompletion or StreamCompletion)
- * @throws ApiError 400 `invalid_request`: malformed JSON or a non-object body (param null); an
- *   unknown field (param = the field, dotted for nested: `stream_options.foo`); a wrong type
- *   (`Invalid type for 'max_tokens': expected a number.`); an integer outside int32/int64; and
+ * @throws ApiError 400 `invalid_request`: invalid UTF-8, malformed JSON or a non-object body
+ *   (param null); an unknown field (param = the field, dotted for nested: `stream_options.foo`);
+ *   a wrong type (`Invalid type for 'max_tokens': expected a number.`); an integer outside
+ *   int32/int64; and
  *   whatever `parseTensorJson` throws for `apply_steering_vectors[i].activations`.
  */
-export function decodeCompletionRequest(body: string): DecodedCompletionRequest {
-  const json = parseStrictJson(body);
+export function decodeCompletionRequest(body: string | Uint8Array): DecodedCompletionRequest {
+  const json = parseStrictJson(typeof body === "string" ? body : decodeUtf8Body(body));
   if (!isObject(json)) throw invalidRequest(null, "The request body must be a JSON object.");
   const { stream = false, ...init } = walkObject(json, "", requestFields);
   return { request: create(CreateCompletionRequestSchema, init), stream };

@@ -30,9 +30,11 @@ export {
 export {
   apiErrorFrom,
   MAX_BODY_BYTES,
+  modelNotFound,
   renderMethodNotAllowed,
   renderNotFound,
   requestIdOf,
+  requestTooLarge,
   sendError,
 } from "./send-error.js";
 export {

@@ -15,6 +15,7 @@ import { renderChunk, renderCompletion, renderModel, renderModelList } from "./r
 import {
   apiErrorFrom,
   MAX_BODY_BYTES,
+  modelNotFound,
   renderMethodNotAllowed,
   renderNotFound,
   requestIdOf,
@@ -63,6 +64,11 @@ export function handleUnmatchedRoute(request: FastifyRequest, reply: FastifyRepl
   return renderNotFound(request, reply);
 }
 
+/** The body the JSON parser kept (its bytes); none (no body, or no parser ran) → empty. */
+function bodyBytes(body: unknown): Uint8Array {
+  return body instanceof Uint8Array ? body : new Uint8Array(0);
+}
+
 /** `application/json`, with or without `; charset=utf-8`; anything else → 415. */
 function assertJsonContentType(contentType: string | undefined): void {
   const [essence = "", ...parameters] = (contentType ?? "")
@@ -84,19 +90,20 @@ function assertJsonContentType(contentType: string | undefined): void {
 }
 
 /**
- * Streams the chunks (the first one already read) as SSE. An error after the first chunk becomes
- * one envelope event and `[DONE]`; a client that goes away stops the loop and closes the iterator
- * (which aborts Inference).
+ * Streams the chunks as SSE, starting with `first` (the pending or settled first `next()`). An
+ * error (before or after the first chunk: the status is already 200) becomes one envelope event
+ * and `[DONE]`; a client that goes away stops the loop and closes the iterator (which aborts
+ * Inference).
  */
 async function pumpChunks(
-  first: IteratorResult<StreamCompletionResponse>,
+  first: Promise<IteratorResult<StreamCompletionResponse>>,
   chunks: AsyncIterator<StreamCompletionResponse>,
   writer: SseWriter,
   opts: { includeUsage: boolean; requestId: string; shutdown: AbortSignal; log: FastifyBaseLogger },
 ): Promise<void> {
-  let finished = first.done === true;
+  let finished = false;
   try {
-    let next = first;
+    let next = await first;
     while (next.done !== true) {
       if (!(await writer.send(renderChunk(next.value, { includeUsage: opts.includeUsage })))) return;
       next = await chunks.next();
@@ -112,6 +119,34 @@ async function pumpChunks(
     await writer.fail(apiError.toEnvelope(opts.requestId));
   } finally {
     if (!finished) await chunks.return?.();
+  }
+}
+
+/** What the first `next()` of a stream gave within the wait, or that it is still pending. */
+type FirstChunk =
+  | { readonly kind: "settled"; readonly result: IteratorResult<StreamCompletionResponse> }
+  | { readonly kind: "failed"; readonly error: unknown }
+  | { readonly kind: "pending" };
+
+/** Waits for `first` at most `ms` milliseconds (the timer is cleared either way). */
+async function waitForFirst(
+  first: Promise<IteratorResult<StreamCompletionResponse>>,
+  ms: number,
+): Promise<FirstChunk> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<FirstChunk>((resolve) => {
+    timer = setTimeout(() => resolve({ kind: "pending" }), ms);
+  });
+  try {
+    return await Promise.race([
+      first.then(
+        (result): FirstChunk => ({ kind: "settled", result }),
+        (error: unknown): FirstChunk => ({ kind: "failed", error }),
+      ),
+      timeout,
+    ]);
+  } finally {
+    clearTimeout(timer);
   }
 }
 
@@ -144,28 +179,34 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
     return sendError(reply, shown, requestIdOf(reply));
   });
 
-  // Bodies are read as text and decoded by the strict decoder (never fastify's JSON parser).
+  // Every content type is read as bytes and checked by the route itself, after the key (a bad key
+  // is 401 whatever the body): JSON only (415), decoded as strict UTF-8 (invalid bytes → 400).
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser(
-    "application/json",
-    { parseAs: "string", bodyLimit: MAX_BODY_BYTES },
-    (_request, body, done) => done(null, body),
+  app.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: MAX_BODY_BYTES }, (_request, body, done) =>
+    done(null, body),
   );
 
   app.post("/v1/completions", { bodyLimit: MAX_BODY_BYTES }, async (request, reply) => {
-    assertJsonContentType(request.headers["content-type"]);
-    const body = typeof request.body === "string" ? request.body : "";
-    const { request: completionRequest, stream } = decodeCompletionRequest(body);
     const ctx = contextOf(request, reply);
+    // A bad key is 401 before the body is even looked at (OpenAI answers 401 before 400).
+    api.authenticate(ctx);
+    assertJsonContentType(request.headers["content-type"]);
+    const { request: completionRequest, stream } = decodeCompletionRequest(bodyBytes(request.body));
     if (!stream) {
       const response = await api.createCompletion(completionRequest, ctx);
       return reply.type("application/json; charset=utf-8").send(JSON.stringify(renderCompletion(response)));
     }
     const chunks = api.streamCompletion(completionRequest, ctx)[Symbol.asyncIterator]();
-    // Every refusal comes before the first chunk: wait for it, so a refusal is a real HTTP status.
-    const first = await chunks.next();
+    // Every refusal comes before the first chunk: wait for it, so a refusal is a real HTTP status —
+    // but only one keepalive interval, so a call that Inference queues is never silent. After
+    // that the status is 200 and a refusal is an in-band envelope event.
+    const first = chunks.next();
+    const waited = await waitForFirst(first, keepaliveIntervalMs);
+    if (waited.kind === "failed") throw waited.error;
     const out = new PassThrough();
     const writer = createSseWriter(out, { keepaliveIntervalMs });
+    // One interval has passed with no chunk: a keepalive now puts the 200 head on the wire.
+    if (waited.kind === "pending") out.write(": keepalive\n\n");
     reply
       .type("text/event-stream; charset=utf-8")
       .header("cache-control", "no-cache")
@@ -190,9 +231,7 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
     const id = (request.params as Record<string, string | undefined>)["*"] ?? "";
     const models = await api.listModels(contextOf(request, reply));
     const model = models.data.find((m) => m.id === id || m.aliases.includes(id));
-    if (model === undefined) {
-      throw new ApiError("model_not_found", `The model '${id}' does not exist.`, { param: "model" });
-    }
+    if (model === undefined) throw modelNotFound(id);
     return reply.type("application/json; charset=utf-8").send(JSON.stringify(renderModel(model)));
   });
 

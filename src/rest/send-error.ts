@@ -6,6 +6,34 @@ export const MAX_BODY_BYTES = 8 * 1024 * 1024;
 
 const REQUEST_ID_HEADER = "x-request-id";
 
+const MIB = 1024 * 1024;
+
+/**
+ * 413 `request_too_large` for a body over `limitBytes`: the one message of every 413 (the REST
+ * routes' chunked bodies, and the server's early Content-Length check). E.g. for 8 MiB:
+ * `The request body is too large: at most 8388608 bytes (8 MiB).`
+ */
+export function requestTooLarge(limitBytes: number): ApiError {
+  const mib = limitBytes % MIB === 0 && limitBytes > 0 ? ` (${limitBytes / MIB} MiB)` : "";
+  return new ApiError(
+    "request_too_large",
+    `The request body is too large: at most ${limitBytes} bytes${mib}.`,
+  );
+}
+
+/**
+ * 404 `model_not_found` (param `model`) for a model name the gateway does not serve, with the
+ * service's wording (src/service/model-registry.ts `resolve()`), so that `GET /v1/models/{id}` and
+ * `POST /v1/completions` answer an unknown model with the same text.
+ */
+export function modelNotFound(name: string): ApiError {
+  return new ApiError(
+    "model_not_found",
+    `The model \`${name}\` does not exist or you do not have access to it.`,
+    { param: "model" },
+  );
+}
+
 /**
  * The request id of this exchange: the `X-Request-Id` response header when one is already set
  * (e.g. by a root hook), else a fresh `req_` + 32 hex, which is set as the header. Calling it again
@@ -21,10 +49,6 @@ export function requestIdOf(reply: FastifyReply): string {
 
 /** fastify's own error codes (content-type parser, body), as the API's errors. */
 const fastifyErrors: Readonly<Record<string, { code: ErrorCode; message: string }>> = {
-  FST_ERR_CTP_BODY_TOO_LARGE: {
-    code: "request_too_large",
-    message: `The request body is too large: at most ${MAX_BODY_BYTES} bytes (8 MiB).`,
-  },
   FST_ERR_CTP_INVALID_MEDIA_TYPE: {
     code: "unsupported_media_type",
     message: "Unsupported Content-Type: send the request body as JSON with 'Content-Type: application/json'.",
@@ -58,6 +82,10 @@ export function apiErrorFrom(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
   if (typeof err === "object" && err !== null) {
     const { code, statusCode, message } = err as { code?: unknown; statusCode?: unknown; message?: unknown };
+    if (code === "FST_ERR_CTP_BODY_TOO_LARGE") {
+      const tooLarge = requestTooLarge(MAX_BODY_BYTES);
+      return new ApiError(tooLarge.code, tooLarge.message, { cause: err });
+    }
     const known = typeof code === "string" ? fastifyErrors[code] : undefined;
     if (known !== undefined) return new ApiError(known.code, known.message, { cause: err });
     const mapped = typeof statusCode === "number" ? statusCodes[statusCode] : undefined;

@@ -4,6 +4,24 @@ import { invalidRequest } from "../errors/index.js";
 /** A JSON number kept as its source text (lossless-json), so int64 values stay exact. */
 export { isLosslessNumber as isJsonNumber, LosslessNumber as JsonNumber };
 
+/** Refuses invalid UTF-8 instead of replacing it; keeps a leading BOM (which JSON then refuses). */
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+/**
+ * The raw bytes of a request body as text, strictly: invalid UTF-8 (e.g. `\xff\xfe` inside a
+ * string) is refused, never replaced by U+FFFD. A leading BOM is kept, so the JSON parser refuses
+ * it as it refuses any other stray character.
+ *
+ * @throws ApiError 400 `invalid_request` (param null) for bytes that are not UTF-8.
+ */
+export function decodeUtf8Body(bytes: Uint8Array): string {
+  try {
+    return utf8.decode(bytes);
+  } catch {
+    throw invalidRequest(null, "The request body is not valid JSON: it is not valid UTF-8 text.");
+  }
+}
+
 /**
  * Parses a request body as JSON without losing precision: every number becomes a
  * `LosslessNumber` holding its source text. Objects are plain objects; a `__proto__` key becomes

@@ -19,7 +19,7 @@ vi.mock("../../src/lens/index.js", () => ({
 const base = { model: "llama-8b", prompt: "The sky is" };
 const body = (fields: Record<string, unknown>): string => JSON.stringify({ ...base, ...fields });
 
-function decodeError(text: string): ApiError {
+function decodeError(text: string | Uint8Array): ApiError {
   try {
     decodeCompletionRequest(text);
   } catch (err) {
@@ -103,7 +103,7 @@ const wrongTypeCases: ErrorCase[] = [
     param: "stop_token_ids",
     message: typeMessage("stop_token_ids", "an array of integers"),
   })),
-  ...[1, "true", [1.5], ["1"], {}].map((value) => ({
+  ...[false, 1, "true", [1.5], ["1"], {}].map((value) => ({
     name: `output_residual_stream ${JSON.stringify(value)}`,
     body: body({ output_residual_stream: value }),
     param: "output_residual_stream",
@@ -536,7 +536,7 @@ const decodeCases: DecodeCase[] = [
     body: '{"output_residual_stream": true}',
     request: { outputResidualStream: { allLayers: true } },
   },
-  { name: "output_residual_stream false = left out", body: '{"output_residual_stream": false}', request: {} },
+  { name: "output_residual_stream null = left out", body: '{"output_residual_stream": null}', request: {} },
   {
     name: "output_residual_stream layers",
     body: '{"output_residual_stream": [15, 20]}',
@@ -564,6 +564,37 @@ const decodeCases: DecodeCase[] = [
     },
   },
 ];
+
+describe("decodeCompletionRequest on raw bytes", () => {
+  const bytes = (...parts: (string | number[])[]): Uint8Array =>
+    Buffer.concat(parts.map((p) => (typeof p === "string" ? Buffer.from(p) : Buffer.from(p))));
+
+  it.each([
+    {
+      name: "\\xff\\xfe inside a string",
+      body: bytes('{"model": "llama-8b", "prompt": "a', [0xff, 0xfe], '"}'),
+    },
+    { name: "a lone continuation byte", body: bytes('{"prompt": "', [0x80], '"}') },
+    { name: "a truncated 3-byte sequence", body: bytes('{"prompt": "', [0xe2, 0x82], '"}') },
+    { name: "an overlong encoding", body: bytes('{"prompt": "', [0xc0, 0xaf], '"}') },
+    { name: "a UTF-16 surrogate as UTF-8", body: bytes('{"prompt": "', [0xed, 0xa0, 0x80], '"}') },
+    { name: "invalid bytes outside strings", body: bytes("{", [0xff], "}") },
+  ])("refuses invalid UTF-8 ($name): 400, param null, never U+FFFD", ({ body: raw }) => {
+    const err = decodeError(raw);
+    expect([err.status, err.code, err.param]).toEqual([400, "invalid_request", null]);
+    expect(err.message).toMatch(/UTF-8/);
+  });
+
+  it("refuses a leading BOM (never stripped)", () => {
+    const err = decodeError(bytes([0xef, 0xbb, 0xbf], body({})));
+    expect([err.status, err.code, err.param]).toEqual([400, "invalid_request", null]);
+  });
+
+  it("decodes valid UTF-8, multi-byte characters included", () => {
+    const decoded = decodeCompletionRequest(bytes(JSON.stringify({ prompt: "é → 😀", user: "ü" })));
+    expect([decoded.request.prompt, decoded.request.user]).toEqual([{ case: "text", value: "é → 😀" }, "ü"]);
+  });
+});
 
 describe("decodeCompletionRequest decodes", () => {
   it.each(decodeCases)("$name", ({ body: text, stream, request }) => {

@@ -5,10 +5,18 @@ import { setTimeout as sleep } from "node:timers/promises";
 import Fastify, { type FastifyInstance } from "fastify";
 import OpenAI from "openai";
 import { afterEach, describe, expect, it } from "vitest";
-import { isRequestId } from "../../src/errors/index.js";
-import { CHAT_COMPLETIONS_MESSAGE, handleUnmatchedRoute, restRoutes } from "../../src/rest/index.js";
+import { ApiError, isRequestId } from "../../src/errors/index.js";
+import {
+  CHAT_COMPLETIONS_MESSAGE,
+  handleUnmatchedRoute,
+  MAX_BODY_BYTES,
+  modelNotFound,
+  requestTooLarge,
+  restRoutes,
+} from "../../src/rest/index.js";
+import { createModelRegistry } from "../../src/service/model-registry.js";
 import { parseSse, withoutKeepalives } from "../helpers/parse-sse.js";
-import { createFakeApi, headJson } from "./helpers/fake-api.js";
+import { createFakeApi, type FakeApiOptions, headJson, lateRefusal } from "./helpers/fake-api.js";
 
 let app: FastifyInstance | undefined;
 afterEach(async () => {
@@ -16,8 +24,8 @@ afterEach(async () => {
   app = undefined;
 });
 
-async function build(keepaliveIntervalMs = 5000) {
-  const fake = createFakeApi();
+async function build(keepaliveIntervalMs = 5000, options: FakeApiOptions = {}) {
+  const fake = createFakeApi(options);
   app = Fastify();
   await app.register(restRoutes, { api: fake.api, keepaliveIntervalMs });
   app.setNotFoundHandler(handleUnmatchedRoute);
@@ -102,7 +110,7 @@ interface RefusalCase {
   method?: "POST" | "GET";
   url?: string;
   headers?: Record<string, string>;
-  payload?: string;
+  payload?: string | Buffer;
   status: number;
   type: string;
   code: string;
@@ -191,6 +199,39 @@ const refusals: RefusalCase[] = [
     type: "invalid_request_error",
     code: "request_too_large",
     param: null,
+    message: "The request body is too large: at most 8388608 bytes (8 MiB).",
+  },
+  {
+    name: "invalid UTF-8 inside a string",
+    headers: json,
+    payload: Buffer.concat([
+      Buffer.from('{"model": "llama-8b", "prompt": "a'),
+      Buffer.from([0xff, 0xfe]),
+      Buffer.from('"}'),
+    ]),
+    status: 400,
+    type: "invalid_request_error",
+    code: "invalid_request",
+    param: null,
+  },
+  {
+    name: "a leading UTF-8 BOM",
+    headers: json,
+    payload: Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(completion({}))]),
+    status: 400,
+    type: "invalid_request_error",
+    code: "invalid_request",
+    param: null,
+  },
+  {
+    name: "output_residual_stream false",
+    headers: json,
+    payload: completion({ output_residual_stream: false }),
+    status: 400,
+    type: "invalid_request_error",
+    code: "invalid_request",
+    param: "output_residual_stream",
+    message: "Invalid type for 'output_residual_stream': expected an array of integers or true.",
   },
   {
     name: "unknown model (the service's ApiError)",
@@ -200,7 +241,7 @@ const refusals: RefusalCase[] = [
     type: "invalid_request_error",
     code: "model_not_found",
     param: "model",
-    message: "The model 'missing' does not exist.",
+    message: "The model `missing` does not exist or you do not have access to it.",
   },
   {
     name: "a refusal of a stream is a real HTTP status",
@@ -252,6 +293,7 @@ const refusals: RefusalCase[] = [
     type: "invalid_request_error",
     code: "request_too_large",
     param: null,
+    message: "The request body is too large: at most 8388608 bytes (8 MiB).",
   },
   {
     name: "unknown model id",
@@ -261,7 +303,7 @@ const refusals: RefusalCase[] = [
     type: "invalid_request_error",
     code: "model_not_found",
     param: "model",
-    message: "The model 'nope' does not exist.",
+    message: "The model `nope` does not exist or you do not have access to it.",
   },
   {
     name: "unknown route",
@@ -323,6 +365,113 @@ describe("refusals: the §7 envelope with the right status, and X-Request-Id = r
     const { app } = await build();
     const res = await app.inject({ method: "DELETE", url: "/v1/models/llama-8b" });
     expect([res.statusCode, res.headers.allow]).toEqual([405, "GET, HEAD"]);
+  });
+});
+
+describe("authentication comes before the body (OpenAI answers 401 before 400)", () => {
+  const refuseKey = () => {
+    throw new ApiError("invalid_api_key", "Incorrect API key provided.");
+  };
+
+  it.each([
+    { name: "a type error", payload: completion({ max_tokens: "2" }) },
+    { name: "an unknown field", payload: completion({ best_of: 2 }) },
+    { name: "malformed JSON", payload: '{"model": ' },
+    { name: "a stream with a type error", payload: completion({ stream: true, n: "x" }) },
+  ])("a bad key with $name in the body → 401 invalid_api_key", async ({ payload }) => {
+    const { app, calls } = await build(5000, { authenticate: refuseKey });
+    const res = await app.inject({
+      method: "POST",
+      url: "/v1/completions",
+      headers: { ...json, authorization: "Bearer sk-wrong" },
+      payload,
+    });
+    expect(res.statusCode).toBe(401);
+    const body = res.json() as { error: Record<string, unknown>; request_id: string };
+    expect(body.error).toMatchObject({ code: "invalid_api_key", param: null });
+    expect(body.request_id).toBe(res.headers["x-request-id"]);
+    expect(calls).toEqual([]);
+  });
+
+  it("a bad key with a wrong Content-Type → 401 too", async () => {
+    const { app } = await build(5000, { authenticate: refuseKey });
+    const res = await app.inject({
+      method: "POST",
+      url: "/v1/completions",
+      headers: { "content-type": "text/plain" },
+      payload: "hello",
+    });
+    expect(res.statusCode).toBe(401);
+  });
+
+  it("authenticates with the call's context, then decodes: a good key with a type error → 400", async () => {
+    const { app, authenticated } = await build();
+    const res = await app.inject({
+      method: "POST",
+      url: "/v1/completions",
+      headers: { ...json, authorization: "Bearer sk-good" },
+      payload: completion({ max_tokens: "2" }),
+    });
+    expect(res.statusCode).toBe(400);
+    expect(authenticated.map((ctx) => [ctx.authorization, ctx.requestId])).toEqual([
+      ["Bearer sk-good", res.headers["x-request-id"]],
+    ]);
+  });
+});
+
+describe("shared messages", () => {
+  it("requestTooLarge(limit) is the 413 of every REST body over the limit", () => {
+    const error = requestTooLarge(MAX_BODY_BYTES);
+    expect([error.status, error.code, error.param, error.message]).toEqual([
+      413,
+      "request_too_large",
+      null,
+      "The request body is too large: at most 8388608 bytes (8 MiB).",
+    ]);
+    expect(requestTooLarge(1000).message).toBe("The request body is too large: at most 1000 bytes.");
+  });
+
+  it("GET /v1/models/{id} refuses an unknown id with the service's model_not_found, word for word", async () => {
+    const registry = await createModelRegistry(
+      [
+        {
+          id: "meta-llama/Llama-3.1-8B",
+          aliases: ["llama-8b"],
+          upstreamUrl: "http://127.0.0.1:1",
+          servedModelName: "meta-llama/Llama-3.1-8B",
+          upstreamApiKey: undefined,
+          maxModelLen: 131072,
+          hiddenSize: 4096,
+          numLayers: 32,
+          ownedBy: "acs",
+        },
+      ],
+      () => ({ listModels: async () => ({ data: [] }) }),
+    );
+    const fromService = (() => {
+      try {
+        registry.resolve("no/such-model");
+      } catch (err) {
+        return err as ApiError;
+      }
+      throw new Error("resolve() found no/such-model");
+    })();
+    const { app } = await build();
+    const res = await app.inject({ method: "GET", url: "/v1/models/no%2Fsuch-model" });
+    expect(res.statusCode).toBe(404);
+    const { error } = res.json() as { error: Record<string, unknown> };
+    expect(error).toEqual({
+      message: fromService.message,
+      type: "invalid_request_error",
+      param: fromService.param,
+      code: fromService.code,
+    });
+    const shared = modelNotFound("no/such-model");
+    expect([shared.message, shared.param, shared.code]).toEqual([
+      fromService.message,
+      fromService.param,
+      fromService.code,
+    ]);
   });
 });
 
@@ -442,6 +591,98 @@ describe("POST /v1/completions with stream: true (SSE)", () => {
     expect(firstData).toBe(0);
     expect(comments.length).toBeGreaterThanOrEqual(2);
     expect(withoutKeepalives(blocks).map((b) => b.kind)).toEqual(["data", "data", "done"]);
+  });
+});
+
+describe("a stream whose first chunk is slow", () => {
+  it("gets the 200 head and keepalives after one interval, then its chunks", async () => {
+    const { app } = await build(20, { firstChunkDelayMs: 150 });
+    const res = await app.inject({
+      method: "POST",
+      url: "/v1/completions",
+      headers: json,
+      payload: completion({ model: "queued", stream: true }),
+    });
+    expect(res.statusCode).toBe(200);
+    expect(res.headers["content-type"]).toBe("text/event-stream; charset=utf-8");
+    const blocks = parseSse(res.body);
+    const firstData = blocks.findIndex((b) => b.kind === "data");
+    expect(firstData).toBeGreaterThanOrEqual(2);
+    expect(blocks.slice(0, firstData)).toEqual(
+      Array.from({ length: firstData }, () => ({ kind: "comment", text: "keepalive" })),
+    );
+    expect(withoutKeepalives(blocks).map((b) => b.kind)).toEqual(["data", "data", "done"]);
+  });
+
+  it("sends bytes on a real socket before the first chunk comes", async () => {
+    const { app } = await build(20, { firstChunkDelayMs: 400 });
+    await app.listen({ port: 0, host: "127.0.0.1" });
+    const { port } = app.server.address() as AddressInfo;
+    const start = Date.now();
+    const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+      method: "POST",
+      headers: json,
+      body: completion({ model: "queued", stream: true }),
+    });
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    const part = await reader.read();
+    expect(Date.now() - start).toBeLessThan(300);
+    expect(new TextDecoder().decode(part.value)).toMatch(/^: keepalive\n\n/);
+    let text = new TextDecoder().decode(part.value);
+    for (let next = await reader.read(); !next.done; next = await reader.read())
+      text += new TextDecoder().decode(next.value);
+    expect(withoutKeepalives(parseSse(text)).map((b) => b.kind)).toEqual(["data", "data", "done"]);
+  });
+
+  it("a refusal within the interval is still a real HTTP status", async () => {
+    const { app } = await build(200, { firstChunkDelayMs: 10 });
+    const res = await app.inject({
+      method: "POST",
+      url: "/v1/completions",
+      headers: json,
+      payload: completion({ model: "late-refusal", stream: true }),
+    });
+    expect(res.statusCode).toBe(400);
+    expect(res.headers["content-type"]).toBe("application/json; charset=utf-8");
+    expect(res.json()).toEqual({
+      error: {
+        message: lateRefusal().message,
+        type: "invalid_request_error",
+        param: "max_tokens",
+        code: "invalid_request",
+      },
+      request_id: res.headers["x-request-id"],
+    });
+  });
+
+  it("a refusal after the interval is the in-band envelope event and [DONE] (the status is sent)", async () => {
+    const { app, events } = await build(20, { firstChunkDelayMs: 100 });
+    const res = await app.inject({
+      method: "POST",
+      url: "/v1/completions",
+      headers: json,
+      payload: completion({ model: "late-refusal", stream: true }),
+    });
+    expect(res.statusCode).toBe(200);
+    const blocks = parseSse(res.body);
+    expect(blocks[0]).toEqual({ kind: "comment", text: "keepalive" });
+    expect(withoutKeepalives(blocks)).toEqual([
+      {
+        kind: "data",
+        data: {
+          error: {
+            message: lateRefusal().message,
+            type: "invalid_request_error",
+            param: "max_tokens",
+            code: "invalid_request",
+          },
+          request_id: res.headers["x-request-id"],
+        },
+      },
+      { kind: "done" },
+    ]);
+    expect(events).toEqual(["finally"]);
   });
 });
 

@@ -9,6 +9,7 @@ import {
   StreamCompletionResponseSchema,
 } from "../../../gen/acs/v1/completions_pb.js";
 import { ApiError } from "../../../src/errors/index.js";
+import { modelNotFound } from "../../../src/rest/index.js";
 import type { CallContext, CompletionsApi } from "../../../src/service/types.js";
 
 type StreamCompletionInit = Exclude<
@@ -19,17 +20,33 @@ type StreamCompletionInit = Exclude<
 export const head = { id: "cmpl-0123456789abcdef0123456789abcdef", created: 1_700_000_000n };
 export const headJson = { id: head.id, object: "text_completion", created: 1_700_000_000 };
 
+/** Options of {@link createFakeApi}. */
+export interface FakeApiOptions {
+  /** The api's `authenticate` (default: accepts every caller). */
+  authenticate?: (ctx: CallContext) => void;
+  /** How long the `queued` and `late-refusal` streams wait before their first chunk or refusal. */
+  firstChunkDelayMs?: number;
+}
+
+/** The refusal of the `late-refusal` stream (after `firstChunkDelayMs`). */
+export const lateRefusal = () =>
+  new ApiError("invalid_request", "Invalid value for 'max_tokens': too many.", { param: "max_tokens" });
+
 /**
  * A CompletionsApi with canned protos (the interface's contract), steered by the request's model:
- * `missing` → 404, `boom` → a non-ApiError, `clamp` sets a header, `fail-mid` fails after a chunk,
- * `slow` streams one chunk then waits for the caller to go away.
+ * `missing` → 404 (the service's wording), `boom` → a non-ApiError, `clamp` sets a header, `fail-mid` fails after a chunk,
+ * `slow` streams one chunk then waits for the caller to go away, `queued` streams after
+ * `firstChunkDelayMs`, `late-refusal` refuses (400) after `firstChunkDelayMs`.
  */
-export function createFakeApi() {
+export function createFakeApi(options: FakeApiOptions = {}) {
+  const { firstChunkDelayMs = 150 } = options;
   const calls: { method: string; request?: CreateCompletionRequest; ctx: CallContext }[] = [];
   const events: string[] = [];
+  /** The contexts `authenticate` was called with, in order. */
+  const authenticated: CallContext[] = [];
   const refuse = (model: string): void => {
     if (model === "missing") {
-      throw new ApiError("model_not_found", "The model 'missing' does not exist.", { param: "model" });
+      throw modelNotFound(model);
     }
     if (model === "boom") throw new Error("secret internals");
   };
@@ -37,6 +54,10 @@ export function createFakeApi() {
     create(StreamCompletionResponseSchema, { ...init, ...head, model });
 
   const api: CompletionsApi = {
+    authenticate(ctx) {
+      authenticated.push(ctx);
+      options.authenticate?.(ctx);
+    },
     async createCompletion(request, ctx) {
       calls.push({ method: "createCompletion", request, ctx });
       refuse(request.model);
@@ -60,6 +81,10 @@ export function createFakeApi() {
       try {
         refuse(request.model);
         if (request.model === "clamp") ctx.setResponseHeader("X-Acs-Max-Tokens-Clamped", "7");
+        if (request.model === "queued" || request.model === "late-refusal") {
+          await sleep(firstChunkDelayMs);
+          if (request.model === "late-refusal") throw lateRefusal();
+        }
         yield chunk({ choices: [{ index: 0, text: " blue" }] }, request.model);
         if (request.model === "fail-mid")
           throw new ApiError("upstream_error", "Inference failed mid-stream.");
@@ -100,5 +125,5 @@ export function createFakeApi() {
       });
     },
   };
-  return { api, calls, events };
+  return { api, calls, events, authenticated };
 }
