@@ -1,4 +1,7 @@
 // Process entry: loadConfig() → (embedded engine) → buildServer() → listen; SIGTERM/SIGINT → close().
+import { spawn } from "node:child_process";
+import { extname } from "node:path";
+import { fileURLToPath } from "node:url";
 import { pino } from "pino";
 import { createBudgetLedger } from "./budget/index.js";
 import { type Config, ConfigError, loadConfig, type ModelConfig } from "./config/index.js";
@@ -6,27 +9,60 @@ import { buildServer } from "./server/index.js";
 import { createCompletionsService, createModelRegistry } from "./service/index.js";
 import { createVllmClient, type VllmClient } from "./upstream/index.js";
 
+/**
+ * Starts the reference engine as a child process on a loopback port (as Inference runs beside the
+ * gateway in production): its CPU-bound forward passes and tokenizer then never block the
+ * gateway's event loop. Resolves once it listens; the child is killed when this process exits.
+ */
 async function startEmbeddedEngine(config: Config, logger: pino.Logger) {
   // Only main.ts may start the reference engine; the gateway never imports it otherwise.
-  const { startEngine } = await import("./engine/index.js");
+  const { getPreset } = await import("./engine/index.js");
   const preset = config.embeddedEngine?.preset ?? "llama-8b";
-  const engine = await startEngine({ preset, host: "127.0.0.1", port: 0 });
+  const dims = getPreset(preset);
+  const entry = fileURLToPath(
+    new URL(`./engine/main${extname(fileURLToPath(import.meta.url))}`, import.meta.url),
+  );
+  const child = spawn(process.execPath, [...process.execArgv, entry, "--preset", preset, "--port", "0"], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  process.on("exit", () => child.kill("SIGTERM"));
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = "";
+    child.stdout.setEncoding("utf8");
+    child.stdout.on("data", (d: string) => {
+      out += d;
+      const m = /serving .* at (http:\/\/[^\s]+)/.exec(out);
+      if (m?.[1]) resolve(m[1]);
+    });
+    child.once("exit", (code) => reject(new Error(`reference engine exited with ${code} before listening`)));
+  });
+  let alive = true;
+  child.once("exit", (code, signal) => {
+    alive = false;
+    logger.error({ code, signal }, "reference engine exited");
+  });
   logger.info(
-    { url: engine.url, preset, model: engine.model.id },
+    { url, preset, model: dims.servedModelName, pid: child.pid },
     "reference engine started (no ACS_MODELS)",
   );
   const model: ModelConfig = {
-    id: engine.model.id,
+    id: dims.servedModelName,
     aliases: config.embeddedEngine?.aliases ?? [],
-    upstreamUrl: engine.url,
-    servedModelName: engine.model.id,
+    upstreamUrl: url,
+    servedModelName: dims.servedModelName,
     upstreamApiKey: undefined,
-    maxModelLen: engine.model.maxModelLen,
-    hiddenSize: engine.model.hiddenSize,
-    numLayers: engine.model.numLayers,
+    maxModelLen: undefined, // read from the engine's /v1/models
+    hiddenSize: dims.hiddenSize,
+    numLayers: dims.numLayers,
     ownedBy: "acs-reference-engine",
   };
-  return { engine, model };
+  const stop = () =>
+    new Promise<void>((resolve) => {
+      if (!alive) return resolve();
+      child.once("exit", () => resolve());
+      child.kill("SIGTERM");
+    });
+  return { model, isAlive: () => alive, stop };
 }
 
 async function main(): Promise<void> {
@@ -86,11 +122,11 @@ async function main(): Promise<void> {
     config,
     api,
     logger,
-    isReady: () => true,
+    isReady: () => embedded?.isAlive() ?? true,
     onClose: async () => {
       for (const c of clients) await c.close();
       ledger?.close();
-      await embedded?.engine.close();
+      await embedded?.stop();
     },
   });
   await app.listen({ host: config.host, port: config.port });

@@ -71,7 +71,7 @@ function checkLayerIndices(param: string, indices: readonly number[], numLayers:
   }
 }
 
-function checkOnePrompt(param: string, what: string, counts: LensRequestCounts): void {
+function checkOnePrompt(param: string, what: string, counts: Pick<LensRequestCounts, "prompts" | "n">): void {
   if (counts.prompts !== 1 || counts.n !== 1) {
     throw invalid(
       param,
@@ -80,11 +80,52 @@ function checkOnePrompt(param: string, what: string, counts: LensRequestCounts):
   }
 }
 
-function checkCapture(
+/** Layers one capture request covers (0 without output_residual_stream). */
+export function captureLayers(request: CreateCompletionRequest, model: LensModelFacts): number {
+  const capture = request.outputResidualStream;
+  if (capture === undefined) return 0;
+  return capture.allLayers ? model.numLayers : capture.layerIndices.length;
+}
+
+/**
+ * The capture cap (API.md §6, a size cap): layers × (promptTokens + maxTokens) ≤ ⌊2^25 / hidden⌋
+ * (8,192 for llama-8b). Throws ApiError 400 `invalid_request`, param `output_residual_stream`,
+ * naming the numbers.
+ */
+export function checkCaptureCap(
   request: CreateCompletionRequest,
   model: LensModelFacts,
-  counts: LensRequestCounts,
+  counts: Pick<LensRequestCounts, "promptTokens" | "maxTokens">,
 ): void {
+  const layers = captureLayers(request, model);
+  if (layers === 0) return;
+  const tokens = counts.promptTokens + counts.maxTokens;
+  const limit = captureLayerTokenLimit(model.hiddenSize);
+  if (layers * tokens > limit) {
+    throw invalid(
+      "output_residual_stream",
+      `one capture holds at most 2^25 numbers, so layers × (prompt tokens + max_tokens) must be at most ${limit} for a hidden size of ${model.hiddenSize}, but ${layers} layers × (${counts.promptTokens} prompt tokens + ${counts.maxTokens} max_tokens) is ${layers * tokens}.`,
+    );
+  }
+}
+
+/**
+ * The cross-field rule of capture and steering (API.md §6): one prompt and n = 1, since
+ * vllm-lens silently skips both when n > 1 and serves only one prompt of several. Throws ApiError
+ * 400 with param `output_residual_stream` or `apply_steering_vectors`.
+ */
+export function checkLensCounts(
+  request: CreateCompletionRequest,
+  counts: Pick<LensRequestCounts, "prompts" | "n">,
+): void {
+  if (request.outputResidualStream !== undefined) {
+    checkOnePrompt("output_residual_stream", "Capturing the residual stream", counts);
+  }
+  if (request.applySteeringVectors.length > 0) checkOnePrompt("apply_steering_vectors", "Steering", counts);
+}
+
+/** output_residual_stream: `true` or a non-empty list of unique layer indices in range. */
+function checkCaptureLayers(request: CreateCompletionRequest, model: LensModelFacts): void {
   const capture = request.outputResidualStream;
   if (capture === undefined) return;
   const param = "output_residual_stream";
@@ -92,16 +133,6 @@ function checkCapture(
     throw invalid(param, "must be true or a non-empty list of layer indices.");
   }
   checkLayerIndices(param, capture.layerIndices, model.numLayers);
-  checkOnePrompt(param, "Capturing the residual stream", counts);
-  const layers = capture.allLayers ? model.numLayers : capture.layerIndices.length;
-  const tokens = counts.promptTokens + counts.maxTokens;
-  const limit = captureLayerTokenLimit(model.hiddenSize);
-  if (layers * tokens > limit) {
-    throw invalid(
-      param,
-      `one capture holds at most 2^25 numbers, so layers × (prompt tokens + max_tokens) must be at most ${limit} for a hidden size of ${model.hiddenSize}, but ${layers} layers × (${counts.promptTokens} prompt tokens + ${counts.maxTokens} max_tokens) is ${layers * tokens}.`,
-    );
-  }
 }
 
 /** The cheap checks of one SteeringVector (no decoding); returns its number of elements. */
@@ -199,14 +230,9 @@ function checkVectorValues(param: string, tensor: Tensor): void {
   }
 }
 
-function checkSteering(
-  request: CreateCompletionRequest,
-  model: LensModelFacts,
-  counts: LensRequestCounts,
-): void {
+function checkSteering(request: CreateCompletionRequest, model: LensModelFacts): void {
   const vectors = request.applySteeringVectors;
   if (vectors.length === 0) return;
-  checkOnePrompt("apply_steering_vectors", "Steering", counts);
   let total = 0;
   vectors.forEach((vector, i) => {
     total += checkVectorShape(`apply_steering_vectors[${i}]`, vector, model);
@@ -224,7 +250,9 @@ function checkSteering(
 
 /**
  * Checks output_residual_stream and apply_steering_vectors of a request against the model
- * (API.md §6), complete on its own (protovalidate's rules are not assumed to have run):
+ * (API.md §6), complete on its own (protovalidate's rules are not assumed to have run). The
+ * service runs its three parts at their places in the order of checks (API.md §3):
+ * {@link checkLensCounts}, {@link checkLensShapes}, {@link checkCaptureCap}.
  *
  * - output_residual_stream (param `output_residual_stream`): `true` or a non-empty list; indices
  *   unique and in [0, numLayers); one prompt and n = 1; capture cap layers × (promptTokens +
@@ -244,6 +272,17 @@ export function checkLensRequest(
   model: LensModelFacts,
   counts: LensRequestCounts,
 ): void {
-  checkCapture(request, model, counts);
-  checkSteering(request, model, counts);
+  checkLensCounts(request, counts);
+  checkLensShapes(request, model);
+  checkCaptureCap(request, model, counts);
+}
+
+/**
+ * The checks of capture and steering that need the model but no token counts: capture layer
+ * indices; every SteeringVector's shape, indices, positions, scale, bytes and finiteness; the
+ * total of steering numbers. Throws ApiError 400 `invalid_request` naming the param path.
+ */
+export function checkLensShapes(request: CreateCompletionRequest, model: LensModelFacts): void {
+  checkCaptureLayers(request, model);
+  checkSteering(request, model);
 }

@@ -3,8 +3,12 @@
 // Signatures agreed between its users (REST decoder, service, upstream).
 export { zstdCompress, zstdDecompressExact } from "./bounded-zstd.js";
 export {
+  captureLayers,
   captureLayerTokenLimit,
+  checkCaptureCap,
+  checkLensCounts,
   checkLensRequest,
+  checkLensShapes,
   type LensModelFacts,
   type LensRequestCounts,
   MAX_CAPTURE_NUMBERS,

@@ -12,12 +12,24 @@ import Fastify, {
 } from "fastify";
 import type { Logger } from "pino";
 import type { Config } from "../config/index.js";
-import { createConnectRoutes, createHealthRoutes, requestIdKey } from "../connect/index.js";
-import { ApiError, newRequestId } from "../errors/index.js";
-import { handleUnmatchedRoute, renderMethodNotAllowed, restRoutes, sendError } from "../rest/index.js";
+import {
+  createConnectRoutes,
+  createHealthRoutes,
+  requestIdKey,
+  toConnectError,
+  writeProtocolError,
+} from "../connect/index.js";
+import { invalidRequest, newRequestId } from "../errors/index.js";
+import {
+  handleUnmatchedRoute,
+  renderMethodNotAllowed,
+  requestTooLarge,
+  restRoutes,
+  sendError,
+} from "../rest/index.js";
 import type { CompletionsApi } from "../service/index.js";
 import { createMetrics, type GatewayMetrics } from "./metrics.js";
-import { createOnePortServer } from "./one-port-server.js";
+import { createOnePortServer, defaultOnePortTimeouts, type OnePortTimeouts } from "./one-port-server.js";
 
 /** What buildServer needs. */
 export interface ServerDeps {
@@ -26,6 +38,8 @@ export interface ServerDeps {
   readonly logger: Logger;
   /** True once the gateway (and an embedded engine, if any) can serve: GET /readyz. */
   readonly isReady: () => boolean;
+  /** Connection timeouts (tests shorten them). @default defaultOnePortTimeouts */
+  readonly timeouts?: Partial<OnePortTimeouts>;
   /** Runs last in app.close() (e.g. close upstream pools, the ledger, an embedded engine). */
   readonly onClose?: () => Promise<void>;
 }
@@ -35,16 +49,14 @@ const opsPaths = new Set(["/healthz", "/readyz", "/metrics"]);
 
 // Typed as an HTTP/1.1 server for fastify; HTTP/2 requests reach the same handler through the
 // compatibility API, which fastify and connect-node both accept.
-const oneServerFactory: FastifyServerFactory = (handler) =>
-  createOnePortServer(handler as Parameters<typeof createOnePortServer>[0]) as unknown as Server;
+const oneServerFactory =
+  (timeouts: OnePortTimeouts): FastifyServerFactory =>
+  (handler) =>
+    createOnePortServer(handler as Parameters<typeof createOnePortServer>[0], timeouts) as unknown as Server;
 
 /** Connect, gRPC and gRPC-Web paths: /<package>.<Service>/<Method>. */
 function isConnectPath(url: string): boolean {
   return url.startsWith("/acs.v1.") || url.startsWith("/grpc.health.v1.");
-}
-
-function tooLarge(limit: number): ApiError {
-  return new ApiError("request_too_large", `Request body too large: the limit is ${limit} bytes (8 MiB).`);
 }
 
 const requestIds = new WeakMap<FastifyRequest, string>();
@@ -71,12 +83,18 @@ export async function buildServer(
   const app = Fastify({
     loggerInstance: deps.logger as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
-    serverFactory: oneServerFactory,
+    serverFactory: oneServerFactory({ ...defaultOnePortTimeouts, ...deps.timeouts }),
     bodyLimit: deps.config.bodyLimitBytes,
     onProtoPoisoning: "error",
     onConstructorPoisoning: "error",
     return503OnClosing: true,
     forceCloseConnections: "idle",
+    // Errors fastify raises before routing (a malformed URL such as /v1/models/%zz) in the envelope.
+    frameworkErrors: (error, _request, reply) => {
+      const id = newRequestId();
+      reply.header("x-request-id", id);
+      return sendError(reply, invalidRequest(null, `Malformed request URL: ${error.message}`), id);
+    },
   });
 
   app.addHook("onRequest", async (request, reply) => {
@@ -84,12 +102,6 @@ export async function buildServer(
     requestIds.set(request, id);
     // Connect routes send it as a response header of their own (src/connect).
     if (!isConnectPath(request.url)) reply.header("x-request-id", id);
-    // 413 on every route, before routing, for bodies that declare their size (fastify's bodyLimit
-    // covers chunked bodies of the REST routes; connect-node's readMaxBytes the Connect routes').
-    const length = Number(request.headers["content-length"] ?? 0);
-    if (length > deps.config.bodyLimitBytes && !isConnectPath(request.url)) {
-      return sendError(reply, tooLarge(deps.config.bodyLimitBytes), id);
-    }
   });
   app.addHook("onResponse", async (request, reply) => {
     const url = request.url;
@@ -105,6 +117,23 @@ export async function buildServer(
     methods: ["GET", "POST", "OPTIONS"],
     exposedHeaders: ["x-request-id", "x-acs-max-tokens-clamped", "grpc-status", "grpc-message"],
     maxAge: 600,
+    // An OPTIONS without Origin is not a preflight; answer it rather than fail it in plain text.
+    strictPreflight: false,
+  });
+
+  // 413 on every route, before routing, for bodies that declare their size (after CORS, so a
+  // browser can read it). fastify's bodyLimit covers chunked REST bodies; connect-node's
+  // readMaxBytes chunked Connect bodies.
+  app.addHook("onRequest", async (request, reply) => {
+    const length = Number(request.headers["content-length"] ?? 0);
+    if (!(length > deps.config.bodyLimitBytes)) return;
+    const id = requestIdOf(request);
+    const err = requestTooLarge(deps.config.bodyLimitBytes);
+    if (!isConnectPath(request.url)) return sendError(reply, err, id);
+    reply.hijack();
+    reply.raw.setHeader("x-request-id", id);
+    writeProtocolError(request.headers["content-type"], toConnectError(err, id), err.status, reply.raw);
+    return reply;
   });
 
   await app.register(fastifyConnectPlugin, {
@@ -113,6 +142,8 @@ export async function buildServer(
       createHealthRoutes(deps.isReady)(router);
     },
     readMaxBytes: deps.config.bodyLimitBytes,
+    // Strict like REST: an unknown field in Connect JSON is an error, not silently dropped.
+    jsonOptions: { ignoreUnknownFields: false },
     contextValues: (request) => createContextValues().set(requestIdKey, requestIds.get(request)),
     grpc: true,
     grpcWeb: true,

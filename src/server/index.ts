@@ -1,3 +1,8 @@
 export { buildServer, type ServerDeps } from "./build-server.js";
 export { createMetrics, type GatewayMetrics } from "./metrics.js";
-export { createOnePortServer, type OnePortServer } from "./one-port-server.js";
+export {
+  createOnePortServer,
+  defaultOnePortTimeouts,
+  type OnePortServer,
+  type OnePortTimeouts,
+} from "./one-port-server.js";

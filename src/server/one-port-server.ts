@@ -19,6 +19,28 @@ export type OnePortServer = net.Server & {
   closeAllConnections(): void;
 };
 
+/** Connection timeouts, ms: a client that sends too slowly or holds idle connections is cut off. */
+export interface OnePortTimeouts {
+  /** The first bytes of a connection (to tell HTTP/1.1 from h2c). @default 10000 */
+  readonly firstBytesMs: number;
+  /** HTTP/1.1: all request headers (Node's headersTimeout). @default 60000 */
+  readonly headersMs: number;
+  /** HTTP/1.1: the whole request, body included (Node's requestTimeout). @default 300000 */
+  readonly requestMs: number;
+  /** HTTP/1.1 keep-alive between requests. @default 5000 */
+  readonly keepAliveMs: number;
+  /** HTTP/2: a session with no frames for this long is closed gracefully (open streams finish). @default 72000 */
+  readonly h2IdleMs: number;
+}
+
+export const defaultOnePortTimeouts: OnePortTimeouts = {
+  firstBytesMs: 10_000,
+  headersMs: 60_000,
+  requestMs: 300_000,
+  keepAliveMs: 5_000,
+  h2IdleMs: 72_000,
+};
+
 /**
  * A fastify `serverFactory` serving HTTP/1.1 and cleartext HTTP/2 (prior knowledge, what gRPC
  * clients send) on the same port: each connection's first bytes are compared with the HTTP/2
@@ -26,14 +48,27 @@ export type OnePortServer = net.Server & {
  * deciding are replayed: pushed back onto the socket for HTTP/1.1, and fed through a JS Duplex for
  * HTTP/2 (http2 would otherwise read the native handle and miss them). See TOOLCHAIN.md.
  */
-export function createOnePortServer(handler: Handler): OnePortServer {
-  const h1 = http.createServer(handler as http.RequestListener);
+export function createOnePortServer(
+  handler: Handler,
+  timeouts: OnePortTimeouts = defaultOnePortTimeouts,
+): OnePortServer {
+  const h1 = http.createServer(
+    {
+      headersTimeout: timeouts.headersMs,
+      requestTimeout: timeouts.requestMs,
+      keepAliveTimeout: timeouts.keepAliveMs,
+      // how often Node checks headersTimeout/requestTimeout
+      connectionsCheckingInterval: Math.max(10, Math.min(30_000, Math.floor(timeouts.headersMs / 4))),
+    },
+    handler as http.RequestListener,
+  );
   const h2 = http2.createServer(
     {},
     handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void,
   );
   const sessions = new Set<http2.ServerHttp2Session>();
   h2.on("session", (session) => {
+    session.setTimeout(timeouts.h2IdleMs, () => session.close());
     sessions.add(session);
     session.on("close", () => sessions.delete(session));
   });
@@ -70,6 +105,7 @@ export function createOnePortServer(handler: Handler): OnePortServer {
     socket.setNoDelay(true);
     sockets.add(socket);
     socket.on("close", () => sockets.delete(socket));
+    socket.setTimeout(timeouts.firstBytesMs, () => socket.destroy());
     let head = Buffer.alloc(0);
     const onData = (data: Buffer) => {
       head = Buffer.concat([head, data]);
@@ -77,6 +113,7 @@ export function createOnePortServer(handler: Handler): OnePortServer {
       const isPrefix = head.subarray(0, n).equals(h2Preface.subarray(0, n));
       if (isPrefix && head.length < h2Preface.length) return; // need more bytes to decide
       socket.off("data", onData);
+      socket.setTimeout(0);
       socket.pause();
       if (isPrefix) {
         toHttp2(socket, head);
@@ -98,6 +135,9 @@ export function createOnePortServer(handler: Handler): OnePortServer {
     for (const s of sessions) s.destroy();
     for (const socket of sockets) socket.destroy();
   };
+  // The http server tracks its connections' timeouts from its 'listening' event; it never listens
+  // itself (connections are handed to it), so start the tracking with the real listener.
+  server.on("listening", () => h1.emit("listening"));
   server.on("close", () => {
     h1.close();
     h2.close();

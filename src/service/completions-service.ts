@@ -12,7 +12,15 @@ import {
 import { ActivationsSchema } from "../../gen/acs/v1/lens_pb.js";
 import { limits } from "../config/index.js";
 import { ApiError, type ErrorCode, invalidRequest, toApiError } from "../errors/index.js";
-import { checkLensRequest, lensVllmXargs, tensorFromVllmLensJson } from "../lens/index.js";
+import {
+  captureLayers,
+  captureLayerTokenLimit,
+  checkCaptureCap,
+  checkLensCounts,
+  checkLensShapes,
+  lensVllmXargs,
+  tensorFromVllmLensJson,
+} from "../lens/index.js";
 import {
   buildVllmRequest,
   toCompletionResponse,
@@ -98,10 +106,11 @@ function newUpstreamRequestId(): string {
 
 /**
  * The completions service: the one implementation behind REST and Connect. Order of checks
- * (API.md §3): key, field ranges and cross-field rules (protovalidate), stream-only fields,
- * max_tokens rules, the 32,000 size cap, deadline_infeasible, model, prompt length (tokens counted
- * by Inference's tokenizer), lens shapes and caps, then the Hold — all before Inference sees
- * the request. Every Hold is settled exactly once, whatever happens.
+ * (API.md §3): key; field ranges and cross-field rules (protovalidate, stream-only fields,
+ * max_tokens needed, lens needs one prompt and n = 1); model; lens shapes against the model; size
+ * caps (32,000 generated tokens, the capture cap); deadline_infeasible; prompt length (tokens
+ * counted by Inference's tokenizer) and the exact capture cap; then the Hold — all before
+ * Inference sees the request. Every Hold is settled exactly once, whatever happens.
  */
 export function createCompletionsService(deps: CompletionsServiceDeps): CompletionsApi {
   const { models, ledger } = deps;
@@ -144,6 +153,13 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         "max_tokens must be set when a request has more than one prompt or n above 1.",
       );
     }
+    checkLensCounts(request, { prompts, n });
+    const model = models.resolve(request.model);
+    if (key !== undefined) ledger?.checkModel(key, model.id, model.aliases);
+    checkLensShapes(request, model);
+
+    // Size caps, then deadline_infeasible (API.md §3), for an explicit max_tokens.
+    let lengths: number[] | undefined;
     if (request.maxTokens !== undefined) {
       const total = prompts * n * request.maxTokens;
       if (total > limits.maxGeneratedTokens) {
@@ -151,6 +167,12 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
           "max_tokens",
           `At most ${limits.maxGeneratedTokens} generated tokens in all: n = ${n} times max_tokens = ${request.maxTokens} for each of ${prompts} prompts is ${total}.`,
         );
+      }
+      // The capture cap with the least possible prompt (1 token); its message needs the real count.
+      const layers = captureLayers(request, model);
+      if (layers * (1 + request.maxTokens) > captureLayerTokenLimit(model.hiddenSize)) {
+        lengths = await countPromptTokens(model, request, ctx.signal);
+        checkCaptureCap(request, model, { promptTokens: Math.max(...lengths), maxTokens: request.maxTokens });
       }
       if (!stream && request.maxTokens > limits.maxNonStreamTokens) {
         throw new ApiError(
@@ -160,10 +182,9 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         );
       }
     }
-    const model = models.resolve(request.model);
-    if (key !== undefined) ledger?.checkModel(key, model.id, model.aliases);
 
-    const lengths = await countPromptTokens(model, request, ctx.signal);
+    // Prompt length, with the tokens counted as the Hold counts them.
+    lengths ??= await countPromptTokens(model, request, ctx.signal);
     const longest = Math.max(...lengths);
     const promptTokens = lengths.reduce((a, b) => a + b, 0);
     let maxTokens =
@@ -188,7 +209,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         `Invalid value for 'min_tokens': must be at most max_tokens (${maxTokens}).`,
       );
     }
-    checkLensRequest(request, model, { prompts, n, promptTokens: longest, maxTokens });
+    checkCaptureCap(request, model, { promptTokens: longest, maxTokens });
     const vllmXargs = lensVllmXargs(request, model);
     const capture = request.outputResidualStream !== undefined;
 
@@ -371,5 +392,12 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     });
   }
 
-  return { createCompletion, streamCompletion, listModels };
+  return {
+    authenticate: (ctx) => {
+      ledger?.authenticate(ctx.authorization);
+    },
+    createCompletion,
+    streamCompletion,
+    listModels,
+  };
 }

@@ -25,6 +25,11 @@ export interface CallContext {
  * Every method throws ApiError (src/errors) for a refusal.
  */
 export interface CompletionsApi {
+  /**
+   * Checks the caller's key (when keys are on), so a surface can refuse a bad key (401) before
+   * it even decodes the body, as OpenAI does. Every other method checks it again.
+   */
+  authenticate(ctx: CallContext): void;
   /** A whole completion. Throws ApiError before or after Inference answers. */
   createCompletion(request: CreateCompletionRequest, ctx: CallContext): Promise<CreateCompletionResponse>;
   /**

@@ -5,7 +5,7 @@ import { pino } from "pino";
 import { type BudgetLedger, createBudgetLedger } from "../../src/budget/index.js";
 import { limits, type ModelConfig } from "../../src/config/index.js";
 import { type RunningEngine, startEngine } from "../../src/engine/index.js";
-import { buildServer } from "../../src/server/index.js";
+import { buildServer, type OnePortTimeouts } from "../../src/server/index.js";
 import { createCompletionsService, createModelRegistry } from "../../src/service/index.js";
 import { createVllmClient } from "../../src/upstream/index.js";
 
@@ -20,6 +20,7 @@ export interface StackOptions {
   dbPath?: string;
   keepaliveIntervalMs?: number;
   nonStreamDeadlineMs?: number;
+  timeouts?: Partial<OnePortTimeouts>;
 }
 
 export interface Stack {
@@ -64,6 +65,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     api,
     logger: pino({ level: "silent" }),
     isReady: () => true,
+    ...(opts.timeouts ? { timeouts: opts.timeouts } : {}),
     onClose: async () => {
       await client.close();
       ledger?.close();
