@@ -51,8 +51,18 @@ export function violationParam(v: Violation): string | null {
   return first;
 }
 
+/** protovalidate's message, in plainer words where it has stock phrasing. */
+function ruleText(v: Violation): string {
+  if (v.ruleId === "string.min_len" && v.message.endsWith(" 1 characters")) return "must not be empty";
+  if (v.ruleId === "repeated.min_items" && v.message.endsWith(" 1 item(s)")) return "must not be empty";
+  return v.message
+    .replace(/\.$/, "")
+    .replace(/\bitem\(s\)/g, "items")
+    .replace(/\b1 characters\b/g, "1 character");
+}
+
 function describe(v: Violation, param: string | null): string {
-  const rule = v.message.replace(/\.$/, "");
+  const rule = ruleText(v);
   return param === null ? `Invalid request: ${rule}.` : `Invalid value for '${param}': ${rule}.`;
 }
 
