@@ -196,12 +196,25 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
       const response = await api.createCompletion(completionRequest, ctx);
       return reply.type("application/json; charset=utf-8").send(JSON.stringify(renderCompletion(response)));
     }
-    const chunks = api.streamCompletion(completionRequest, ctx)[Symbol.asyncIterator]();
-    // Every refusal comes before the first chunk: wait for it, so a refusal is a real HTTP status —
-    // but only one keepalive interval, so a call that Inference queues is never silent. After
-    // that the status is 200 and a refusal is an in-band envelope event.
+    let prepared: () => void = () => {};
+    const checked = new Promise<"checked">((resolve) => {
+      prepared = () => resolve("checked");
+    });
+    const chunks = api
+      .streamCompletion(completionRequest, { ...ctx, onPrepared: prepared })
+      [Symbol.asyncIterator]();
+    // Every check of the gateway (and the Hold, and its clamp header) comes before the service
+    // calls Inference: wait for that without limit, so each refusal is a real HTTP status. Then
+    // wait for the first chunk — an Inference refusal, too, is then a real status — but only one
+    // keepalive interval, so a call that Inference queues is never silent. After that the status
+    // is 200 and a refusal is an in-band envelope event.
     const first = chunks.next();
-    const waited = await waitForFirst(first, keepaliveIntervalMs);
+    const firstSettled = first.then(
+      () => "first" as const,
+      () => "first" as const,
+    );
+    const reached = await Promise.race([checked, firstSettled]);
+    const waited = await waitForFirst(first, reached === "first" ? 0 : keepaliveIntervalMs);
     if (waited.kind === "failed") throw waited.error;
     const out = new PassThrough();
     const writer = createSseWriter(out, { keepaliveIntervalMs });

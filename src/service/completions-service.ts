@@ -230,6 +230,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         stream,
         vllmXargs,
       });
+      ctx.onPrepared?.();
       return { model, body, promptTokens, capture, holdId };
     } catch (err) {
       settle(holdId, 0);

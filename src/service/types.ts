@@ -18,6 +18,12 @@ export interface CallContext {
    * (e.g. `X-Acs-Max-Tokens-Clamped`). REST: an HTTP header; Connect: a response header.
    */
   setResponseHeader(name: string, value: string): void;
+  /**
+   * Called once every check has passed and the Hold is placed (response headers such as
+   * `X-Acs-Max-Tokens-Clamped` are set by then), just before Inference is called. A streaming
+   * surface may commit its status after this, not before.
+   */
+  onPrepared?(): void;
 }
 
 /**

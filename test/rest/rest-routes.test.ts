@@ -595,6 +595,30 @@ describe("POST /v1/completions with stream: true (SSE)", () => {
 });
 
 describe("a stream whose first chunk is slow", () => {
+  it("checks that outlast the keepalive interval still refuse with a real status", async () => {
+    const { app } = await build(20, { firstChunkDelayMs: 150 });
+    const res = await app.inject({
+      method: "POST",
+      url: "/v1/completions",
+      headers: json,
+      payload: completion({ model: "slow-check", stream: true }),
+    });
+    expect(res.statusCode).toBe(400);
+    expect(res.json()).toMatchObject({ error: { code: "invalid_request", param: "max_tokens" } });
+  });
+
+  it("a clamp decided after the keepalive interval still reaches the response headers", async () => {
+    const { app } = await build(20, { firstChunkDelayMs: 150 });
+    const res = await app.inject({
+      method: "POST",
+      url: "/v1/completions",
+      headers: json,
+      payload: completion({ model: "slow-clamp", stream: true }),
+    });
+    expect(res.statusCode).toBe(200);
+    expect(res.headers["x-acs-max-tokens-clamped"]).toBe("3");
+  });
+
   it("gets the 200 head and keepalives after one interval, then its chunks", async () => {
     const { app } = await build(20, { firstChunkDelayMs: 150 });
     const res = await app.inject({

@@ -36,7 +36,8 @@ export const lateRefusal = () =>
  * A CompletionsApi with canned protos (the interface's contract), steered by the request's model:
  * `missing` → 404 (the service's wording), `boom` → a non-ApiError, `clamp` sets a header, `fail-mid` fails after a chunk,
  * `slow` streams one chunk then waits for the caller to go away, `queued` streams after
- * `firstChunkDelayMs`, `late-refusal` refuses (400) after `firstChunkDelayMs`.
+ * `firstChunkDelayMs`, `late-refusal` refuses (400) after `firstChunkDelayMs`; `slow-check` refuses
+ * and `slow-clamp` clamps while still checking, after `firstChunkDelayMs`.
  */
 export function createFakeApi(options: FakeApiOptions = {}) {
   const { firstChunkDelayMs = 150 } = options;
@@ -81,6 +82,14 @@ export function createFakeApi(options: FakeApiOptions = {}) {
       try {
         refuse(request.model);
         if (request.model === "clamp") ctx.setResponseHeader("X-Acs-Max-Tokens-Clamped", "7");
+        // Checks that take longer than a keepalive interval (e.g. counting a huge prompt's tokens).
+        if (request.model === "slow-check" || request.model === "slow-clamp") {
+          await sleep(firstChunkDelayMs);
+          if (request.model === "slow-check") throw lateRefusal();
+          ctx.setResponseHeader("X-Acs-Max-Tokens-Clamped", "3");
+        }
+        // Like the service: every check passed, Inference is called next.
+        ctx.onPrepared?.();
         if (request.model === "queued" || request.model === "late-refusal") {
           await sleep(firstChunkDelayMs);
           if (request.model === "late-refusal") throw lateRefusal();
