@@ -29,8 +29,8 @@ export interface StepOutput {
 export interface SequenceSpec {
   promptIds: number[];
   params: SamplingParams;
-  /** PRNG seed for this sample (seed + k), or null for a random one. */
-  seed: number | null;
+  /** PRNG seed for this sample (seed + k, exact), or null for a random one. */
+  seed: bigint | null;
   steering: SteeringVector[];
   /** Layers to capture (ascending) or null. */
   capture: number[] | null;

@@ -32,13 +32,44 @@ export function hashSeed(seed: number | string | bigint): number {
   return h >>> 0;
 }
 
-/** Creates a generator from any seed (number, bigint or string); equal seeds give equal streams. */
+const U32 = 0xffffffffn;
+
+/**
+ * xoshiro128** state from a 64-bit integer seed (taken mod 2^64, as torch's `manual_seed` takes
+ * negative seeds): two splitmix64 outputs. The first output is a bijection of the seed, so
+ * distinct seeds (mod 2^64) give distinct states — every bit of the seed matters.
+ */
+export function stateFromU64(seed: bigint): [number, number, number, number] {
+  let s = BigInt.asUintN(64, seed);
+  const next = (): bigint => {
+    s = BigInt.asUintN(64, s + 0x9e3779b97f4a7c15n);
+    let z = s;
+    z = BigInt.asUintN(64, (z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n);
+    z = BigInt.asUintN(64, (z ^ (z >> 27n)) * 0x94d049bb133111ebn);
+    return z ^ (z >> 31n);
+  };
+  const x = next();
+  const y = next();
+  return [Number(x & U32), Number(x >> 32n), Number(y & U32), Number(y >> 32n)];
+}
+
+/**
+ * Creates a generator; equal seeds give equal streams. A bigint (a request's `seed`) seeds the
+ * state from its full 64-bit value; a string or number is hashed to 32 bits (model weights).
+ */
 export function createRng(seed: number | string | bigint): Rng {
-  const sm = splitmix32(hashSeed(seed));
-  let a = sm();
-  let b = sm();
-  let c = sm();
-  let d = sm();
+  let a: number;
+  let b: number;
+  let c: number;
+  let d: number;
+  if (typeof seed === "bigint") [a, b, c, d] = stateFromU64(seed);
+  else {
+    const sm = splitmix32(hashSeed(seed));
+    a = sm();
+    b = sm();
+    c = sm();
+    d = sm();
+  }
   if ((a | b | c | d) === 0) a = 1;
   let spare: number | null = null;
   const nextU32 = (): number => {

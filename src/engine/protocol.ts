@@ -32,11 +32,35 @@ const bad = (message: string, param: string | null = null): EngineError =>
 
 type Body = Record<string, unknown>;
 
+function inputValue(value: unknown): string | undefined {
+  return typeof value === "bigint" ? String(value) : JSON.stringify(value)?.slice(0, 80);
+}
+
 function typeError(field: string, want: string, value: unknown): EngineError {
   return bad(
-    `1 validation error for CompletionRequest\n${field}\n  Input should be ${want} [input_value=${JSON.stringify(value)?.slice(0, 80)}]`,
+    `1 validation error for CompletionRequest\n${field}\n  Input should be ${want} [input_value=${inputValue(value)}]`,
     field,
   );
+}
+
+/** vLLM's bounds on `seed`: torch.long (`Field(ge=_LONG_INFO.min, le=_LONG_INFO.max)`). */
+export const SEED_MIN = -(2n ** 63n);
+export const SEED_MAX = 2n ** 63n - 1n;
+
+/**
+ * `seed` as the exact integer vLLM sees (a Python int): a bigint from the body parser when the
+ * literal is outside ±2^53 (see json-body.ts), or an integral number. Range: [−2^63, 2^63 − 1].
+ */
+function optSeed(b: Body): bigint | null {
+  const v = b.seed;
+  if (v === undefined || v === null) return null;
+  let s: bigint;
+  if (typeof v === "bigint") s = v;
+  else if (typeof v === "number" && Number.isInteger(v)) s = BigInt(v);
+  else throw typeError("seed", "a valid integer", v);
+  if (s < SEED_MIN) throw typeError("seed", `greater than or equal to ${SEED_MIN}`, v);
+  if (s > SEED_MAX) throw typeError("seed", `less than or equal to ${SEED_MAX}`, v);
+  return s;
 }
 
 function optNumber(b: Body, f: string): number | null {
@@ -142,7 +166,7 @@ export function parseCompletionRequest(
   const repetitionPenalty = optNumber(b, "repetition_penalty") ?? 1.0;
   const presencePenalty = optNumber(b, "presence_penalty") ?? 0;
   const frequencyPenalty = optNumber(b, "frequency_penalty") ?? 0;
-  const seed = optInt(b, "seed");
+  const seed = optSeed(b);
   const minTokens = optInt(b, "min_tokens") ?? 0;
   const logprobs = optInt(b, "logprobs");
   let stop: string[] = [];

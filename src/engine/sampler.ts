@@ -17,7 +17,8 @@ export interface SamplingParams {
   repetitionPenalty: number;
   presencePenalty: number;
   frequencyPenalty: number;
-  seed: number | null;
+  /** vLLM's seed, exact (a Python int in [−2^63, 2^63 − 1]). */
+  seed: bigint | null;
   maxTokens: number;
   minTokens: number;
   ignoreEos: boolean;

@@ -9,6 +9,7 @@ import { EventEmitter } from "node:events";
 import type { ServerResponse } from "node:http";
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import { Scheduler, type Sequence, type StepOutput } from "./engine-core.js";
+import { installJsonParser } from "./json-body.js";
 import type { Model } from "./model.js";
 import type { PresetDims } from "./presets.js";
 import { type CompletionRequest, parseCompletionRequest, type SchedulingPolicy } from "./protocol.js";
@@ -73,6 +74,7 @@ export function createEngineServer(deps: ServerDeps): EngineServer {
     onProtoPoisoning: "remove",
     onConstructorPoisoning: "remove",
   });
+  installJsonParser(app);
   const tokenText = (id: number): string => tok.decode([id], false);
 
   app.setErrorHandler((err: Error & { statusCode?: number }, _req, reply) => {
@@ -134,7 +136,7 @@ export function createEngineServer(deps: ServerDeps): EngineServer {
         "add_special_tokens",
       );
     }
-    const tokens = tok.encode(b.prompt, add);
+    const tokens = await tok.encodeAsync(b.prompt, add);
     return { count: tokens.length, max_model_len: maxModelLen, tokens, token_strs: null };
   });
   app.post("/detokenize", async (req) => {
@@ -183,11 +185,13 @@ export function createEngineServer(deps: ServerDeps): EngineServer {
     const p = cr.params;
 
     // tokenize + context-length check (serving layer: a real 400 even on a stream)
-    const prompts = cr.prompts.map((pr) => {
-      const ids = pr.kind === "text" ? tok.encode(pr.text, cr.addSpecialTokens) : pr.ids;
+    // encodeAsync: a huge prompt is tokenized in slices, so it does not block other requests
+    const prompts: { ids: number[]; text: string }[] = [];
+    for (const pr of cr.prompts) {
+      const ids = pr.kind === "text" ? await tok.encodeAsync(pr.text, cr.addSpecialTokens) : pr.ids;
       const text = pr.kind === "text" ? pr.text : safeDecode(ids, p.skipSpecialTokens);
-      return { ids, text };
-    });
+      prompts.push({ ids, text });
+    }
     const maxTokensPer: number[] = [];
     for (const pr of prompts) {
       const P = pr.ids.length;
@@ -424,7 +428,7 @@ export function createEngineServer(deps: ServerDeps): EngineServer {
       c.seq = scheduler.add({
         promptIds: c.promptIds,
         params: { ...p, maxTokens: maxTokensPer[c.promptIndex]! },
-        seed: p.seed === null ? null : p.seed + k,
+        seed: p.seed === null ? null : p.seed + BigInt(k),
         steering: first ? steering : [],
         capture: first ? capture : null,
         promptLogprobsTopK: k === 0 ? promptLpK : -1,
