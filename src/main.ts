@@ -22,9 +22,11 @@ async function startEmbeddedEngine(config: Config, logger: pino.Logger) {
   const entry = fileURLToPath(
     new URL(`./engine/main${extname(fileURLToPath(import.meta.url))}`, import.meta.url),
   );
-  const child = spawn(process.execPath, [...process.execArgv, entry, "--preset", preset, "--port", "0"], {
-    stdio: ["ignore", "pipe", "inherit"],
-  });
+  const child = spawn(
+    process.execPath,
+    [...process.execArgv, entry, "--preset", preset, "--port", "0", "--exit-with-stdin"],
+    { stdio: ["pipe", "pipe", "inherit"] },
+  );
   process.on("exit", () => child.kill("SIGTERM"));
   const url = await new Promise<string>((resolve, reject) => {
     let out = "";

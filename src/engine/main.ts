@@ -1,6 +1,6 @@
 /**
  * `npm run engine -- --preset NAME --port N [--host H] [--served-model-name S] [--max-model-len L]
- *   [--scheduling-policy fcfs|priority]`
+ *   [--scheduling-policy fcfs|priority] [--exit-with-stdin]`
  * Starts the reference engine alone. Reads ENGINE_PRESET / ENGINE_PORT / ENGINE_HOST as fallbacks.
  */
 import { PRESET_NAMES, type PresetName, startEngine } from "./index.js";
@@ -42,3 +42,10 @@ const stop = (): void => {
 };
 process.on("SIGINT", stop);
 process.on("SIGTERM", stop);
+// --exit-with-stdin: a parent that starts the engine (the gateway's npm start) keeps our stdin
+// open; when the parent dies, even by SIGKILL, stdin ends and the engine stops with it.
+if (process.argv.includes("--exit-with-stdin")) {
+  process.stdin.on("end", stop);
+  process.stdin.on("error", stop);
+  process.stdin.resume();
+}
