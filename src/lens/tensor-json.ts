@@ -216,7 +216,9 @@ function readDictHeader(value: Record<string, unknown>, strictKeys: boolean): Di
     }
     dims.push(number);
   }
-  if (dims.length < 1 || dims.length > 3) {
+  // A request's shape is checked by protovalidate and checkLensShapes (the same words on every
+  // surface); Inference's here.
+  if (!strictKeys && (dims.length < 1 || dims.length > 3)) {
     throw new TensorRefusal(`shape [${dims.join(", ")}] has ${dims.length} dimensions; a tensor has 1 to 3`);
   }
   return { data, dtype: pair.dtype, shape: dims, zstd: compression === "zstd" };
@@ -239,29 +241,24 @@ function dictBytes(header: DictHeader, elements: number): { bytes: Buffer; expec
   return { bytes: decodeBase64(header.data), expected };
 }
 
-/** The vllm-lens dict → Tensor with raw (inflated) bytes, checked against its shape. */
+/**
+ * The vllm-lens dict of a request → Tensor, its bytes as sent (a zstd frame stays compressed).
+ * Only types, dtype, compression and strict base64 are checked here; the shape, the byte length
+ * and the values are checked by checkLensShapes for REST and Connect alike (same messages), after
+ * the per-request total of numbers — so a zstd frame is inflated only within that total.
+ */
 function parseTensorDict(value: Record<string, unknown>): Tensor {
   const header = readDictHeader(value, true);
-  const elements = tensorElementCount(header.shape, MAX_REQUEST_TENSOR_ELEMENTS);
-  const { bytes, expected } = dictBytes(header, elements);
-  let raw: Uint8Array = bytes;
-  if (header.zstd) {
-    try {
-      raw = zstdDecompressExact(bytes, expected);
-    } catch (err) {
-      if (err instanceof TensorRefusal) {
-        throw new TensorRefusal(
-          `${describeExpectedBytes(header.shape, header.dtype, elements)} but ${err.message}`,
-        );
-      }
-      throw err;
-    }
+  if (strictBase64ByteLength(header.data) === null) {
+    throw new TensorRefusal(
+      "data is not strict base64 (only A–Z, a–z, 0–9, '+', '/', '=' padding at the end, length a multiple of 4)",
+    );
   }
   return create(TensorSchema, {
     dtype: header.dtype,
     shape: header.shape,
-    data: raw,
-    compression: Compression.UNSPECIFIED,
+    data: decodeBase64(header.data),
+    compression: header.zstd ? Compression.ZSTD : Compression.UNSPECIFIED,
   });
 }
 
@@ -280,12 +277,13 @@ function requestError(param: string, refusal: TensorRefusal): ApiError {
  * float32 range (a plain number or a lossless-json LosslessNumber) → FLOAT32 raw; or the vllm-lens
  * dict `{data: base64, dtype: "float32"|"float16"|"int16", original_dtype?, shape, compression?:
  * "zstd"|null}` (int16 = bfloat16 bits; original_dtype, when given, must match the dtype) → the
- * same dtype, raw bytes (a zstd frame is inflated here with bounded memory). At most 2^23 numbers
- * ({@link MAX_REQUEST_TENSOR_ELEMENTS}), checked before any allocation.
+ * same dtype, its bytes as sent (zstd stays compressed: checkLensShapes checks shape, length and
+ * values later, on both surfaces, inflating within the request's total of numbers). Nested arrays
+ * hold at most 2^23 numbers ({@link MAX_REQUEST_TENSOR_ELEMENTS}), checked before any allocation.
  *
  * Throws ApiError 400 `invalid_request` with `param` = `param` for a bad value (unknown key, bad
- * dtype, base64 that is not strict, shape/length mismatch, bad or oversized zstd), or
- * `param.data`/`.dtype`/`.shape`/`.original_dtype`/`.compression` for a dict key of the wrong type.
+ * dtype or compression, base64 that is not strict), or `param.data`/`.dtype`/`.shape`/
+ * `.original_dtype`/`.compression` for a dict key of the wrong type.
  */
 export function parseTensorJson(value: unknown, param: string): Tensor {
   try {

@@ -323,6 +323,65 @@ const cases: Case[] = [
     code: "invalid_request",
     param: "apply_steering_vectors[0].activations",
   },
+  {
+    name: "steering data 4 bytes short (dict and Tensor bytes)",
+    rest: {
+      ...base,
+      max_tokens: 2,
+      apply_steering_vectors: [
+        {
+          activations: { data: Buffer.alloc(252).toString("base64"), dtype: "float32", shape: [1, hidden] },
+          layer_indices: [1],
+        },
+      ],
+    },
+    connect: {
+      init: {
+        model: "tiny",
+        prompt: text,
+        maxTokens: 2,
+        applySteeringVectors: [
+          { activations: { dtype: 3, shape: [1, hidden], data: new Uint8Array(252) }, layerIndices: [1] },
+        ],
+      },
+    },
+    status: 400,
+    code: "invalid_request",
+    param: "apply_steering_vectors[0].activations",
+  },
+  {
+    name: "steering tensor of 4 dims",
+    rest: {
+      ...base,
+      max_tokens: 2,
+      apply_steering_vectors: [
+        {
+          activations: {
+            data: Buffer.alloc(256).toString("base64"),
+            dtype: "float32",
+            shape: [1, 1, 1, hidden],
+          },
+          layer_indices: [1],
+        },
+      ],
+    },
+    connect: {
+      init: {
+        model: "tiny",
+        prompt: text,
+        maxTokens: 2,
+        applySteeringVectors: [
+          {
+            activations: { dtype: 3, shape: [1, 1, 1, hidden], data: new Uint8Array(256) },
+            layerIndices: [1],
+          },
+        ],
+      },
+    },
+    status: 400,
+    code: "invalid_request",
+    param: "apply_steering_vectors[0].activations",
+  },
   // JSON-only rules (types, unknown fields)
   {
     name: "max_tokens as a string (the seed's example)",

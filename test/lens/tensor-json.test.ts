@@ -4,9 +4,11 @@ import { fileURLToPath } from "node:url";
 import { create } from "@bufbuild/protobuf";
 import { LosslessNumber } from "lossless-json";
 import { describe, expect, it } from "vitest";
+import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { Compression, Dtype, TensorSchema } from "../../gen/acs/v1/lens_pb.js";
 import { zstdCompress } from "../../src/lens/bounded-zstd.js";
 import {
+  checkLensShapes,
   decodeTensor,
   encodeTensor,
   MAX_REQUEST_TENSOR_ELEMENTS,
@@ -182,7 +184,7 @@ describe("parseTensorJson: the vllm-lens dict", () => {
         const parsed = parseTensorJson(json, P);
         expect(parsed.dtype).toBe(dtype);
         expect(parsed.shape).toEqual([2, 3]);
-        expect(parsed.compression).toBe(Compression.UNSPECIFIED); // inflated on the way in
+        expect(parsed.compression).toBe(compression); // kept as sent; checkLensShapes inflates within the total
         expect(Array.from(decodeTensor(parsed))).toEqual(Array.from(decodeTensor(original)));
       });
     }
@@ -215,7 +217,6 @@ describe("parseTensorJson: the vllm-lens dict", () => {
     shape: [2, 2],
     compression: null,
   };
-  const bomb = b64(rleZstdFrame(8192));
   const refusals: Array<[string, Record<string, unknown>, string, string | RegExp]> = [
     [
       "unknown key",
@@ -292,8 +293,6 @@ describe("parseTensorJson: the vllm-lens dict", () => {
     ],
     ["shape with a fraction", { ...good, shape: [2, 1.5] }, P, /shape dimension 1.5 is not an integer/],
     ["shape negative", { ...good, shape: [-2, -2] }, P, /shape dimension -2 is not an integer ≥ 0/],
-    ["shape 4D", { ...good, shape: [1, 1, 2, 2] }, P, /has 4 dimensions; a tensor has 1 to 3/],
-    ["shape empty", { ...good, shape: [] }, P, /has 0 dimensions/],
     [
       "base64 with a space",
       { ...good, data: `${good.data.slice(0, 4)} ${good.data.slice(4)}` },
@@ -304,23 +303,55 @@ describe("parseTensorJson: the vllm-lens dict", () => {
     ["base64 without padding", { ...good, data: "AAAAAA" }, P, /data is not strict base64/],
     ["base64 with a bad character", { ...good, data: "AAAA!AAA" }, P, /data is not strict base64/],
     ["padding in the middle", { ...good, data: "AA==AAAA" }, P, /data is not strict base64/],
+  ];
+  it.each(refusals)("refuses %s", (_name, value, param, message) => {
+    expectApiError(() => parseTensorJson(value, P), { code: "invalid_request", param, status: 400, message });
+  });
+});
+
+describe("the vllm-lens dict, checked by checkLensShapes (the same words for REST and Connect)", () => {
+  const good = {
+    data: b64(f32bytes([1, 2, 3, 4])),
+    dtype: "float32",
+    original_dtype: "torch.float32",
+    shape: [2, 2],
+    compression: null,
+  };
+  const bomb = b64(rleZstdFrame(8192));
+  /** Parses a REST dict, then runs the checks both surfaces share, on a model shaped to fit it. */
+  function parseAndCheck(value: Record<string, unknown>): void {
+    const tensor = parseTensorJson(value, P);
+    const layers = Math.max(1, tensor.shape[0] ?? 1);
+    const request = create(CreateCompletionRequestSchema, {
+      model: "m",
+      prompt: { case: "text", value: "x" },
+      applySteeringVectors: [
+        { activations: tensor, layerIndices: Array.from({ length: layers }, (_, i) => i) },
+      ],
+    });
+    const hiddenSize = tensor.shape[tensor.shape.length - 1] ?? 1;
+    checkLensShapes(request, { hiddenSize, numLayers: layers, maxModelLen: 1024 });
+  }
+  const refusals: Array<[string, Record<string, unknown>, string, string | RegExp]> = [
+    ["shape 4D", { ...good, shape: [1, 1, 2, 2] }, P, /must be 2D \(layers, hidden\) or 3D/],
+    ["shape empty", { ...good, shape: [] }, P, /must be 2D \(layers, hidden\) or 3D/],
     [
       "too few bytes",
       { ...good, data: b64(new Uint8Array(100)), shape: [2, 4096] },
       P,
-      `Invalid value for '${P}': shape [2, 4096] holds 8192 numbers (32768 bytes as float32) but data decodes to 100 bytes.`,
+      `Invalid value for '${P}': shape [2, 4096] holds 8192 numbers (32768 bytes as float32) but data has 100 bytes.`,
     ],
     [
       "too many bytes",
       { ...good, shape: [2, 1] },
       P,
-      `Invalid value for '${P}': shape [2, 1] holds 2 numbers (8 bytes as float32) but data decodes to 16 bytes.`,
+      `Invalid value for '${P}': shape [2, 1] holds 2 numbers (8 bytes as float32) but data has 16 bytes.`,
     ],
     [
       "bf16 width",
       { ...good, dtype: "int16", original_dtype: "torch.bfloat16" },
       P,
-      /shape \[2, 2\] holds 4 numbers \(8 bytes as bfloat16\) but data decodes to 16 bytes/,
+      /shape \[2, 2\] holds 4 numbers \(8 bytes as bfloat16\) but data has 16 bytes/,
     ],
     [
       "zstd that is not zstd",
@@ -340,10 +371,38 @@ describe("parseTensorJson: the vllm-lens dict", () => {
       P,
       `Invalid value for '${P}': shape [2, 2] holds 4 numbers (16 bytes as float32) but data inflates to more than 16 bytes.`,
     ],
-    ["over 2^23 numbers", { ...good, shape: [4096, 4097] }, P, /holds more than 8388608 numbers/],
+    [
+      "over 2^23 numbers",
+      { ...good, shape: [4096, 4097] },
+      "apply_steering_vectors",
+      /hold 16781312 numbers in all, more than the 8388608/,
+    ],
   ];
   it.each(refusals)("refuses %s", (_name, value, param, message) => {
-    expectApiError(() => parseTensorJson(value, P), { code: "invalid_request", param, status: 400, message });
+    expectApiError(() => parseAndCheck(value), { code: "invalid_request", param, status: 400, message });
+  });
+
+  it("inflates a zstd frame only after the request's total of numbers passed (a bomb costs nothing)", () => {
+    const frame = b64(rleZstdFrame(32 << 20));
+    const many = create(CreateCompletionRequestSchema, {
+      model: "m",
+      prompt: { case: "text", value: "x" },
+      applySteeringVectors: Array.from({ length: 48 }, (_, i) => ({
+        activations: parseTensorJson(
+          { data: frame, dtype: "float32", shape: [1, 2048, 4096], compression: "zstd" },
+          P,
+        ),
+        layerIndices: [i % 32],
+      })),
+    });
+    const before = process.memoryUsage().rss;
+    expectApiError(() => checkLensShapes(many, { hiddenSize: 4096, numLayers: 32, maxModelLen: 4096 }), {
+      code: "invalid_request",
+      param: "apply_steering_vectors",
+      status: 400,
+      message: /hold 402653184 numbers in all, more than the 8388608/,
+    });
+    expect(process.memoryUsage().rss - before).toBeLessThan(64 << 20);
   });
 });
 
