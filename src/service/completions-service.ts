@@ -55,6 +55,8 @@ interface Prepared {
   readonly promptTokens: number;
   readonly capture: boolean;
   readonly holdId: string | undefined;
+  /** Tokens the Hold reserved (0 without a Hold). */
+  readonly heldTokens: number;
 }
 
 /** Errors after which Inference did no work for the request: nothing is charged. */
@@ -214,9 +216,11 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const capture = request.outputResidualStream !== undefined;
 
     let holdId: string | undefined;
+    let heldTokens = 0;
     if (ledger !== undefined && key !== undefined) {
       const hold = ledger.placeHold(key, { promptTokens, prompts, n, maxTokens });
       holdId = hold.holdId;
+      heldTokens = hold.heldTokens;
       if (hold.clamped) {
         maxTokens = hold.maxTokens;
         ctx.setResponseHeader(clampedHeader, String(maxTokens));
@@ -231,7 +235,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         vllmXargs,
       });
       ctx.onPrepared?.();
-      return { model, body, promptTokens, capture, holdId };
+      return { model, body, promptTokens, capture, holdId, heldTokens };
     } catch (err) {
       settle(holdId, 0);
       throw err;
@@ -242,9 +246,20 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     if (holdId !== undefined) ledger?.settle(holdId, used);
   }
 
-  function chargeOnError(err: unknown, prepared: Prepared, generated: number): number {
+  /**
+   * What a request that failed is charged. Nothing when Inference did no work for it. A stream
+   * knows what it generated: prompt + the tokens streamed. A non-streamed request cut short by its
+   * caller or the deadline had Inference generate an unknown number of tokens (vLLM reports
+   * none for an aborted request): it is charged its whole Hold, the most it could have used — so
+   * a caller cannot have Inference work for free by disconnecting. Other failures: the prompt.
+   */
+  function chargeOnError(err: unknown, prepared: Prepared, generated: number, stream: boolean): number {
     const code = err instanceof ApiError ? err.code : "internal_error";
-    return noWorkCodes.has(code) ? 0 : prepared.promptTokens + generated;
+    if (noWorkCodes.has(code)) return 0;
+    if (!stream && (code === "canceled" || code === "deadline_exceeded")) {
+      return Math.max(prepared.heldTokens, prepared.promptTokens);
+    }
+    return prepared.promptTokens + generated;
   }
 
   /** Activations for a streamed completion: one extra prefill of prompt + generated − last token. */
@@ -301,7 +316,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       if (prepared.capture) response.activations = residualStream(v.activations);
       return response;
     } catch (err) {
-      if (used === 0) used = chargeOnError(err, prepared, 0);
+      if (used === 0) used = chargeOnError(err, prepared, 0, false);
       throw toApiError(err);
     } finally {
       settle(prepared.holdId, used);
@@ -368,7 +383,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       }
       finish(usedFromUsage ?? prepared.promptTokens + generated);
     } catch (err) {
-      finish(usedFromUsage ?? chargeOnError(err, prepared, generated));
+      finish(usedFromUsage ?? chargeOnError(err, prepared, generated, true));
       throw toApiError(err);
     } finally {
       // The consumer stopped early (disconnect): charge what was generated so far.

@@ -19,7 +19,7 @@ export interface Ledger {
   placeHold(
     key: KeyInfo,
     demand: { promptTokens: number; prompts: number; n: number; maxTokens: number },
-  ): { holdId: string; maxTokens: number; clamped: boolean };
+  ): { holdId: string; maxTokens: number; clamped: boolean; heldTokens: number };
   /** Keeps a long stream's Hold from being reclaimed as stale. */
   renew(holdId: string): void;
   /** Charges the tokens used and releases the rest; exactly once (later calls are no-ops). */

@@ -209,3 +209,23 @@ describe("model allow-lists", () => {
     expect((await rest(small, `Bearer ${byAlias.key}`)).status).toBe(200);
   });
 });
+
+describe("settle of a non-streamed request cut short", () => {
+  it("charges the whole Hold when the caller disconnects (Inference reports no partial usage)", async () => {
+    const { id, key } = ledger().createKey({ budgetTokens: 100_000 });
+    const controller = new AbortController();
+    const engine = stack.engine;
+    if (!engine) throw new Error("no engine");
+    const request = fetch(`${stack.url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
+      body: JSON.stringify({ model: "tiny", prompt: "Hi", max_tokens: 400, ignore_eos: true }),
+      signal: controller.signal,
+    }).catch(() => undefined);
+    await expect.poll(() => engine.stats.active, { timeout: 5000 }).toBeGreaterThan(0);
+    controller.abort();
+    await request;
+    await expect.poll(() => ledger().usage(id).openHolds, { timeout: 5000 }).toBe(0);
+    expect(ledger().usage(id).spentTokens).toBe(promptTokens + 400);
+  });
+});
