@@ -18,7 +18,15 @@ const sections: Record<string, () => Promise<string>> = {
   budget: benchBudget,
 };
 
-const wanted = process.argv.slice(2).filter((a) => a in sections);
+const args = process.argv.slice(2);
+const unknown = args.filter((a) => !(a in sections));
+if (unknown.length > 0) {
+  console.error(
+    `unknown bench section(s): ${unknown.join(", ")}; known: ${Object.keys(sections).join(", ")}`,
+  );
+  process.exit(2);
+}
+const wanted = args;
 const names = wanted.length > 0 ? wanted : Object.keys(sections);
 const out: string[] = [
   "# Benchmark results",

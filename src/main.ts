@@ -3,7 +3,7 @@ import { spawn } from "node:child_process";
 import { extname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { pino } from "pino";
-import { createBudgetLedger } from "./budget/index.js";
+import { createBudgetLedger, DEFAULT_HOLD_TTL_MS } from "./budget/index.js";
 import { type Config, ConfigError, loadConfig, type ModelConfig } from "./config/index.js";
 import { buildServer } from "./server/index.js";
 import { createCompletionsService, createModelRegistry } from "./service/index.js";
@@ -104,7 +104,10 @@ async function main(): Promise<void> {
     }
   }
 
-  const ledger = config.dbPath === undefined ? undefined : createBudgetLedger({ path: config.dbPath });
+  // A Hold outlives the longest non-streamed wait (streams renew theirs).
+  const holdTtlMs = Math.max(DEFAULT_HOLD_TTL_MS, config.nonStreamDeadlineMs + 60_000);
+  const ledger =
+    config.dbPath === undefined ? undefined : createBudgetLedger({ path: config.dbPath, holdTtlMs });
   if (ledger) {
     const reclaimed = ledger.reclaimOnStart();
     logger.info({ db: config.dbPath, reclaimed }, "keys and Budgets on");
@@ -115,6 +118,17 @@ async function main(): Promise<void> {
     );
   }
 
+  // Readiness follows Inference: /readyz and gRPC health say NOT_SERVING while any is down.
+  let inferenceHealthy = true;
+  const healthTimer = setInterval(() => {
+    void Promise.all(clients.map((c) => c.health())).then((ok) => {
+      const healthy = ok.every(Boolean);
+      if (healthy !== inferenceHealthy) logger.warn({ healthy }, "Inference health changed");
+      inferenceHealthy = healthy;
+    });
+  }, 5000);
+  healthTimer.unref();
+
   const api = createCompletionsService({
     models: registry,
     ledger,
@@ -124,8 +138,9 @@ async function main(): Promise<void> {
     config,
     api,
     logger,
-    isReady: () => embedded?.isAlive() ?? true,
+    isReady: () => (embedded?.isAlive() ?? true) && inferenceHealthy,
     onClose: async () => {
+      clearInterval(healthTimer);
       for (const c of clients) await c.close();
       ledger?.close();
       await embedded?.stop();

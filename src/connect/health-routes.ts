@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from "node:timers/promises";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { CompletionsService } from "../../gen/acs/v1/completions_pb.js";
@@ -40,13 +41,7 @@ export function createHealthRoutes(isReady: () => boolean, pollMs = 1000): (rout
             last = now;
             yield create(HealthCheckResponseSchema, { status: now });
           }
-          await new Promise<void>((resolve) => {
-            const timer = setTimeout(resolve, pollMs);
-            ctx.signal.addEventListener("abort", () => {
-              clearTimeout(timer);
-              resolve();
-            });
-          });
+          await sleep(pollMs, undefined, { signal: ctx.signal }).catch(() => undefined);
         }
       },
       list() {

@@ -154,7 +154,7 @@ export async function buildServer(
   app.get("/healthz", async (_request, reply) => reply.send({ status: "ok" }));
   app.get("/readyz", async (_request, reply) => {
     const ready = deps.isReady();
-    return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "starting" });
+    return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not_ready" });
   });
   app.get("/metrics", async (_request, reply) => {
     const text = await metrics.registry.metrics();
