@@ -27,7 +27,7 @@ function createFakeUpstream() {
         );
         return;
       }
-      const json = JSON.parse(body) as { prompt: string; stream?: boolean };
+      const json = JSON.parse(body) as { prompt: string; stream?: boolean; max_tokens?: number };
       const script = String(json.prompt);
       const chunk = (text: string, finish: string | null = null) =>
         `data: ${JSON.stringify({ id: "cmpl-x", object: "text_completion", created: 1, model: "acs/fake", choices: [{ index: 0, text, logprobs: null, finish_reason: finish, stop_reason: null, token_ids: [1] }], usage: null })}\n\n`;
@@ -80,6 +80,27 @@ function createFakeUpstream() {
         case "slow":
           // never answers; the gateway's deadline must fire
           return;
+        case "echo-max-tokens": {
+          // answers with the max_tokens the gateway sent, as the text
+          const text = String(json.max_tokens);
+          if (json.stream) {
+            res.writeHead(200, { "content-type": "text/event-stream" });
+            res.end(`${chunk(text, "length")}data: [DONE]\n\n`);
+          } else {
+            res.writeHead(200, { "content-type": "application/json" });
+            res.end(
+              JSON.stringify({
+                id: "cmpl-x",
+                object: "text_completion",
+                created: 1,
+                model: "acs/fake",
+                choices: [{ index: 0, text, logprobs: null, finish_reason: "length", stop_reason: null }],
+                usage: { prompt_tokens: 15, completion_tokens: 1, total_tokens: 16 },
+              }),
+            );
+          }
+          return;
+        }
         default:
           res.writeHead(404);
           res.end();
@@ -206,4 +227,54 @@ describe("disconnects", () => {
       expect(Date.now() - t0).toBeLessThan(1000);
     },
   );
+});
+
+describe("the default max_tokens with a long max_model_len (API.md §3)", () => {
+  let longContext: Stack;
+  beforeAll(async () => {
+    const port = (fake.server.address() as AddressInfo).port;
+    longContext = await startStack({
+      upstreamUrl: `http://127.0.0.1:${port}`,
+      model: { maxModelLen: 100_000 },
+    });
+  });
+  afterAll(async () => {
+    await longContext.close();
+  });
+
+  async function sentMaxTokens(body: Record<string, unknown>): Promise<string> {
+    const res = await fetch(`${longContext.url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: longContext.alias, prompt: "echo-max-tokens", ...body }),
+    });
+    expect(res.status).toBe(200);
+    if (body.stream)
+      return sseChunks<{ choices: Array<{ text: string }> }>(await res.text())[0]?.choices[0]?.text ?? "";
+    return ((await res.json()) as { choices: Array<{ text: string }> }).choices[0]?.text ?? "";
+  }
+
+  it("is at most 15,600 without stream", async () => {
+    expect(await sentMaxTokens({})).toBe("15600");
+  });
+  it("is at most 32,000 with stream", async () => {
+    expect(await sentMaxTokens({ stream: true })).toBe("32000");
+  });
+  it("is max_model_len less the prompt when that is smaller", async () => {
+    // the fake tokenizer counts one token per character: "echo-max-tokens" is 15 tokens
+    const port = (fake.server.address() as AddressInfo).port;
+    const s = await startStack({ upstreamUrl: `http://127.0.0.1:${port}`, model: { maxModelLen: 1000 } });
+    try {
+      const res = await fetch(`${s.url}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: s.alias, prompt: "echo-max-tokens" }),
+      });
+      expect(((await res.json()) as { choices: Array<{ text: string }> }).choices[0]?.text).toBe(
+        String(1000 - 15),
+      );
+    } finally {
+      await s.close();
+    }
+  });
 });
