@@ -13,8 +13,12 @@ export const requestIdKey = createContextKey<string | undefined>(undefined, {
 });
 
 function callContext(ctx: HandlerContext): CallContext {
-  const requestId = ctx.values.get(requestIdKey) ?? newRequestId();
-  ctx.responseHeader.set("x-request-id", requestId);
+  let requestId = ctx.values.get(requestIdKey);
+  // The server sends its id as X-Request-Id; a router used without it names and sends its own.
+  if (requestId === undefined) {
+    requestId = newRequestId();
+    ctx.responseHeader.set("x-request-id", requestId);
+  }
   return {
     requestId,
     signal: ctx.signal,

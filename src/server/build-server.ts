@@ -100,8 +100,9 @@ export async function buildServer(
   app.addHook("onRequest", async (request, reply) => {
     const id = newRequestId();
     requestIds.set(request, id);
-    // Connect routes send it as a response header of their own (src/connect).
-    if (!isConnectPath(request.url)) reply.header("x-request-id", id);
+    // Every response carries it, Connect's too (connect-fastify copies the reply's headers), also
+    // when connect-es refuses a request before our handler runs.
+    reply.header("x-request-id", id);
   });
   app.addHook("onResponse", async (request, reply) => {
     const url = request.url;

@@ -66,6 +66,15 @@ describe("errors before routing keep the envelope", () => {
     expect(json.request_id).toBe(res.headers.get("x-request-id"));
   });
 
+  it("a CORS preflight on a Connect route carries X-Request-Id", async () => {
+    const res = await fetch(`${stack.url}/acs.v1.CompletionsService/CreateCompletion`, {
+      method: "OPTIONS",
+      headers: { origin: "http://example.test", "access-control-request-method": "POST" },
+    });
+    expect(res.status).toBeLessThan(300);
+    expect(res.headers.get("x-request-id")).toMatch(/^req_[0-9a-f]{32}$/);
+  });
+
   it("an OPTIONS without Origin is not a plain-text failure", async () => {
     const res = await fetch(`${stack.url}/v1/completions`, { method: "OPTIONS" });
     expect(res.headers.get("content-type") ?? "").not.toMatch(/text\/plain/);
@@ -170,5 +179,7 @@ describe("Connect JSON is strict", () => {
     });
     expect(res.status).toBe(400);
     expect(((await res.json()) as { code: string }).code).toBe("invalid_argument");
+    // refused by connect-es before our handler, and still named
+    expect(res.headers.get("x-request-id")).toMatch(/^req_[0-9a-f]{32}$/);
   });
 });
