@@ -1,13 +1,18 @@
-import { randomBytes, randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import {
+  type CompletionChoice,
+  CompletionChoiceSchema,
   type CreateCompletionRequest,
   type CreateCompletionResponse,
+  CreateCompletionResponseSchema,
+  FinishReason,
   type ListModelsResponse,
   ListModelsResponseSchema,
+  LogprobsSchema,
   ModelSchema,
   type StreamCompletionResponse,
   StreamCompletionResponseSchema,
+  type Usage,
 } from "../../gen/acs/v1/completions_pb.js";
 import { ActivationsSchema } from "../../gen/acs/v1/lens_pb.js";
 import { limits } from "../config/index.js";
@@ -23,6 +28,8 @@ import {
 } from "../lens/index.js";
 import {
   buildVllmRequest,
+  newCompletionId,
+  newUpstreamRequestId,
   toCompletionResponse,
   toStreamChunk,
   type VllmClient,
@@ -94,16 +101,6 @@ function promptCount(request: CreateCompletionRequest): number {
     default:
       return 0;
   }
-}
-
-/** `cmpl-` + 32 hex (API.md §5). */
-function newCompletionId(): string {
-  return `cmpl-${randomBytes(16).toString("hex")}`;
-}
-
-/** A fresh id per upstream call: vllm-lens keys per-request state by it (VLLM.md). */
-function newUpstreamRequestId(): string {
-  return `acs-${randomUUID()}`;
 }
 
 /**
@@ -248,15 +245,16 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
 
   /**
    * What a request that failed is charged. Nothing when Inference did no work for it. A stream
-   * knows what it generated: prompt + the tokens streamed. A non-streamed request cut short by its
-   * caller or the deadline had Inference generate an unknown number of tokens (vLLM reports
-   * none for an aborted request): it is charged its whole Hold, the most it could have used — so
-   * a caller cannot have Inference work for free by disconnecting. Other failures: the prompt.
+   * (and a non-streamed request served from a collected stream) knows what it generated: prompt +
+   * the tokens streamed. A non-streamed request that Inference served without a stream
+   * (prompt_logprobs, capture) and that was cut short by its caller or the deadline generated an
+   * unknown number of tokens (vLLM reports none for an aborted request): it is charged its whole
+   * Hold, the most it could have used, so that disconnecting is no way to free work.
    */
-  function chargeOnError(err: unknown, prepared: Prepared, generated: number, stream: boolean): number {
+  function chargeOnError(err: unknown, prepared: Prepared, generated: number, counted: boolean): number {
     const code = err instanceof ApiError ? err.code : "internal_error";
     if (noWorkCodes.has(code)) return 0;
-    if (!stream && (code === "canceled" || code === "deadline_exceeded")) {
+    if (!counted && (code === "canceled" || code === "deadline_exceeded")) {
       return Math.max(prepared.heldTokens, prepared.promptTokens);
     }
     return prepared.promptTokens + generated;
@@ -299,13 +297,94 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     return create(ActivationsSchema, { residualStream: tensorFromVllmLensJson(rs) });
   }
 
+  /**
+   * A non-streamed completion from Inference's stream, collected: the tokens generated so far are
+   * known at every moment, so a caller who goes away or a deadline is charged exactly what was
+   * generated (vLLM reports no usage for an aborted non-streamed request). Choices are assembled
+   * per index (text, logprobs rows, token ids, finish and stop reason of the last chunk).
+   */
+  async function collectStream(
+    prepared: Prepared,
+    request: CreateCompletionRequest,
+    ctx: CallContext,
+    progress: { generated: number },
+  ) {
+    const deadline = AbortSignal.timeout(deps.nonStreamDeadlineMs);
+    const signal = AbortSignal.any([ctx.signal, deadline]);
+    const ids = {
+      id: newCompletionId(),
+      created: BigInt(Math.floor(Date.now() / 1000)),
+      model: request.model,
+    };
+    const choices = new Map<number, CompletionChoice>();
+    let usage: Usage | undefined;
+    try {
+      const body: VllmCompletionRequest = {
+        ...prepared.body,
+        stream: true,
+        return_token_ids: true,
+        stream_options: { include_usage: true, continuous_usage_stats: false },
+      };
+      for await (const upstreamChunk of prepared.model.client.stream(body, {
+        signal,
+        upstreamRequestId: newUpstreamRequestId(),
+      })) {
+        const chunk = toStreamChunk(upstreamChunk, ids);
+        if (chunk.choices.length === 0 && chunk.usage !== undefined) usage = chunk.usage;
+        for (const part of chunk.choices) {
+          progress.generated += part.tokenIds.length;
+          const choice = choices.get(part.index) ?? create(CompletionChoiceSchema, { index: part.index });
+          choice.text += part.text;
+          if (part.logprobs !== undefined) {
+            choice.logprobs ??= create(LogprobsSchema);
+            choice.logprobs.content.push(...part.logprobs.content);
+          }
+          if (part.promptTokenIds.length > 0) choice.promptTokenIds = part.promptTokenIds;
+          choice.tokenIds.push(...part.tokenIds);
+          if (part.finishReason !== FinishReason.UNSPECIFIED) {
+            choice.finishReason = part.finishReason;
+            choice.stopReason = part.stopReason;
+          }
+          choices.set(part.index, choice);
+        }
+      }
+    } catch (err) {
+      if (deadline.aborted && !ctx.signal.aborted) {
+        throw new ApiError(
+          "deadline_exceeded",
+          `Inference did not answer within ${deps.nonStreamDeadlineMs} ms.`,
+          {
+            cause: err,
+          },
+        );
+      }
+      throw err;
+    }
+    const sorted = [...choices.values()].sort((a, b) => a.index - b.index);
+    if (request.returnTokenIds !== true) {
+      for (const c of sorted) {
+        c.tokenIds = [];
+        c.promptTokenIds = [];
+      }
+    }
+    return create(CreateCompletionResponseSchema, { ...ids, choices: sorted, ...(usage ? { usage } : {}) });
+  }
+
   async function createCompletion(
     request: CreateCompletionRequest,
     ctx: CallContext,
   ): Promise<CreateCompletionResponse> {
     const prepared = await prepare(request, ctx, false);
+    // prompt_logprobs and activations exist only on Inference's non-streamed answer.
+    const collected = request.promptLogprobs === undefined && !prepared.capture;
+    const progress = { generated: 0 };
     let used = 0;
     try {
+      if (collected) {
+        const response = await collectStream(prepared, request, ctx, progress);
+        used = response.usage?.totalTokens ?? prepared.promptTokens;
+        return response;
+      }
       const v = await prepared.model.client.complete(prepared.body, {
         signal: ctx.signal,
         deadlineMs: deps.nonStreamDeadlineMs,
@@ -316,7 +395,8 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       if (prepared.capture) response.activations = residualStream(v.activations);
       return response;
     } catch (err) {
-      if (used === 0) used = chargeOnError(err, prepared, 0, false);
+      // collected: exactly what was generated; otherwise unknown (see chargeOnError)
+      if (used === 0) used = chargeOnError(err, prepared, progress.generated, collected);
       throw toApiError(err);
     } finally {
       settle(prepared.holdId, used);

@@ -211,7 +211,7 @@ describe("model allow-lists", () => {
 });
 
 describe("settle of a non-streamed request cut short", () => {
-  it("charges the whole Hold when the caller disconnects (Inference reports no partial usage)", async () => {
+  it("charges the prompt and the tokens generated until the caller disconnected", async () => {
     const { id, key } = ledger().createKey({ budgetTokens: 100_000 });
     const controller = new AbortController();
     const engine = stack.engine;
@@ -226,6 +226,8 @@ describe("settle of a non-streamed request cut short", () => {
     controller.abort();
     await request;
     await expect.poll(() => ledger().usage(id).openHolds, { timeout: 5000 }).toBe(0);
-    expect(ledger().usage(id).spentTokens).toBe(promptTokens + 400);
+    const spent = ledger().usage(id).spentTokens;
+    expect(spent).toBeGreaterThanOrEqual(promptTokens);
+    expect(spent).toBeLessThan(promptTokens + 400);
   });
 });

@@ -193,3 +193,35 @@ describe("openai SDK, errors", () => {
     expect(one.id).toBe(stack.modelId);
   });
 });
+
+describe("a non-streamed answer is Inference's stream collected", () => {
+  it.each([
+    [
+      "logprobs + echo",
+      { prompt: "abc", max_tokens: 6, temperature: 0, logprobs: 3, echo: true, ignore_eos: true },
+    ],
+    ["stop string", { prompt: "The sky", max_tokens: 40, temperature: 0, stop: ["e"] }],
+    ["n = 2, two prompts, seed", { prompt: ["One", "Two"], n: 2, max_tokens: 5, temperature: 1, seed: 11 }],
+    ["stop token id", { prompt: [72, 105], max_tokens: 30, temperature: 0, stop_token_ids: [101, 32] }],
+  ])("equals Inference's own non-streamed answer: %s", async (_name, body) => {
+    const direct = (await engineDirect(body)) as unknown as {
+      choices: Array<Record<string, unknown>>;
+      usage: unknown;
+    };
+    const res = await fetch(`${stack.url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: stack.alias, ...body }),
+    });
+    const ours = (await res.json()) as { choices: Array<Record<string, unknown>>; usage: unknown };
+    const strip = (c: Record<string, unknown>) => ({
+      index: c.index,
+      text: c.text,
+      logprobs: c.logprobs,
+      finish_reason: c.finish_reason,
+      stop_reason: c.stop_reason,
+    });
+    expect(ours.choices.map(strip)).toEqual(direct.choices.map(strip));
+    expect(ours.usage).toEqual(direct.usage);
+  });
+});
