@@ -150,9 +150,10 @@ export async function benchLens(): Promise<string> {
       `of ${fmt(bf16Bytes / MIB)} MiB (ratio ${fmt(bf16Bytes / zstdBytes, 2)}). ` +
       `Node ${process.version}, ${availableParallelism()} CPUs (${cpus()[0]?.model ?? "unknown"}); tinybench, ` +
       "7 runs after 1 warmup, median. MB/s counts the tensor's bytes in its dtype (MiB = 2^20 bytes); " +
-      "the ratio is the row's median time over plain base64 of the same bytes. REST request tensors " +
-      "(parseTensorJson) are capped at 2^23 numbers, so the 2^25 decode rows use Inference's path " +
-      "(tensorFromVllmLensJson); both run the same strict-base64 scan, length checks and bounded inflate.",
+      "the ratio is the row's median time over plain base64 of the same bytes. A request's steering " +
+      "vectors hold at most 2^23 numbers in all, so the 2^25 decode rows use Inference's path " +
+      "(tensorFromVllmLensJson); requests run the same strict-base64 scan, length checks and bounded " +
+      "inflate (parseTensorJson, then checkLensShapes).",
     "",
     "| operation | median ms | MiB/s | Mnumbers/s | × base64 time |",
     "|---|---:|---:|---:|---:|",
