@@ -86,6 +86,8 @@ export interface ModelJson {
   /** Unix seconds. */
   created: number;
   owned_by: string;
+  /** The model this name stands for (its id; vLLM's `root`). */
+  root: string;
   /** Longest prompt + completion, in tokens. */
   max_model_len: number;
   /** Other names the model answers to (e.g. `llama-8b`). */
@@ -216,13 +218,14 @@ export function renderChunk(
   return json;
 }
 
-/** A model object of `GET /v1/models/{id}`. `created` in Unix seconds. */
-export function renderModel(model: Model): ModelJson {
+/** A model object of `GET /v1/models/{id}`, named `name` (the id or an alias). `created` in Unix seconds. */
+export function renderModel(model: Model, name: string = model.id): ModelJson {
   return {
-    id: model.id,
+    id: name,
     object: "model",
     created: Number(model.created),
     owned_by: model.ownedBy,
+    root: model.id,
     max_model_len: model.maxModelLen,
     aliases: [...model.aliases],
     hidden_size: model.hiddenSize,
@@ -230,7 +233,14 @@ export function renderModel(model: Model): ModelJson {
   };
 }
 
-/** `GET /v1/models`: `{object: "list", data: [model, …]}`. */
+/**
+ * `GET /v1/models`: `{object: "list", data: [model, …]}`, one entry for every name a request may
+ * use as `model` — the id, then each alias (`root` names the model an alias stands for, as vLLM's
+ * model cards do).
+ */
 export function renderModelList(res: ListModelsResponse): ModelListJson {
-  return { object: "list", data: res.data.map(renderModel) };
+  return {
+    object: "list",
+    data: res.data.flatMap((m) => [m.id, ...m.aliases].map((name) => renderModel(m, name))),
+  };
 }

@@ -245,7 +245,7 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
     const models = await api.listModels(contextOf(request, reply));
     const model = models.data.find((m) => m.id === id || m.aliases.includes(id));
     if (model === undefined) throw modelNotFound(id);
-    return reply.type("application/json; charset=utf-8").send(JSON.stringify(renderModel(model)));
+    return reply.type("application/json; charset=utf-8").send(JSON.stringify(renderModel(model, id)));
   });
 
   // Chat is always refused (API.md §8), whatever the body: any content type is read and ignored.

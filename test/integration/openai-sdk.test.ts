@@ -187,10 +187,14 @@ describe("openai SDK, errors", () => {
 
   it("lists models, including the alias", async () => {
     const list = await client.models.list();
-    const ids = list.data.map((m) => m.id);
-    expect(ids).toContain(stack.modelId);
+    // every name a request may use as `model`: the id, then its aliases
+    expect(list.data.map((m) => [m.id, (m as unknown as { root: string }).root])).toEqual([
+      [stack.modelId, stack.modelId],
+      [stack.alias, stack.modelId],
+    ]);
     const one = await client.models.retrieve(stack.alias);
-    expect(one.id).toBe(stack.modelId);
+    expect(one.id).toBe(stack.alias);
+    expect((one as unknown as { root: string }).root).toBe(stack.modelId);
   });
 });
 

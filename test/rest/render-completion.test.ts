@@ -283,12 +283,16 @@ describe("renderModel / renderModelList", () => {
       object: "model",
       created: 1_720_000_000,
       owned_by: "acs",
+      root: "meta-llama/Llama-3.1-8B",
       max_model_len: 131072,
       aliases: ["llama-8b"],
       hidden_size: 4096,
       num_hidden_layers: 32,
     };
-    expect(renderModelList(list)).toEqual({ object: "list", data: [model] });
+    const alias = { ...model, id: "llama-8b" };
+    // one entry per name a request may use as `model`
+    expect(renderModelList(list)).toEqual({ object: "list", data: [model, alias] });
     expect(renderModel(list.data[0]!)).toEqual(model);
+    expect(renderModel(list.data[0]!, "llama-8b")).toEqual(alias);
   });
 });

@@ -481,6 +481,7 @@ describe("GET /v1/models", () => {
     object: "model",
     created: 1_720_000_000,
     owned_by: "acs",
+    root: "meta-llama/Llama-3.1-8B",
     max_model_len: 131072,
     aliases: ["llama-8b"],
     hidden_size: 4096,
@@ -492,17 +493,18 @@ describe("GET /v1/models", () => {
     const res = await app.inject({ method: "GET", url: "/v1/models" });
     expect(res.statusCode).toBe(200);
     expect(isRequestId(String(res.headers["x-request-id"]))).toBe(true);
-    expect(res.json()).toEqual({ object: "list", data: [model] });
+    expect(res.json()).toEqual({ object: "list", data: [model, { ...model, id: "llama-8b" }] });
   });
 
   it.each([
     "/v1/models/meta-llama%2FLlama-3.1-8B",
     "/v1/models/meta-llama/Llama-3.1-8B",
     "/v1/models/llama-8b",
-  ])("finds one model by id or alias: %s", async (url) => {
+  ])("finds one model by id or alias, named as asked: %s", async (url) => {
     const { app } = await build();
     const res = await app.inject({ method: "GET", url });
-    expect([res.statusCode, res.json()]).toEqual([200, model]);
+    const name = url.endsWith("llama-8b") ? "llama-8b" : "meta-llama/Llama-3.1-8B";
+    expect([res.statusCode, res.json()]).toEqual([200, { ...model, id: name }]);
   });
 });
 
