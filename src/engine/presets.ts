@@ -1,6 +1,6 @@
 /**
  * Model presets: the dimensions of each model the engine can serve.
- * See docs/engine.md for the table and the reasoning behind the llama-8b internals.
+ * See src/engine/README.md for the table and the reasoning behind the llama-8b internals.
  */
 
 export type PresetName = "tiny" | "llama-8b";

@@ -96,7 +96,7 @@ describe("output_residual_stream", () => {
     if (!existsSync("/usr/bin/python3"))
       throw new Error("need /usr/bin/python3 with python3-numpy and python3-zstandard");
     const r = await complete({ ...base, vllm_xargs: { output_residual_stream: "[2]" } });
-    const out = execFileSync("/usr/bin/python3", ["scripts/decode_tensor.py"], {
+    const out = execFileSync("/usr/bin/python3", ["test/helpers/decode_tensor.py"], {
       input: JSON.stringify(r),
       maxBuffer: 1 << 26,
     });

@@ -132,7 +132,7 @@ describe("capture (output_residual_stream)", () => {
       Array.from(values(rest.activations?.residual_stream as VllmLensTensorJson)),
     );
 
-    const py = spawnSync("/usr/bin/python3", ["scripts/decode_tensor.py"], {
+    const py = spawnSync("/usr/bin/python3", ["test/helpers/decode_tensor.py"], {
       input: JSON.stringify(rest),
       encoding: "utf8",
       maxBuffer: 1 << 28,

@@ -512,7 +512,7 @@ describe("tensorFromVllmLensJson (Inference → proto)", () => {
 });
 
 describe("an independent decoder (Debian python3 + numpy + zstandard) reads our dicts", () => {
-  const script = fileURLToPath(new URL("../../scripts/decode_tensor.py", import.meta.url));
+  const script = fileURLToPath(new URL("../helpers/decode_tensor.py", import.meta.url));
   const python = "/usr/bin/python3";
   const probe = existsSync(python)
     ? spawnSync(python, ["-c", "import numpy, zstandard"], { encoding: "utf8" })
