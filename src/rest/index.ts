@@ -30,7 +30,6 @@ export {
 export {
   apiErrorFrom,
   MAX_BODY_BYTES,
-  modelNotFound,
   renderMethodNotAllowed,
   renderNotFound,
   requestIdOf,

@@ -8,14 +8,13 @@ import type {
 } from "fastify";
 import type { StreamCompletionResponse } from "../../gen/acs/v1/completions_pb.js";
 import { ApiError, invalidRequest } from "../errors/index.js";
-import type { CompletionsApi } from "../service/types.js";
+import { type CompletionsApi, modelNotFound } from "../service/index.js";
 import { createCallContext } from "./call-context.js";
 import { decodeCompletionRequest } from "./decode-completion-request.js";
 import { renderChunk, renderCompletion, renderModel, renderModelList } from "./render-completion.js";
 import {
   apiErrorFrom,
   MAX_BODY_BYTES,
-  modelNotFound,
   renderMethodNotAllowed,
   renderNotFound,
   requestIdOf,

@@ -22,19 +22,6 @@ export function requestTooLarge(limitBytes: number): ApiError {
 }
 
 /**
- * 404 `model_not_found` (param `model`) for a model name the gateway does not serve, with the
- * service's wording (src/service/model-registry.ts `resolve()`), so that `GET /v1/models/{id}` and
- * `POST /v1/completions` answer an unknown model with the same text.
- */
-export function modelNotFound(name: string): ApiError {
-  return new ApiError(
-    "model_not_found",
-    `The model \`${name}\` does not exist or you do not have access to it.`,
-    { param: "model" },
-  );
-}
-
-/**
  * The request id of this exchange: the `X-Request-Id` response header when one is already set
  * (e.g. by a root hook), else a fresh `req_` + 32 hex, which is set as the header. Calling it again
  * returns the same id, so every response — errors included — carries the id of its envelope.

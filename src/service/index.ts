@@ -7,6 +7,7 @@ export {
   createModelRegistry,
   type ModelRegistry,
   type ModelsSource,
+  modelNotFound,
   type ServedModel,
 } from "./model-registry.js";
 export type { KeyInfo, Ledger } from "./ports.js";

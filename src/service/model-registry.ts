@@ -21,6 +21,20 @@ export interface ServedModel<Client> {
   readonly client: Client;
 }
 
+/**
+ * The refusal of an unknown model name, the same on every route that takes one (OpenAI's
+ * wording): ApiError 404 `model_not_found`, param `model`.
+ */
+export function modelNotFound(name: string): ApiError {
+  return new ApiError(
+    "model_not_found",
+    `The model \`${name}\` does not exist or you do not have access to it.`,
+    {
+      param: "model",
+    },
+  );
+}
+
 /** Resolves names (id or alias) to served models. */
 export interface ModelRegistry<Client> {
   /** The model for an id or alias; throws ApiError 404 `model_not_found` (param `model`). */
@@ -65,13 +79,7 @@ export async function createModelRegistry<Client extends ModelsSource>(
     resolve(name) {
       const found = byName.get(name);
       if (found === undefined) {
-        throw new ApiError(
-          "model_not_found",
-          `The model \`${name}\` does not exist or you do not have access to it.`,
-          {
-            param: "model",
-          },
-        );
+        throw modelNotFound(name);
       }
       return found;
     },

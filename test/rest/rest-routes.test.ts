@@ -10,11 +10,10 @@ import {
   CHAT_COMPLETIONS_MESSAGE,
   handleUnmatchedRoute,
   MAX_BODY_BYTES,
-  modelNotFound,
   requestTooLarge,
   restRoutes,
 } from "../../src/rest/index.js";
-import { createModelRegistry } from "../../src/service/model-registry.js";
+import { createModelRegistry, modelNotFound } from "../../src/service/index.js";
 import { parseSse, withoutKeepalives } from "../helpers/parse-sse.js";
 import { createFakeApi, type FakeApiOptions, headJson, lateRefusal } from "./helpers/fake-api.js";
 

@@ -9,7 +9,7 @@ import {
   StreamCompletionResponseSchema,
 } from "../../../gen/acs/v1/completions_pb.js";
 import { ApiError } from "../../../src/errors/index.js";
-import { modelNotFound } from "../../../src/rest/index.js";
+import { modelNotFound } from "../../../src/service/index.js";
 import type { CallContext, CompletionsApi } from "../../../src/service/types.js";
 
 type StreamCompletionInit = Exclude<
