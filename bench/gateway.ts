@@ -8,42 +8,14 @@
  * - benchHoldOnRequest: the added latency of the Hold + settle (ACS_DB on) on a request.
  * Each returns a markdown section for bench/RESULTS.md.
  */
-import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import autocannon from "autocannon";
 import { createBudgetLedger } from "../src/budget/index.js";
+import { freePort, startTs, waitForOk } from "../test/helpers/processes.js";
 
 const durationS = Number(process.env.BENCH_DURATION_S ?? 5);
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
-
-async function waitFor(url: string, timeoutMs = 60_000): Promise<void> {
-  const until = Date.now() + timeoutMs;
-  while (Date.now() < until) {
-    try {
-      if ((await fetch(url)).ok) return;
-    } catch {}
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  throw new Error(`${url} did not come up`);
-}
-
-function start(args: string[], env: Record<string, string>): ChildProcess {
-  // node with tsx's loader: one process per server, so kill() reaches the server itself
-  return spawn(process.execPath, ["--import", "tsx", ...args], {
-    env: { ...process.env, ...env },
-    stdio: "ignore",
-  });
-}
 
 /** An engine process and any number of gateway processes in front of it; stop() ends them all. */
 async function startStack(preset: "tiny" | "llama-8b", gateways: Array<Record<string, string>>) {
@@ -66,17 +38,17 @@ async function startStack(preset: "tiny" | "llama-8b", gateways: Array<Record<st
       ],
     }),
   );
-  const children = [start(["src/engine/main.ts", "--preset", preset, "--port", String(enginePort)], {})];
+  const children = [startTs(["src/engine/main.ts", "--preset", preset, "--port", String(enginePort)], {})];
   const urls: string[] = [];
   for (const env of gateways) {
     const port = await freePort();
     urls.push(`http://127.0.0.1:${port}`);
     children.push(
-      start(["src/main.ts"], { ACS_MODELS: modelsFile, PORT: String(port), ACS_LOG_LEVEL: "warn", ...env }),
+      startTs(["src/main.ts"], { ACS_MODELS: modelsFile, PORT: String(port), ACS_LOG_LEVEL: "warn", ...env }),
     );
   }
-  await waitFor(`${engineUrl}/health`);
-  for (const url of urls) await waitFor(`${url}/healthz`);
+  await waitForOk(`${engineUrl}/health`, 60_000, 200);
+  for (const url of urls) await waitForOk(`${url}/healthz`, 60_000, 200);
   return {
     dir,
     engineUrl,

@@ -1,12 +1,12 @@
 // SIGKILL the gateway (with its embedded engine) while requests hold Budget; a restart on the
 // same SQLite file reclaims the stale Holds, and nothing is charged twice.
-import { type ChildProcess, spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { createBudgetLedger } from "../../src/budget/index.js";
+import { freePort, startTs, waitForOk } from "../helpers/processes.js";
 
 const dir = mkdtempSync(join(tmpdir(), "acs-crash-"));
 const dbPath = join(dir, "acs.db");
@@ -17,35 +17,16 @@ afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
-
 async function startGateway(port: number): Promise<ChildProcess> {
-  // One process (node with tsx's loader), so SIGKILL kills the gateway itself, not a wrapper.
-  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
-    env: {
-      ...process.env,
-      ACS_DB: dbPath,
-      ACS_ENGINE_PRESET: "tiny",
-      PORT: String(port),
-      ACS_LOG_LEVEL: "warn",
-    },
-    stdio: "ignore",
+  const child = startTs(["src/main.ts"], {
+    ACS_DB: dbPath,
+    ACS_ENGINE_PRESET: "tiny",
+    PORT: String(port),
+    ACS_LOG_LEVEL: "warn",
   });
   children.push(child);
-  const until = Date.now() + 30_000;
-  while (Date.now() < until) {
-    try {
-      if ((await fetch(`http://127.0.0.1:${port}/healthz`)).ok) return child;
-    } catch {}
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error("gateway did not start");
+  await waitForOk(`http://127.0.0.1:${port}/healthz`, 30_000);
+  return child;
 }
 
 describe("crash", () => {
