@@ -1,4 +1,18 @@
-// The lens checks of API.md §6 that need the model's facts, before a request reaches Inference.
+// The lens checks of docs/API.md §6 that need the model's facts, before a request reaches
+// Inference, complete on their own (protovalidate's rules are not assumed to have run). The
+// service runs three steps at their places in its order of checks: checkLensCounts,
+// checkLensShapes, checkCaptureCap.
+//
+// - output_residual_stream (param `output_residual_stream`): `true` or a non-empty list; indices
+//   unique and in [0, numLayers); one prompt and n = 1; capture cap layers × (promptTokens +
+//   maxTokens) ≤ ⌊2^25 / hiddenSize⌋ (8,192 for llama-8b), the message naming the numbers.
+// - apply_steering_vectors: one prompt and n = 1 (param `apply_steering_vectors`); per vector i,
+//   param `apply_steering_vectors[i].…`: activations present, 2D or 3D, no empty dim, dim 0 =
+//   len(layer_indices), last dim = hiddenSize, bytes matching the shape (zstd inflated with
+//   bounded memory), every number finite (NaN/±Inf refused in bf16, f16 and f32);
+//   layer_indices non-empty, unique, in range; position_indices only for 3D, length = dim 1, each
+//   in [0, maxModelLen); scale finite. At most 2^25 numbers per vector and MAX_STEERING_NUMBERS in
+//   all (param `apply_steering_vectors`), checked before decoding.
 import type { CreateCompletionRequest } from "../../gen/acs/v1/completions_pb.js";
 import { Compression, type SteeringVector, type Tensor } from "../../gen/acs/v1/lens_pb.js";
 import { type ApiError, invalidRequest } from "../errors/index.js";
@@ -208,8 +222,11 @@ function checkVectorShape(base: string, vector: SteeringVector, model: LensModel
   }
 }
 
-/** Decodes a checked tensor's bytes and refuses a byte-length mismatch, bad zstd, NaN or ±Inf. */
-function checkVectorValues(param: string, tensor: Tensor): void {
+/**
+ * Decodes a checked tensor's bytes and refuses a byte-length mismatch, bad zstd, NaN or ±Inf;
+ * returns the raw little-endian bytes in the tensor's dtype (inflated).
+ */
+function checkVectorValues(param: string, tensor: Tensor): Uint8Array {
   let raw: Uint8Array;
   try {
     raw = tensorRawBytes(tensor);
@@ -218,7 +235,7 @@ function checkVectorValues(param: string, tensor: Tensor): void {
     throw err;
   }
   const dtype = tensor.dtype;
-  if (!isTensorDtype(dtype)) return; // checked before
+  if (!isTensorDtype(dtype)) return raw; // checked before
   const bad = firstNonFinite(raw, dtype);
   if (bad >= 0) {
     const width = dtypeWidth(dtype);
@@ -228,11 +245,12 @@ function checkVectorValues(param: string, tensor: Tensor): void {
       `every number must be finite, but element ${formatShape(unflattenIndex(bad, tensor.shape))} is ${value}.`,
     );
   }
+  return raw;
 }
 
-function checkSteering(request: CreateCompletionRequest, model: LensModelFacts): void {
+function checkSteering(request: CreateCompletionRequest, model: LensModelFacts): Uint8Array[] {
   const vectors = request.applySteeringVectors;
-  if (vectors.length === 0) return;
+  if (vectors.length === 0) return [];
   let total = 0;
   vectors.forEach((vector, i) => {
     total += checkVectorShape(`apply_steering_vectors[${i}]`, vector, model);
@@ -243,46 +261,19 @@ function checkSteering(request: CreateCompletionRequest, model: LensModelFacts):
       `the steering vectors hold ${total} numbers in all, more than the ${MAX_STEERING_NUMBERS} (2^23) one request may send.`,
     );
   }
-  vectors.forEach((vector, i) => {
-    checkVectorValues(`apply_steering_vectors[${i}].activations`, vector.activations!);
-  });
-}
-
-/**
- * Checks output_residual_stream and apply_steering_vectors of a request against the model
- * (API.md §6), complete on its own (protovalidate's rules are not assumed to have run). The
- * service runs its three parts at their places in the order of checks (API.md §3):
- * {@link checkLensCounts}, {@link checkLensShapes}, {@link checkCaptureCap}.
- *
- * - output_residual_stream (param `output_residual_stream`): `true` or a non-empty list; indices
- *   unique and in [0, numLayers); one prompt and n = 1; capture cap layers × (promptTokens +
- *   maxTokens) ≤ ⌊2^25 / hiddenSize⌋ (8,192 for llama-8b), the message naming the numbers.
- * - apply_steering_vectors: one prompt and n = 1 (param `apply_steering_vectors`); per vector i,
- *   param `apply_steering_vectors[i].…`: activations present, 2D or 3D, no empty dim, dim 0 =
- *   len(layer_indices), last dim = hiddenSize, bytes matching the shape (zstd inflated with
- *   bounded memory), every number finite (NaN/±Inf refused in bf16, f16 and f32);
- *   layer_indices non-empty, unique, in range; position_indices only for 3D, length = dim 1, each
- *   in [0, maxModelLen); scale finite. At most 2^25 numbers per vector and
- *   {@link MAX_STEERING_NUMBERS} in all (param `apply_steering_vectors`), checked before decoding.
- *
- * Throws ApiError 400 `invalid_request`; returns nothing when the request is fine.
- */
-export function checkLensRequest(
-  request: CreateCompletionRequest,
-  model: LensModelFacts,
-  counts: LensRequestCounts,
-): void {
-  checkLensCounts(request, counts);
-  checkLensShapes(request, model);
-  checkCaptureCap(request, model, counts);
+  return vectors.map((vector, i) =>
+    checkVectorValues(`apply_steering_vectors[${i}].activations`, vector.activations!),
+  );
 }
 
 /**
  * The checks of capture and steering that need the model but no token counts: capture layer
  * indices; every SteeringVector's shape, indices, positions, scale, bytes and finiteness; the
  * total of steering numbers. Throws ApiError 400 `invalid_request` naming the param path.
+ * Returns each steering vector's raw bytes (inflated, in its dtype), for {@link lensVllmXargs}, so
+ * that a tensor is decoded once per request.
  */
-export function checkLensShapes(request: CreateCompletionRequest, model: LensModelFacts): void {
+export function checkLensShapes(request: CreateCompletionRequest, model: LensModelFacts): Uint8Array[] {
   checkCaptureLayers(request, model);
-  checkSteering(request, model);
+  return checkSteering(request, model);
 }

@@ -7,7 +7,6 @@ export {
   captureLayerTokenLimit,
   checkCaptureCap,
   checkLensCounts,
-  checkLensRequest,
   checkLensShapes,
   type LensModelFacts,
   type LensRequestCounts,

@@ -29,10 +29,14 @@ interface SteeringVectorWire {
  * decoders still accept; a bf16 dict would be read as plain int16 by versions without
  * original_dtype, and zstd by versions without compression). bf16/f16 widen exactly to float32.
  */
-function steeringTensorWire(tensor: Tensor, param: string): SteeringTensorWire {
+function steeringTensorWire(
+  tensor: Tensor,
+  param: string,
+  decoded: Uint8Array | undefined,
+): SteeringTensorWire {
   let raw: Uint8Array;
   try {
-    raw = tensorRawBytes(tensor);
+    raw = decoded ?? tensorRawBytes(tensor);
   } catch (err) {
     if (err instanceof TensorRefusal)
       throw invalidRequest(param, `Invalid value for '${param}': ${err.message}.`);
@@ -49,7 +53,7 @@ function steeringTensorWire(tensor: Tensor, param: string): SteeringTensorWire {
 }
 
 /**
- * The vllm_xargs entries for the lens fields of `request` (run {@link checkLensRequest} first),
+ * The vllm_xargs entries for the lens fields of `request` (run checkLensShapes first),
  * each a JSON string, or an empty object when the request has none:
  *
  * - `output_residual_stream`: the sorted layer list, e.g. `"[0, 5]"`; all layers are sent as the
@@ -58,11 +62,14 @@ function steeringTensorWire(tensor: Tensor, param: string): SteeringTensorWire {
  *   "layer_indices", "scale" (default 1), "norm_match" (default false), "position_indices"
  *   (null when absent)}, …]`, activations as raw float32 (see above).
  *
- * Throws ApiError 400 `invalid_request` if a tensor's bytes do not match its shape.
+ * `decoded` are the vectors' raw bytes as {@link checkLensShapes} returned them (each tensor is
+ * then not decoded again); without them each tensor is decoded here. Throws ApiError 400
+ * `invalid_request` if a tensor's bytes do not match its shape.
  */
 export function lensVllmXargs(
   request: CreateCompletionRequest,
   model: LensModelFacts,
+  decoded: readonly Uint8Array[] = [],
 ): Record<string, string> {
   const xargs: Record<string, string> = {};
   const capture = request.outputResidualStream;
@@ -79,7 +86,7 @@ export function lensVllmXargs(
       const tensor = vector.activations;
       if (tensor === undefined) throw invalidRequest(param, `Missing required parameter: '${param}'.`);
       return {
-        activations: steeringTensorWire(tensor, param),
+        activations: steeringTensorWire(tensor, param, decoded[i]),
         layer_indices: [...vector.layerIndices],
         scale: vector.scale ?? 1,
         norm_match: vector.normMatch ?? false,

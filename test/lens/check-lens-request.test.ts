@@ -4,13 +4,26 @@ import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.j
 import { Compression, Dtype, type SteeringVectorSchema, type Tensor } from "../../gen/acs/v1/lens_pb.js";
 import {
   captureLayerTokenLimit,
-  checkLensRequest,
+  checkCaptureCap,
+  checkLensCounts,
+  checkLensShapes,
   encodeTensor,
   type LensModelFacts,
   type LensRequestCounts,
   MAX_STEERING_NUMBERS,
 } from "../../src/lens/index.js";
 import { expectApiError } from "./api-error-expect.js";
+
+/** The service's three lens steps, in its order of checks (src/service/completions-service.ts). */
+function checkLensRequest(
+  request: Parameters<typeof checkLensShapes>[0],
+  model: LensModelFacts,
+  counts: LensRequestCounts,
+): void {
+  checkLensCounts(request, counts);
+  checkLensShapes(request, model);
+  checkCaptureCap(request, model, counts);
+}
 
 /** A small model: hidden 8, 4 layers, 64 positions. */
 const small: LensModelFacts = { hiddenSize: 8, numLayers: 4, maxModelLen: 64 };
