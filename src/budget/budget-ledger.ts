@@ -294,7 +294,8 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
           throw new ApiError(
             "insufficient_quota",
             `You exceeded your current quota: this request needs at least ${outcome.minimumTokens} tokens ` +
-              `(${demand.promptTokens} prompt tokens + ${demand.prompts * demand.n} × 1 generated token), ` +
+              `(${demand.promptTokens} prompt tokens + ${demand.prompts * demand.n} × 1 generated token` +
+              `${demand.captureReplay === true ? ` + ${demand.n * demand.promptTokens} tokens of the capture's replay` : ""}), ` +
               `and the key's Budget has ${Math.max(0, available)} of ${outcome.budgetTokens} tokens left ` +
               `(${outcome.spentTokens} spent, ${outcome.heldTokens} held by requests in flight).`,
           );

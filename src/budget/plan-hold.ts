@@ -10,13 +10,20 @@ export interface HoldDemand {
   readonly n: number;
   /** Generated tokens per choice asked for (`max_tokens`, or its §3 default); integer ≥ 1. */
   readonly maxTokens: number;
+  /**
+   * The request is a streamed capture: after the text, Inference prefills each choice's prompt +
+   * generated tokens − 1 once more to read its activations (docs/API.md §6). That replay is held,
+   * and charged, as prompt tokens: n × promptTokens + prompts × n × (maxTokens − 1) more.
+   * @default false
+   */
+  readonly captureReplay?: boolean;
 }
 
 /** The outcome of {@link planHold}: either a Hold to place, or a refusal. */
 export type HoldPlan =
   | {
       readonly kind: "hold";
-      /** Tokens to hold: promptTokens + prompts × n × maxTokens. */
+      /** Tokens to hold: {@link demandTokens} of the demand at `maxTokens`. */
       readonly tokens: number;
       /** max_tokens for the request; lower than asked when clamped. */
       readonly maxTokens: number;
@@ -24,25 +31,40 @@ export type HoldPlan =
     }
   | {
       readonly kind: "insufficient";
-      /** The least the request could run with: promptTokens + prompts × n × 1. */
+      /** The least the request could run with: {@link demandTokens} at max_tokens 1. */
       readonly minimumTokens: number;
     };
 
 /**
+ * Tokens a request holds at `maxTokens` per choice: promptTokens + prompts × n × maxTokens, plus,
+ * for a streamed capture, its replay n × promptTokens + prompts × n × (maxTokens − 1).
+ */
+export function demandTokens(demand: HoldDemand, maxTokens: number = demand.maxTokens): number {
+  const choices = demand.prompts * demand.n;
+  const text = demand.promptTokens + choices * maxTokens;
+  if (demand.captureReplay !== true) return text;
+  return text + demand.n * demand.promptTokens + choices * (maxTokens - 1);
+}
+
+/**
  * The Hold for `demand` when `available` tokens are left on the Budget (budget − spent − Σ open
- * Holds; may be negative). The whole demand, promptTokens + prompts × n × maxTokens, when it
- * fits; else max_tokens lowered to ⌊(available − promptTokens) / (prompts × n)⌋ (clamped); else,
- * when not even one generated token per choice fits, a refusal. Pure; every store runs it inside
- * its own transaction. Throws RangeError when a number of `demand` is out of range.
+ * Holds; may be negative): the whole demand ({@link demandTokens}) when it fits; else max_tokens
+ * lowered to the most that fits (clamped); else, when not even one generated token per choice
+ * fits, a refusal. Pure; every store runs it inside its own transaction. Throws RangeError when a
+ * number of `demand` is out of range.
  */
 export function planHold(available: number, demand: HoldDemand): HoldPlan {
   checkDemand(demand);
-  const perToken = demand.prompts * demand.n;
-  const need = demand.promptTokens + perToken * demand.maxTokens;
+  const need = demandTokens(demand);
   if (need <= available) return { kind: "hold", tokens: need, maxTokens: demand.maxTokens, clamped: false };
-  const fits = Math.floor((available - demand.promptTokens) / perToken);
-  if (fits < 1) return { kind: "insufficient", minimumTokens: demand.promptTokens + perToken };
-  return { kind: "hold", tokens: demand.promptTokens + perToken * fits, maxTokens: fits, clamped: true };
+  // demandTokens is linear in maxTokens: need(m) = base + perToken × m.
+  const choices = demand.prompts * demand.n;
+  const replay = demand.captureReplay === true ? 1 : 0;
+  const perToken = choices * (1 + replay);
+  const base = demandTokens(demand, 0);
+  const fits = Math.floor((available - base) / perToken);
+  if (fits < 1) return { kind: "insufficient", minimumTokens: demandTokens(demand, 1) };
+  return { kind: "hold", tokens: demandTokens(demand, fits), maxTokens: fits, clamped: true };
 }
 
 /** Throws RangeError unless every number of `demand` is a safe integer in its range. */
@@ -52,8 +74,8 @@ export function checkDemand(demand: HoldDemand): void {
   checkInt("prompts", prompts, 1);
   checkInt("n", n, 1);
   checkInt("maxTokens", maxTokens, 1);
-  if (!Number.isSafeInteger(promptTokens + prompts * n * maxTokens)) {
-    throw new RangeError("Hold demand: promptTokens + prompts × n × maxTokens is not a safe integer");
+  if (!Number.isSafeInteger(demandTokens(demand))) {
+    throw new RangeError("Hold demand: the tokens it holds are not a safe integer");
   }
 }
 

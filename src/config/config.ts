@@ -46,20 +46,21 @@ export interface Config {
   readonly keepaliveIntervalMs: number;
   /** Longest wait for a non-streamed answer, ms. @default 840000 (14 min) (env ACS_DEADLINE_MS) */
   readonly nonStreamDeadlineMs: number;
-  /** Largest request body on every route, bytes. @default 8 MiB */
-  readonly bodyLimitBytes: number;
   /** pino level. @default "info" (env ACS_LOG_LEVEL) */
   readonly logLevel: string;
 }
 
-/** Defaults of the API's contract (API.md §3–§5). */
+/** The limits and defaults of the API's contract (docs/API.md §3–§5): their one home. */
 export const limits = {
-  /** prompts × n × max_tokens ≤ this. */
+  /** prompts × n × max_tokens ≤ this, tokens (§3). */
   maxGeneratedTokens: 32_000,
-  /** max_tokens above this needs `stream` (the 14-minute wait). */
+  /** max_tokens above this needs `stream` (the 14-minute wait), tokens (§3). */
   maxNonStreamTokens: 15_600,
+  /** Largest request body on every route, bytes: 8 MiB; larger → 413 (§4). */
   bodyLimitBytes: 8 * 1024 * 1024,
+  /** Longest wait for a non-streamed answer, ms: 14 minutes, then 504 (§5). */
   nonStreamDeadlineMs: 14 * 60 * 1000,
+  /** Interval of a stream's `: keepalive` comments, ms (§5). */
   keepaliveIntervalMs: 5000,
 } as const;
 
@@ -179,7 +180,6 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     dbPath,
     keepaliveIntervalMs: int(env, "ACS_KEEPALIVE_MS", limits.keepaliveIntervalMs, 10, 3_600_000),
     nonStreamDeadlineMs: int(env, "ACS_DEADLINE_MS", limits.nonStreamDeadlineMs, 10, 24 * 3_600_000),
-    bodyLimitBytes: limits.bodyLimitBytes,
     logLevel: env.ACS_LOG_LEVEL ?? "info",
   };
   return Object.freeze(config);

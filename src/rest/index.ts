@@ -29,7 +29,6 @@ export {
 } from "./rest-routes.js";
 export {
   apiErrorFrom,
-  MAX_BODY_BYTES,
   renderMethodNotAllowed,
   renderNotFound,
   requestIdOf,
@@ -38,7 +37,6 @@ export {
 } from "./send-error.js";
 export {
   createSseWriter,
-  DEFAULT_KEEPALIVE_INTERVAL_MS,
   type SseWriter,
   type SseWriterOptions,
 } from "./sse-writer.js";

@@ -7,6 +7,7 @@ import type {
   FastifyRequest,
 } from "fastify";
 import type { StreamCompletionResponse } from "../../gen/acs/v1/completions_pb.js";
+import { limits } from "../config/index.js";
 import { ApiError, invalidRequest } from "../errors/index.js";
 import { type CompletionsApi, modelNotFound } from "../service/index.js";
 import { createCallContext } from "./call-context.js";
@@ -14,13 +15,12 @@ import { decodeCompletionRequest } from "./decode-completion-request.js";
 import { renderChunk, renderCompletion, renderModel, renderModelList } from "./render-completion.js";
 import {
   apiErrorFrom,
-  MAX_BODY_BYTES,
   renderMethodNotAllowed,
   renderNotFound,
   requestIdOf,
   sendError,
 } from "./send-error.js";
-import { createSseWriter, DEFAULT_KEEPALIVE_INTERVAL_MS, type SseWriter } from "./sse-writer.js";
+import { createSseWriter, type SseWriter } from "./sse-writer.js";
 
 /** Options of the {@link restRoutes} plugin. */
 export interface RestRoutesOptions {
@@ -156,7 +156,7 @@ function shutdownError(shutdown: AbortSignal): ApiError {
 
 async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions): Promise<void> {
   const { api } = options;
-  const keepaliveIntervalMs = options.keepaliveIntervalMs ?? DEFAULT_KEEPALIVE_INTERVAL_MS;
+  const keepaliveIntervalMs = options.keepaliveIntervalMs ?? limits.keepaliveIntervalMs;
   // Aborted when the server starts closing: running calls (streams above all) end with a 503
   // envelope instead of holding fastify.close() open.
   const closing = new AbortController();
@@ -181,14 +181,16 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
   // Every content type is read as bytes and checked by the route itself, after the key (a bad key
   // is 401 whatever the body): JSON only (415), decoded as strict UTF-8 (invalid bytes → 400).
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: MAX_BODY_BYTES }, (_request, body, done) =>
-    done(null, body),
+  app.addContentTypeParser(
+    "*",
+    { parseAs: "buffer", bodyLimit: limits.bodyLimitBytes },
+    (_request, body, done) => done(null, body),
   );
 
-  app.post("/v1/completions", { bodyLimit: MAX_BODY_BYTES }, async (request, reply) => {
+  app.post("/v1/completions", { bodyLimit: limits.bodyLimitBytes }, async (request, reply) => {
     const ctx = contextOf(request, reply);
     // A bad key is 401 before the body is even looked at (OpenAI answers 401 before 400).
-    api.authenticate(ctx);
+    await api.authenticate(ctx);
     assertJsonContentType(request.headers["content-type"]);
     const { request: completionRequest, stream } = decodeCompletionRequest(bodyBytes(request.body));
     if (!stream) {
@@ -252,10 +254,10 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
     chat.removeAllContentTypeParsers();
     chat.addContentTypeParser(
       "*",
-      { parseAs: "buffer", bodyLimit: MAX_BODY_BYTES },
+      { parseAs: "buffer", bodyLimit: limits.bodyLimitBytes },
       (_request, _body, done) => done(null, undefined),
     );
-    chat.post("/v1/chat/completions", { bodyLimit: MAX_BODY_BYTES }, async () => {
+    chat.post("/v1/chat/completions", { bodyLimit: limits.bodyLimitBytes }, async () => {
       throw invalidRequest(null, CHAT_COMPLETIONS_MESSAGE);
     });
   });

@@ -1,8 +1,6 @@
 import type { FastifyReply, FastifyRequest } from "fastify";
+import { limits } from "../config/index.js";
 import { ApiError, type ErrorCode, isRequestId, newRequestId, toApiError } from "../errors/index.js";
-
-/** Largest request body on every route (API.md §4): 8 MiB. Larger → 413 `request_too_large`. */
-export const MAX_BODY_BYTES = 8 * 1024 * 1024;
 
 const REQUEST_ID_HEADER = "x-request-id";
 
@@ -22,14 +20,16 @@ export function requestTooLarge(limitBytes: number): ApiError {
 }
 
 /**
- * The request id of this exchange: the `X-Request-Id` response header when one is already set
- * (e.g. by a root hook), else a fresh `req_` + 32 hex, which is set as the header. Calling it again
- * returns the same id, so every response — errors included — carries the id of its envelope.
+ * The request id of this exchange, the one function that names it: the `X-Request-Id` response
+ * header when one is already set (the server's root hook sets fastify's `request.id`), else the
+ * request's fastify id when it has the request-id form, else a fresh `req_` + 32 hex; set as the
+ * header. Calling it again returns the same id, so every response — errors included — carries the
+ * id of its envelope.
  */
 export function requestIdOf(reply: FastifyReply): string {
   const existing = reply.getHeader(REQUEST_ID_HEADER);
   if (typeof existing === "string" && isRequestId(existing)) return existing;
-  const id = newRequestId();
+  const id = isRequestId(reply.request.id) ? reply.request.id : newRequestId();
   reply.header(REQUEST_ID_HEADER, id);
   return id;
 }
@@ -70,7 +70,7 @@ export function apiErrorFrom(err: unknown): ApiError {
   if (typeof err === "object" && err !== null) {
     const { code, statusCode, message } = err as { code?: unknown; statusCode?: unknown; message?: unknown };
     if (code === "FST_ERR_CTP_BODY_TOO_LARGE") {
-      const tooLarge = requestTooLarge(MAX_BODY_BYTES);
+      const tooLarge = requestTooLarge(limits.bodyLimitBytes);
       return new ApiError(tooLarge.code, tooLarge.message, { cause: err });
     }
     const known = typeof code === "string" ? fastifyErrors[code] : undefined;

@@ -1,8 +1,6 @@
 import type { Writable } from "node:stream";
+import { limits } from "../config/index.js";
 import type { ErrorEnvelopeJson } from "../errors/index.js";
-
-/** Default interval of `: keepalive` comments (API.md §5). */
-export const DEFAULT_KEEPALIVE_INTERVAL_MS = 5000;
 
 /** Options of {@link createSseWriter}. */
 export interface SseWriterOptions {
@@ -35,7 +33,7 @@ export interface SseWriter {
  * no keepalive is written while a write waits for 'drain'.
  */
 export function createSseWriter(out: Writable, options: SseWriterOptions = {}): SseWriter {
-  const intervalMs = options.keepaliveIntervalMs ?? DEFAULT_KEEPALIVE_INTERVAL_MS;
+  const intervalMs = options.keepaliveIntervalMs ?? limits.keepaliveIntervalMs;
   let closed = false;
   let ended = false;
 

@@ -12,11 +12,9 @@ import {
   ModelSchema,
   type StreamCompletionResponse,
   StreamCompletionResponseSchema,
-  type Usage,
 } from "../../gen/acs/v1/completions_pb.js";
 import { ActivationsSchema } from "../../gen/acs/v1/lens_pb.js";
-import { limits } from "../config/index.js";
-import { ApiError, type ErrorCode, invalidRequest, toApiError } from "../errors/index.js";
+import { ApiError, toApiError } from "../errors/index.js";
 import {
   captureLayers,
   captureLayerTokenLimit,
@@ -35,9 +33,21 @@ import {
   type VllmClient,
   type VllmCompletionRequest,
 } from "../upstream/index.js";
+import {
+  checkContextLength,
+  checkDeadlineFeasible,
+  checkGeneratedTokensCap,
+  checkMaxTokensGiven,
+  checkMinTokens,
+  checkStreamOnlyFields,
+  requestShape,
+  resolveMaxTokens,
+} from "./checks.js";
+import { countPromptTokens } from "./count-prompt-tokens.js";
 import type { ModelRegistry, ServedModel } from "./model-registry.js";
 import type { KeyInfo, Ledger } from "./ports.js";
 import type { CallContext, CompletionsApi } from "./types.js";
+import { UsageMeter } from "./usage-meter.js";
 import { validateRequest } from "./validate-request.js";
 
 /** Collaborators of the completions service. */
@@ -45,13 +55,15 @@ export interface CompletionsServiceDeps {
   readonly models: ModelRegistry<VllmClient>;
   /** The Budget ledger; undefined = keys and Budgets off (loopback only). */
   readonly ledger: Ledger | undefined;
-  /** Longest wait for a non-streamed answer, ms (API.md §5: 14 minutes). */
+  /** Longest wait for a non-streamed answer, ms (docs/API.md §5: 14 minutes). */
   readonly nonStreamDeadlineMs: number;
   /** How often a stream renews its Hold, ms. @default 60000 */
   readonly holdRenewIntervalMs?: number;
+  /** Told of a ledger call that failed after the response was decided (renew, settle). @default process.emitWarning */
+  readonly onLedgerError?: (err: unknown) => void;
 }
 
-/** Header that reports a max_tokens lowered to what the Budget holds (API.md §3). */
+/** Header that reports a max_tokens lowered to what the Budget holds (docs/API.md §3). */
 export const clampedHeader = "X-Acs-Max-Tokens-Clamped";
 
 /** Everything decided before Inference is called. */
@@ -61,165 +73,75 @@ interface Prepared {
   /** Σ prompt tokens as the Hold counts them. */
   readonly promptTokens: number;
   readonly capture: boolean;
-  readonly holdId: string | undefined;
-  /** Tokens the Hold reserved (0 without a Hold). */
-  readonly heldTokens: number;
+  /** The Hold on the key's Budget; undefined with keys off. */
+  readonly hold: { readonly id: string; readonly tokens: number } | undefined;
 }
 
-/** Errors after which Inference did no work for the request: nothing is charged. */
-const noWorkCodes = new Set<ErrorCode>([
-  "upstream_unavailable",
-  "invalid_request",
-  "context_length_exceeded",
-  "model_not_found",
-]);
-
-function promptLengthsWithoutTokenizer(request: CreateCompletionRequest): number[] | undefined {
-  const p = request.prompt;
-  if (p.case === "tokenIds") return [p.value.values.length];
-  if (p.case === "tokenIdsList") return p.value.values.map((v) => v.values.length);
-  return undefined;
+/** Ids shared by every chunk of one completion. */
+interface CompletionIds {
+  readonly id: string;
+  readonly created: bigint;
+  readonly model: string;
 }
 
-function promptTexts(request: CreateCompletionRequest): string[] {
-  const p = request.prompt;
-  if (p.case === "text") return [p.value];
-  if (p.case === "texts") return p.value.values;
-  return [];
-}
-
-function promptCount(request: CreateCompletionRequest): number {
-  const p = request.prompt;
-  switch (p.case) {
-    case "text":
-      return 1;
-    case "texts":
-    case "tokenIdsList":
-      return p.value.values.length;
-    case "tokenIds":
-      return 1;
-    default:
-      return 0;
-  }
+function completionIds(model: string): CompletionIds {
+  return { id: newCompletionId(), created: BigInt(Math.floor(Date.now() / 1000)), model };
 }
 
 /**
- * The completions service: the one implementation behind REST and Connect. Order of checks
- * (API.md §3): key; field ranges and cross-field rules (protovalidate, stream-only fields,
- * max_tokens needed, lens needs one prompt and n = 1); model; lens shapes against the model; size
- * caps (32,000 generated tokens, the capture cap); deadline_infeasible; prompt length (tokens
- * counted by Inference's tokenizer) and the exact capture cap; then the Hold — all before
- * Inference sees the request. Every Hold is settled exactly once, whatever happens.
+ * The completions service: the one implementation behind REST and Connect. `prepare` runs the
+ * contract's checks in its order (docs/API.md §3), each a named step, all before Inference sees the
+ * request; then the request runs against Inference, and its Hold is settled exactly once, in one
+ * place, by one rule ({@link UsageMeter}).
  */
 export function createCompletionsService(deps: CompletionsServiceDeps): CompletionsApi {
   const { models, ledger } = deps;
   const renewEveryMs = deps.holdRenewIntervalMs ?? 60_000;
+  const onLedgerError =
+    deps.onLedgerError ?? ((err: unknown) => process.emitWarning(`Budget ledger: ${String(err)}`));
 
-  async function countPromptTokens(
-    model: ServedModel<VllmClient>,
-    request: CreateCompletionRequest,
-    signal: AbortSignal,
-  ) {
-    const direct = promptLengthsWithoutTokenizer(request);
-    if (direct !== undefined) return direct;
-    const addSpecialTokens = request.addSpecialTokens ?? true;
-    const counts = await Promise.all(
-      promptTexts(request).map((text) =>
-        model.client.tokenize(model.servedModelName, text, addSpecialTokens, signal),
-      ),
-    );
-    return counts.map((c) => c.count);
-  }
+  const authenticate = async (ctx: CallContext): Promise<KeyInfo | undefined> =>
+    ledger === undefined ? undefined : await ledger.authenticate(ctx.authorization);
 
   async function prepare(
     request: CreateCompletionRequest,
     ctx: CallContext,
     stream: boolean,
   ): Promise<Prepared> {
-    const key: KeyInfo | undefined = ledger?.authenticate(ctx.authorization);
-    validateRequest(request);
-    if (!stream && request.streamOptions !== undefined) {
-      throw invalidRequest("stream_options", "stream_options is only allowed when stream is true.");
-    }
-    if (stream && request.promptLogprobs !== undefined) {
-      throw invalidRequest("prompt_logprobs", "prompt_logprobs is not available when stream is true.");
-    }
-    const prompts = promptCount(request);
-    const n = request.n ?? 1;
-    if (request.maxTokens === undefined && (prompts > 1 || n > 1)) {
-      throw invalidRequest(
-        "max_tokens",
-        "max_tokens must be set when a request has more than one prompt or n above 1.",
-      );
-    }
-    checkLensCounts(request, { prompts, n });
-    const model = models.resolve(request.model);
-    if (key !== undefined) ledger?.checkModel(key, model.id, model.aliases);
-    checkLensShapes(request, model);
-
-    // Size caps, then deadline_infeasible (API.md §3), for an explicit max_tokens.
-    let lengths: number[] | undefined;
-    if (request.maxTokens !== undefined) {
-      const total = prompts * n * request.maxTokens;
-      if (total > limits.maxGeneratedTokens) {
-        throw invalidRequest(
-          "max_tokens",
-          `At most ${limits.maxGeneratedTokens} generated tokens in all: n = ${n} times max_tokens = ${request.maxTokens} for each of ${prompts} prompts is ${total}.`,
-        );
-      }
-      // The capture cap with the least possible prompt (1 token); its message needs the real count.
-      const layers = captureLayers(request, model);
-      if (layers * (1 + request.maxTokens) > captureLayerTokenLimit(model.hiddenSize)) {
-        lengths = await countPromptTokens(model, request, ctx.signal);
-        checkCaptureCap(request, model, { promptTokens: Math.max(...lengths), maxTokens: request.maxTokens });
-      }
-      if (!stream && request.maxTokens > limits.maxNonStreamTokens) {
-        throw new ApiError(
-          "deadline_infeasible",
-          `max_tokens = ${request.maxTokens} cannot be written within the API's 14-minute wait for a request without stream: send stream: true, or at most ${limits.maxNonStreamTokens} max_tokens.`,
-          { param: "max_tokens" },
-        );
-      }
-    }
-
-    // Prompt length, with the tokens counted as the Hold counts them.
-    lengths ??= await countPromptTokens(model, request, ctx.signal);
-    const longest = Math.max(...lengths);
-    const promptTokens = lengths.reduce((a, b) => a + b, 0);
-    let maxTokens =
-      request.maxTokens ??
-      Math.max(
-        1,
-        Math.min(model.maxModelLen - longest, stream ? limits.maxGeneratedTokens : limits.maxNonStreamTokens),
-      );
-    lengths.forEach((len, i) => {
-      if (len + maxTokens > model.maxModelLen) {
-        const which = lengths.length > 1 ? ` (prompt ${i})` : "";
-        throw new ApiError(
-          "context_length_exceeded",
-          `This model's maximum context length is ${model.maxModelLen} tokens. However, you requested ${len + maxTokens} tokens (${len} in your prompt${which}; ${maxTokens} for the completion). Please reduce your prompt; or completion length.`,
-          { param: "prompt" },
-        );
-      }
-    });
-    if (request.minTokens !== undefined && request.minTokens > maxTokens) {
-      throw invalidRequest(
-        "min_tokens",
-        `Invalid value for 'min_tokens': must be at most max_tokens (${maxTokens}).`,
-      );
-    }
-    checkCaptureCap(request, model, { promptTokens: longest, maxTokens });
-    const vllmXargs = lensVllmXargs(request, model);
+    // The order of checks of docs/API.md §3: key; ranges and cross-field rules; the size caps;
+    // deadline_infeasible; prompt length; then the Hold.
+    const key = await authenticate(ctx); //                                      §9 key (401)
+    validateRequest(request); //                                                  §4 ranges, cross-field rules
+    checkStreamOnlyFields(request, stream); //                                   §4 stream_options, prompt_logprobs
+    const shape = requestShape(request);
+    checkMaxTokensGiven(request, shape); //                                      §3 several prompts or n > 1
+    checkLensCounts(request, shape); //                                          §6 one prompt, n = 1
+    const model = models.resolve(request.model); //                             §2 model (404)
+    if (key !== undefined) await ledger?.checkModel(key, model.id, model.aliases); // §9 allowed (403)
+    const steering = checkLensShapes(request, model); //                         §6 shapes, values
+    checkGeneratedTokensCap(request, shape); //                                  §3 size cap: 32,000
+    let lengths = await checkCaptureCapUncounted(request, model, ctx.signal); // §6 size cap: capture
+    checkDeadlineFeasible(request, stream); //                                   §3 deadline_infeasible
+    lengths ??= await countPromptTokens(model.client, model.servedModelName, request, ctx.signal);
+    let maxTokens = resolveMaxTokens(request, model.maxModelLen, lengths, stream); // §3 default
+    checkContextLength(model.maxModelLen, lengths, maxTokens); //                §3 prompt length
+    checkMinTokens(request, maxTokens);
+    checkCaptureCap(request, model, { promptTokens: Math.max(...lengths), maxTokens }); // §6 exact
     const capture = request.outputResidualStream !== undefined;
+    const promptTokens = lengths.reduce((a, b) => a + b, 0);
 
-    let holdId: string | undefined;
-    let heldTokens = 0;
+    let hold: Prepared["hold"];
     if (ledger !== undefined && key !== undefined) {
-      const hold = ledger.placeHold(key, { promptTokens, prompts, n, maxTokens });
-      holdId = hold.holdId;
-      heldTokens = hold.heldTokens;
-      if (hold.clamped) {
-        maxTokens = hold.maxTokens;
+      const placed = await ledger.placeHold(key, {
+        promptTokens,
+        prompts: shape.prompts,
+        n: shape.n,
+        maxTokens,
+        captureReplay: capture && stream,
+      }); //                                                                    §9 Hold, §3 clamp
+      hold = { id: placed.holdId, tokens: placed.heldTokens };
+      if (placed.clamped) {
+        maxTokens = placed.maxTokens;
         ctx.setResponseHeader(clampedHeader, String(maxTokens));
       }
     }
@@ -229,47 +151,82 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         servedModelName: model.servedModelName,
         maxTokens,
         stream,
-        vllmXargs,
+        vllmXargs: lensVllmXargs(request, model, steering),
       });
       ctx.onPrepared?.();
-      return { model, body, promptTokens, capture, holdId, heldTokens };
+      return { model, body, promptTokens, capture, hold };
     } catch (err) {
-      settle(holdId, 0);
+      await settle(hold, 0);
       throw err;
     }
   }
 
-  function settle(holdId: string | undefined, used: number): void {
-    if (holdId !== undefined) ledger?.settle(holdId, used);
+  /**
+   * The capture cap is a size cap, checked before deadline_infeasible: when even a one-token prompt
+   * would break it, the prompt is counted here (the message names its tokens) and the cap checked;
+   * returns the counts then, else undefined (the exact check follows the count).
+   */
+  async function checkCaptureCapUncounted(
+    request: CreateCompletionRequest,
+    model: ServedModel<VllmClient>,
+    signal: AbortSignal,
+  ): Promise<number[] | undefined> {
+    if (request.maxTokens === undefined) return undefined;
+    if (captureLayers(request, model) * (1 + request.maxTokens) <= captureLayerTokenLimit(model.hiddenSize)) {
+      return undefined;
+    }
+    const lengths = await countPromptTokens(model.client, model.servedModelName, request, signal);
+    checkCaptureCap(request, model, { promptTokens: Math.max(...lengths), maxTokens: request.maxTokens });
+    return lengths;
+  }
+
+  /** Settles a Hold to `used` tokens (a no-op without one). The one place a Hold ends. */
+  async function settle(hold: Prepared["hold"], used: number): Promise<void> {
+    if (hold === undefined || ledger === undefined) return;
+    try {
+      await ledger.settle(hold.id, used);
+    } catch (err) {
+      // The Hold stays open and expires (reclaimed); the caller's answer is already decided.
+      onLedgerError(err);
+    }
+  }
+
+  /** Renews a stream's Hold once per renew interval, without holding up its chunks. */
+  function holdRenewer(hold: Prepared["hold"]): () => void {
+    let last = Date.now();
+    return () => {
+      if (hold === undefined || ledger === undefined || Date.now() - last < renewEveryMs) return;
+      last = Date.now();
+      Promise.resolve()
+        .then(() => ledger.renew(hold.id))
+        .catch(onLedgerError);
+    };
+  }
+
+  function residualStream(activations: unknown) {
+    const rs = (activations as { residual_stream?: unknown } | null | undefined)?.residual_stream;
+    if (rs === undefined || rs === null) {
+      throw new ApiError("upstream_error", "Inference returned no activations for a capture request.");
+    }
+    return create(ActivationsSchema, { residualStream: tensorFromVllmLensJson(rs) });
   }
 
   /**
-   * What a request that failed is charged. Nothing when Inference did no work for it. A stream
-   * (and a non-streamed request served from a collected stream) knows what it generated: prompt +
-   * the tokens streamed. A non-streamed request that Inference served without a stream
-   * (prompt_logprobs, capture) and that was cut short by its caller or the deadline generated an
-   * unknown number of tokens (vLLM reports none for an aborted request): it is charged its whole
-   * Hold, the most it could have used, so that disconnecting is no way to free work.
+   * A streamed capture's activations: one more non-streamed prefill of prompt + generated tokens −
+   * 1 with max_tokens 1 and the same steering, which gives exactly the positions a non-streamed
+   * capture returns. Its prompt tokens are charged as prompt tokens (the Hold covered them).
    */
-  function chargeOnError(err: unknown, prepared: Prepared, generated: number, counted: boolean): number {
-    const code = err instanceof ApiError ? err.code : "internal_error";
-    if (noWorkCodes.has(code)) return 0;
-    if (!counted && (code === "canceled" || code === "deadline_exceeded")) {
-      return Math.max(prepared.heldTokens, prepared.promptTokens);
-    }
-    return prepared.promptTokens + generated;
-  }
-
-  /** Activations for a streamed completion: one extra prefill of prompt + generated − last token. */
-  async function captureAfterStream(
+  async function captureReplay(
     prepared: Prepared,
     promptIds: readonly number[],
     generatedIds: readonly number[],
     ctx: CallContext,
+    meter: UsageMeter,
   ) {
+    const prompt = [...promptIds, ...generatedIds.slice(0, -1)];
     const body: VllmCompletionRequest = {
       ...prepared.body,
-      prompt: [...promptIds, ...generatedIds.slice(0, -1)],
+      prompt,
       max_tokens: 1,
       min_tokens: 0,
       n: 1,
@@ -286,53 +243,58 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       deadlineMs: deps.nonStreamDeadlineMs,
       upstreamRequestId: newUpstreamRequestId(),
     });
+    meter.addReplay(v.usage?.prompt_tokens ?? prompt.length);
     return residualStream(v.activations);
   }
 
-  function residualStream(activations: unknown) {
-    const rs = (activations as { residual_stream?: unknown } | null | undefined)?.residual_stream;
-    if (rs === undefined || rs === null) {
-      throw new ApiError("upstream_error", "Inference returned no activations for a capture request.");
+  /**
+   * Inference's stream as proto chunks of the caller's completion, metered: every chunk (usage
+   * chunks included, token ids kept) in Inference's order. The upstream always streams token ids
+   * and usage, so that what was generated is known at every moment.
+   */
+  async function* upstreamChunks(
+    prepared: Prepared,
+    ids: CompletionIds,
+    signal: AbortSignal,
+    meter: UsageMeter,
+    body: VllmCompletionRequest,
+  ): AsyncGenerator<StreamCompletionResponse> {
+    for await (const upstreamChunk of prepared.model.client.stream(
+      { ...body, stream: true, return_token_ids: true },
+      { signal, upstreamRequestId: newUpstreamRequestId() },
+    )) {
+      const chunk = toStreamChunk(upstreamChunk, ids);
+      for (const choice of chunk.choices) meter.addGenerated(choice.tokenIds.length);
+      if (chunk.choices.length === 0 && chunk.usage !== undefined) meter.report(chunk.usage.totalTokens);
+      yield chunk;
     }
-    return create(ActivationsSchema, { residualStream: tensorFromVllmLensJson(rs) });
   }
 
   /**
    * A non-streamed completion from Inference's stream, collected: the tokens generated so far are
-   * known at every moment, so a caller who goes away or a deadline is charged exactly what was
-   * generated (vLLM reports no usage for an aborted non-streamed request). Choices are assembled
-   * per index (text, logprobs rows, token ids, finish and stop reason of the last chunk).
+   * known at every moment, so a caller who goes away or the deadline is charged exactly what was
+   * generated (vLLM reports no usage for an aborted non-streamed request). Choices are assembled per
+   * index (text, logprobs rows, token ids, finish and stop reason of the last chunk).
    */
   async function collectStream(
     prepared: Prepared,
     request: CreateCompletionRequest,
     ctx: CallContext,
-    progress: { generated: number },
-  ) {
+    meter: UsageMeter,
+  ): Promise<CreateCompletionResponse> {
     const deadline = AbortSignal.timeout(deps.nonStreamDeadlineMs);
     const signal = AbortSignal.any([ctx.signal, deadline]);
-    const ids = {
-      id: newCompletionId(),
-      created: BigInt(Math.floor(Date.now() / 1000)),
-      model: request.model,
-    };
+    const ids = completionIds(request.model);
     const choices = new Map<number, CompletionChoice>();
-    let usage: Usage | undefined;
+    let usage: CreateCompletionResponse["usage"];
+    const body: VllmCompletionRequest = {
+      ...prepared.body,
+      stream_options: { include_usage: true, continuous_usage_stats: false },
+    };
     try {
-      const body: VllmCompletionRequest = {
-        ...prepared.body,
-        stream: true,
-        return_token_ids: true,
-        stream_options: { include_usage: true, continuous_usage_stats: false },
-      };
-      for await (const upstreamChunk of prepared.model.client.stream(body, {
-        signal,
-        upstreamRequestId: newUpstreamRequestId(),
-      })) {
-        const chunk = toStreamChunk(upstreamChunk, ids);
+      for await (const chunk of upstreamChunks(prepared, ids, signal, meter, body)) {
         if (chunk.choices.length === 0 && chunk.usage !== undefined) usage = chunk.usage;
         for (const part of chunk.choices) {
-          progress.generated += part.tokenIds.length;
           const choice = choices.get(part.index) ?? create(CompletionChoiceSchema, { index: part.index });
           choice.text += part.text;
           if (part.logprobs !== undefined) {
@@ -353,9 +315,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         throw new ApiError(
           "deadline_exceeded",
           `Inference did not answer within ${deps.nonStreamDeadlineMs} ms.`,
-          {
-            cause: err,
-          },
+          { cause: err },
         );
       }
       throw err;
@@ -370,36 +330,51 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     return create(CreateCompletionResponseSchema, { ...ids, choices: sorted, ...(usage ? { usage } : {}) });
   }
 
+  /**
+   * A non-streamed completion from Inference's non-streamed answer: the one place prompt_logprobs
+   * and activations exist. Its tokens are unknown until Inference answers.
+   */
+  async function completeUnary(
+    prepared: Prepared,
+    request: CreateCompletionRequest,
+    ctx: CallContext,
+    meter: UsageMeter,
+  ): Promise<CreateCompletionResponse> {
+    meter.markUncounted();
+    const v = await prepared.model.client.complete(
+      { ...prepared.body, return_token_ids: true },
+      { signal: ctx.signal, deadlineMs: deps.nonStreamDeadlineMs, upstreamRequestId: newUpstreamRequestId() },
+    );
+    const response = toCompletionResponse(v, request.model);
+    for (const c of response.choices) meter.addGenerated(c.tokenIds.length);
+    if (response.usage !== undefined) meter.report(response.usage.totalTokens);
+    if (request.returnTokenIds !== true) {
+      for (const c of response.choices) {
+        c.tokenIds = [];
+        c.promptTokenIds = [];
+      }
+    }
+    if (prepared.capture) response.activations = residualStream(v.activations);
+    return response;
+  }
+
   async function createCompletion(
     request: CreateCompletionRequest,
     ctx: CallContext,
   ): Promise<CreateCompletionResponse> {
     const prepared = await prepare(request, ctx, false);
-    // prompt_logprobs and activations exist only on Inference's non-streamed answer.
-    const collected = request.promptLogprobs === undefined && !prepared.capture;
-    const progress = { generated: 0 };
-    let used = 0;
+    const meter = new UsageMeter(prepared.promptTokens);
+    let failure: unknown;
     try {
-      if (collected) {
-        const response = await collectStream(prepared, request, ctx, progress);
-        used = response.usage?.totalTokens ?? prepared.promptTokens;
-        return response;
-      }
-      const v = await prepared.model.client.complete(prepared.body, {
-        signal: ctx.signal,
-        deadlineMs: deps.nonStreamDeadlineMs,
-        upstreamRequestId: newUpstreamRequestId(),
-      });
-      const response = toCompletionResponse(v, request.model);
-      used = response.usage?.totalTokens ?? prepared.promptTokens;
-      if (prepared.capture) response.activations = residualStream(v.activations);
-      return response;
+      // prompt_logprobs and activations exist only on Inference's non-streamed answer.
+      return request.promptLogprobs === undefined && !prepared.capture
+        ? await collectStream(prepared, request, ctx, meter)
+        : await completeUnary(prepared, request, ctx, meter);
     } catch (err) {
-      // collected: exactly what was generated; otherwise unknown (see chargeOnError)
-      if (used === 0) used = chargeOnError(err, prepared, progress.generated, collected);
+      failure = err;
       throw toApiError(err);
     } finally {
-      settle(prepared.holdId, used);
+      await settle(prepared.hold, meter.charge(failure, prepared.hold?.tokens ?? 0));
     }
   }
 
@@ -408,71 +383,68 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     ctx: CallContext,
   ): AsyncGenerator<StreamCompletionResponse> {
     const prepared = await prepare(request, ctx, true);
-    const includeUsage = request.streamOptions?.includeUsage === true;
-    const continuousUsage = request.streamOptions?.continuousUsageStats === true;
-    const returnTokenIds = request.returnTokenIds === true;
-    const ids = {
-      id: newCompletionId(),
-      created: BigInt(Math.floor(Date.now() / 1000)),
-      model: request.model,
-    };
-    let generated = 0;
-    let usedFromUsage: number | undefined;
-    let promptIds: number[] = [];
-    const generatedIds: number[] = [];
-    let lastRenew = Date.now();
-    let settled = false;
-    const finish = (used: number) => {
-      if (!settled) {
-        settled = true;
-        settle(prepared.holdId, used);
-      }
-    };
+    const meter = new UsageMeter(prepared.promptTokens);
+    let failure: unknown;
     try {
-      for await (const upstreamChunk of prepared.model.client.stream(
-        { ...prepared.body, return_token_ids: true },
-        { signal: ctx.signal, upstreamRequestId: newUpstreamRequestId() },
-      )) {
-        const chunk = toStreamChunk(upstreamChunk, ids);
-        for (const choice of chunk.choices) {
-          generated += choice.tokenIds.length;
-          if (prepared.capture && choice.index === 0) {
-            if (choice.promptTokenIds.length > 0) promptIds = [...choice.promptTokenIds];
-            generatedIds.push(...choice.tokenIds);
-          }
-          if (!returnTokenIds) {
-            choice.tokenIds = [];
-            choice.promptTokenIds = [];
-          }
-        }
-        if (chunk.choices.length === 0) {
-          if (chunk.usage !== undefined) usedFromUsage = chunk.usage.totalTokens;
-          if (includeUsage && chunk.usage !== undefined) yield chunk;
-          continue;
-        }
-        if (!continuousUsage) chunk.usage = undefined;
-        if (prepared.holdId !== undefined && Date.now() - lastRenew > renewEveryMs) {
-          ledger?.renew(prepared.holdId);
-          lastRenew = Date.now();
-        }
-        yield chunk;
-      }
-      if (prepared.capture) {
-        const activations = await captureAfterStream(prepared, promptIds, generatedIds, ctx);
-        yield create(StreamCompletionResponseSchema, { ...ids, choices: [], activations });
-      }
-      finish(usedFromUsage ?? prepared.promptTokens + generated);
+      yield* streamChunks(prepared, request, ctx, meter);
     } catch (err) {
-      finish(usedFromUsage ?? chargeOnError(err, prepared, generated, true));
+      failure = err;
       throw toApiError(err);
     } finally {
-      // The consumer stopped early (disconnect): charge what was generated so far.
-      finish(usedFromUsage ?? prepared.promptTokens + generated);
+      // Also when the consumer stops early (a disconnect): charged what was generated so far.
+      await settle(prepared.hold, meter.charge(failure, prepared.hold?.tokens ?? 0));
+    }
+  }
+
+  /**
+   * The caller's chunks: text chunks as Inference streams them (token ids only when asked; usage
+   * on every chunk only with include_usage and continuous_usage_stats both set, as vLLM does), the
+   * usage chunk with include_usage, then a capture's activations in a chunk of their own.
+   */
+  async function* streamChunks(
+    prepared: Prepared,
+    request: CreateCompletionRequest,
+    ctx: CallContext,
+    meter: UsageMeter,
+  ): AsyncGenerator<StreamCompletionResponse> {
+    const includeUsage = request.streamOptions?.includeUsage === true;
+    const continuousUsage = includeUsage && request.streamOptions?.continuousUsageStats === true;
+    const returnTokenIds = request.returnTokenIds === true;
+    const ids = completionIds(request.model);
+    const renew = holdRenewer(prepared.hold);
+    let promptIds: number[] = [];
+    const generatedIds: number[] = [];
+    const body: VllmCompletionRequest = {
+      ...prepared.body,
+      stream_options: { include_usage: true, continuous_usage_stats: continuousUsage },
+    };
+    for await (const chunk of upstreamChunks(prepared, ids, ctx.signal, meter, body)) {
+      if (chunk.choices.length === 0) {
+        if (includeUsage && chunk.usage !== undefined) yield chunk;
+        continue;
+      }
+      for (const choice of chunk.choices) {
+        if (prepared.capture && choice.index === 0) {
+          if (choice.promptTokenIds.length > 0) promptIds = [...choice.promptTokenIds];
+          generatedIds.push(...choice.tokenIds);
+        }
+        if (!returnTokenIds) {
+          choice.tokenIds = [];
+          choice.promptTokenIds = [];
+        }
+      }
+      if (!continuousUsage) chunk.usage = undefined;
+      renew();
+      yield chunk;
+    }
+    if (prepared.capture) {
+      const activations = await captureReplay(prepared, promptIds, generatedIds, ctx, meter);
+      yield create(StreamCompletionResponseSchema, { ...ids, choices: [], activations });
     }
   }
 
   async function listModels(ctx: CallContext): Promise<ListModelsResponse> {
-    ledger?.authenticate(ctx.authorization);
+    await authenticate(ctx);
     return create(ListModelsResponseSchema, {
       data: models.list().map((m) =>
         create(ModelSchema, {
@@ -489,8 +461,8 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
   }
 
   return {
-    authenticate: (ctx) => {
-      ledger?.authenticate(ctx.authorization);
+    authenticate: async (ctx) => {
+      await authenticate(ctx);
     },
     createCompletion,
     streamCompletion,

@@ -35,7 +35,7 @@ export interface CompletionsApi {
    * Checks the caller's key (when keys are on), so a surface can refuse a bad key (401) before
    * it even decodes the body, as OpenAI does. Every other method checks it again.
    */
-  authenticate(ctx: CallContext): void;
+  authenticate(ctx: CallContext): Promise<void> | void;
   /** A whole completion. Throws ApiError before or after Inference answers. */
   createCompletion(request: CreateCompletionRequest, ctx: CallContext): Promise<CreateCompletionResponse>;
   /**

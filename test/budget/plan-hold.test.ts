@@ -46,3 +46,43 @@ describe("planHold", () => {
     );
   });
 });
+
+describe("planHold for a streamed capture (its replay held as prompt tokens)", () => {
+  it.each([
+    // available, [promptTokens, prompts, n, maxTokens], plan: need = P + k·m + n·P + k·(m − 1)
+    [1000, [10, 1, 1, 5], { kind: "hold", tokens: 10 + 5 + 10 + 4, maxTokens: 5, clamped: false }],
+    [29, [10, 1, 1, 5], { kind: "hold", tokens: 29, maxTokens: 5, clamped: false }],
+    [28, [10, 1, 1, 5], { kind: "hold", tokens: 27, maxTokens: 4, clamped: true }],
+    [21, [10, 1, 1, 5], { kind: "hold", tokens: 21, maxTokens: 1, clamped: true }],
+    [20, [10, 1, 1, 5], { kind: "insufficient", minimumTokens: 21 }],
+  ] as const)("available %i, demand %j → %o", (available, [promptTokens, prompts, n, maxTokens], plan) => {
+    expect(planHold(available, { promptTokens, prompts, n, maxTokens, captureReplay: true })).toEqual(plan);
+  });
+
+  it("holds at most what is available and clamps to the largest max_tokens that fits", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: -1000, max: 200_000 }),
+        fc.integer({ min: 0, max: 40_000 }),
+        fc.integer({ min: 1, max: 8 }),
+        fc.integer({ min: 1, max: 16 }),
+        fc.integer({ min: 1, max: 32_000 }),
+        (available, promptTokens, prompts, n, maxTokens) => {
+          const demand = { promptTokens, prompts, n, maxTokens, captureReplay: true };
+          const need = (m: number) =>
+            promptTokens + prompts * n * m + n * promptTokens + prompts * n * (m - 1);
+          const plan = planHold(available, demand);
+          if (plan.kind === "insufficient") {
+            expect(need(1)).toBeGreaterThan(available);
+            expect(plan.minimumTokens).toBe(need(1));
+            return;
+          }
+          expect(plan.tokens).toBe(need(plan.maxTokens));
+          expect(plan.tokens).toBeLessThanOrEqual(available);
+          expect(plan.clamped).toBe(plan.maxTokens < maxTokens);
+          if (plan.clamped) expect(need(plan.maxTokens + 1)).toBeGreaterThan(available);
+        },
+      ),
+    );
+  });
+});

@@ -5,11 +5,11 @@ import { setTimeout as sleep } from "node:timers/promises";
 import Fastify, { type FastifyInstance } from "fastify";
 import OpenAI from "openai";
 import { afterEach, describe, expect, it } from "vitest";
+import { limits } from "../../src/config/index.js";
 import { ApiError, isRequestId } from "../../src/errors/index.js";
 import {
   CHAT_COMPLETIONS_MESSAGE,
   handleUnmatchedRoute,
-  MAX_BODY_BYTES,
   requestTooLarge,
   restRoutes,
 } from "../../src/rest/index.js";
@@ -420,7 +420,7 @@ describe("authentication comes before the body (OpenAI answers 401 before 400)",
 
 describe("shared messages", () => {
   it("requestTooLarge(limit) is the 413 of every REST body over the limit", () => {
-    const error = requestTooLarge(MAX_BODY_BYTES);
+    const error = requestTooLarge(limits.bodyLimitBytes);
     expect([error.status, error.code, error.param, error.message]).toEqual([
       413,
       "request_too_large",

@@ -1,0 +1,49 @@
+// The one rule of charging a request: prompt + tokens generated (Inference's usage where reported).
+import { describe, expect, it } from "vitest";
+import { ApiError } from "../../src/errors/index.js";
+import { UsageMeter } from "../../src/service/usage-meter.js";
+
+const err = (code: ConstructorParameters<typeof ApiError>[0]) => new ApiError(code, "x");
+
+describe("UsageMeter", () => {
+  it("charges prompt + generated when Inference reports no usage, and its usage when it does", () => {
+    const meter = new UsageMeter(2);
+    meter.addGenerated(3);
+    meter.addGenerated(2);
+    expect(meter.charge(undefined, 100)).toBe(7);
+    meter.report(9);
+    expect(meter.charge(undefined, 100)).toBe(9);
+  });
+
+  it("adds a streamed capture's replay as prompt tokens", () => {
+    const meter = new UsageMeter(4);
+    meter.addGenerated(5);
+    meter.addReplay(8);
+    expect(meter.used).toBe(17);
+  });
+
+  it("charges nothing when Inference did no work, and what was generated when it did", () => {
+    for (const code of ["upstream_unavailable", "invalid_request", "context_length_exceeded"] as const) {
+      const meter = new UsageMeter(4);
+      expect(meter.charge(err(code), 50)).toBe(0);
+      meter.addGenerated(1);
+      expect(meter.charge(err(code), 50)).toBe(5);
+    }
+    const broken = new UsageMeter(4);
+    broken.addGenerated(3);
+    expect(broken.charge(err("upstream_error"), 50)).toBe(7);
+    expect(broken.charge(new Error("bug"), 50)).toBe(7);
+  });
+
+  it("charges the whole Hold when a non-streamed Inference call was cut short before it answered", () => {
+    const counted = new UsageMeter(4);
+    expect(counted.charge(err("canceled"), 50)).toBe(4);
+    const uncounted = new UsageMeter(4);
+    uncounted.markUncounted();
+    expect(uncounted.charge(err("canceled"), 50)).toBe(50);
+    expect(uncounted.charge(err("deadline_exceeded"), 50)).toBe(50);
+    expect(uncounted.charge(err("upstream_error"), 50)).toBe(4);
+    uncounted.report(12); // Inference answered after all
+    expect(uncounted.charge(err("canceled"), 50)).toBe(12);
+  });
+});
