@@ -1,13 +1,10 @@
-// Process entry: loadConfig() → (embedded engine) → buildServer() → listen; SIGTERM/SIGINT → close().
+// Process entry: loadConfig() → (embedded engine) → buildApp() → listen; SIGTERM/SIGINT → close().
 import { spawn } from "node:child_process";
 import { extname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { pino } from "pino";
-import { createBudgetLedger, DEFAULT_HOLD_TTL_MS } from "./budget/index.js";
 import { type Config, ConfigError, loadConfig, type ModelConfig } from "./config/index.js";
-import { buildServer } from "./server/index.js";
-import { createCompletionsService, createModelRegistry } from "./service/index.js";
-import { createVllmClient, type VllmClient } from "./upstream/index.js";
+import { buildApp } from "./server/index.js";
 
 /**
  * Starts the reference engine as a child process on a loopback port (as Inference runs beside the
@@ -80,72 +77,21 @@ async function main(): Promise<void> {
   }
   const logger = pino({ level: config.logLevel, name: "acs-gateway" });
   const embedded = config.embeddedEngine ? await startEmbeddedEngine(config, logger) : undefined;
-  const modelConfigs = embedded ? [embedded.model] : config.models;
-
-  const clients: VllmClient[] = [];
-  const clientFor = (m: ModelConfig) => {
-    const client = createVllmClient({
-      baseUrl: m.upstreamUrl,
-      ...(m.upstreamApiKey === undefined ? {} : { apiKey: m.upstreamApiKey }),
-    });
-    clients.push(client);
-    return client;
-  };
-
-  // Inference may still be starting: retry until every model's facts are known.
-  let registry: Awaited<ReturnType<typeof createModelRegistry<VllmClient>>> | undefined;
-  for (let attempt = 1; registry === undefined; attempt++) {
-    try {
-      registry = await createModelRegistry(modelConfigs, clientFor);
-    } catch (err) {
-      for (const c of clients.splice(0)) await c.close();
-      logger.warn({ err: (err as Error).message, attempt }, "Inference not ready; retrying in 2 s");
-      await new Promise((r) => setTimeout(r, 2000));
-    }
-  }
-
-  // A Hold outlives the longest non-streamed wait (streams renew theirs).
-  const holdTtlMs = Math.max(DEFAULT_HOLD_TTL_MS, config.nonStreamDeadlineMs + 60_000);
-  const ledger =
-    config.dbPath === undefined ? undefined : createBudgetLedger({ path: config.dbPath, holdTtlMs });
-  if (ledger) {
-    const reclaimed = ledger.reclaimOnStart();
-    logger.info({ db: config.dbPath, reclaimed }, "keys and Budgets on");
-  } else {
+  if (config.dbPath === undefined) {
     logger.warn(
       { host: config.host },
       "ACS_DB is not set: authentication and Budgets are OFF (loopback only)",
     );
   }
-
-  // Readiness follows Inference: /readyz and gRPC health say NOT_SERVING while any is down.
-  let inferenceHealthy = true;
-  const healthTimer = setInterval(() => {
-    void Promise.all(clients.map((c) => c.health())).then((ok) => {
-      const healthy = ok.every(Boolean);
-      if (healthy !== inferenceHealthy) logger.warn({ healthy }, "Inference health changed");
-      inferenceHealthy = healthy;
-    });
-  }, 5000);
-  healthTimer.unref();
-
-  const api = createCompletionsService({
-    models: registry,
-    ledger,
-    nonStreamDeadlineMs: config.nonStreamDeadlineMs,
-  });
-  const { app } = await buildServer({
-    config,
-    api,
-    logger,
-    isReady: () => (embedded?.isAlive() ?? true) && inferenceHealthy,
-    onClose: async () => {
-      clearInterval(healthTimer);
-      for (const c of clients) await c.close();
-      ledger?.close();
-      await embedded?.stop();
+  const { app, registry } = await buildApp(
+    { ...config, models: embedded ? [embedded.model] : config.models },
+    {
+      logger,
+      retryInferenceMs: 2000,
+      isReady: () => embedded?.isAlive() ?? true,
+      ...(embedded ? { onClose: embedded.stop } : {}),
     },
-  });
+  );
   await app.listen({ host: config.host, port: config.port });
   logger.info(
     { url: `http://${config.host}:${config.port}`, models: registry.list().map((m) => [m.id, ...m.aliases]) },

@@ -11,7 +11,7 @@ import Fastify, {
   LogController,
 } from "fastify";
 import type { Logger } from "pino";
-import type { Config } from "../config/index.js";
+import { type Config, limits } from "../config/index.js";
 import {
   createConnectRoutes,
   createHealthRoutes,
@@ -23,6 +23,7 @@ import { invalidRequest, newRequestId } from "../errors/index.js";
 import {
   handleUnmatchedRoute,
   renderMethodNotAllowed,
+  requestIdOf,
   requestTooLarge,
   restRoutes,
   sendError,
@@ -33,7 +34,7 @@ import { createOnePortServer, defaultOnePortTimeouts, type OnePortTimeouts } fro
 
 /** What buildServer needs. */
 export interface ServerDeps {
-  readonly config: Pick<Config, "keepaliveIntervalMs" | "bodyLimitBytes">;
+  readonly config: Pick<Config, "keepaliveIntervalMs">;
   readonly api: CompletionsApi;
   readonly logger: Logger;
   /** True once the gateway (and an embedded engine, if any) can serve: GET /readyz. */
@@ -59,13 +60,6 @@ function isConnectPath(url: string): boolean {
   return url.startsWith("/acs.v1.") || url.startsWith("/grpc.health.v1.");
 }
 
-const requestIds = new WeakMap<FastifyRequest, string>();
-
-/** The request id given to a request by the root hook (REST routes may set their own). */
-function requestIdOf(request: FastifyRequest): string {
-  return requestIds.get(request) ?? newRequestId();
-}
-
 function routeLabel(request: FastifyRequest): string {
   return request.routeOptions.url ?? "unknown";
 }
@@ -84,12 +78,15 @@ export async function buildServer(
     loggerInstance: deps.logger as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
     serverFactory: oneServerFactory({ ...defaultOnePortTimeouts, ...deps.timeouts }),
-    bodyLimit: deps.config.bodyLimitBytes,
+    bodyLimit: limits.bodyLimitBytes,
     onProtoPoisoning: "error",
     onConstructorPoisoning: "error",
     return503OnClosing: true,
     forceCloseConnections: "idle",
     // Errors fastify raises before routing (a malformed URL such as /v1/models/%zz) in the envelope.
+    // Every request's id (req_ + 32 hex): fastify's request.id, logged with each line as requestId.
+    genReqId: () => newRequestId(),
+    requestIdLogLabel: "requestId",
     frameworkErrors: (error, _request, reply) => {
       const id = newRequestId();
       reply.header("x-request-id", id);
@@ -98,11 +95,9 @@ export async function buildServer(
   });
 
   app.addHook("onRequest", async (request, reply) => {
-    const id = newRequestId();
-    requestIds.set(request, id);
     // Every response carries it, Connect's too (connect-fastify copies the reply's headers), also
     // when connect-es refuses a request before our handler runs.
-    reply.header("x-request-id", id);
+    reply.header("x-request-id", request.id);
   });
   app.addHook("onResponse", async (request, reply) => {
     const url = request.url;
@@ -127,9 +122,9 @@ export async function buildServer(
   // readMaxBytes chunked Connect bodies.
   app.addHook("onRequest", async (request, reply) => {
     const length = Number(request.headers["content-length"] ?? 0);
-    if (!(length > deps.config.bodyLimitBytes)) return;
-    const id = requestIdOf(request);
-    const err = requestTooLarge(deps.config.bodyLimitBytes);
+    if (!(length > limits.bodyLimitBytes)) return;
+    const id = requestIdOf(reply);
+    const err = requestTooLarge(limits.bodyLimitBytes);
     if (!isConnectPath(request.url)) return sendError(reply, err, id);
     reply.hijack();
     reply.raw.setHeader("x-request-id", id);
@@ -142,10 +137,10 @@ export async function buildServer(
       createConnectRoutes(deps.api)(router);
       createHealthRoutes(deps.isReady)(router);
     },
-    readMaxBytes: deps.config.bodyLimitBytes,
+    readMaxBytes: limits.bodyLimitBytes,
     // Strict like REST: an unknown field in Connect JSON is an error, not silently dropped.
     jsonOptions: { ignoreUnknownFields: false },
-    contextValues: (request) => createContextValues().set(requestIdKey, requestIds.get(request)),
+    contextValues: (request) => createContextValues().set(requestIdKey, request.id),
     grpc: true,
     grpcWeb: true,
     connect: true,
@@ -168,7 +163,7 @@ export async function buildServer(
     }
     return handleUnmatchedRoute(request, reply);
   });
-  app.setErrorHandler((error, request, reply) => sendError(reply, error, requestIdOf(request)));
+  app.setErrorHandler((error, _request, reply) => sendError(reply, error, requestIdOf(reply)));
 
   if (deps.onClose) {
     const onClose = deps.onClose;

@@ -1,3 +1,4 @@
+export { type App, type AppConfig, type AppOptions, buildApp } from "./build-app.js";
 export { buildServer, type ServerDeps } from "./build-server.js";
 export { createMetrics, type GatewayMetrics } from "./metrics.js";
 export {

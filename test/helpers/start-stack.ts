@@ -1,13 +1,11 @@
 // Real servers on loopback for integration tests: the reference engine (or any upstream URL),
-// and the gateway built exactly as main.ts builds it, listening on 127.0.0.1:0.
+// and the gateway built by buildApp — the wiring src/main.ts uses — listening on 127.0.0.1:0.
 import type { AddressInfo } from "node:net";
 import { pino } from "pino";
-import { type BudgetLedger, createBudgetLedger } from "../../src/budget/index.js";
+import type { BudgetLedger } from "../../src/budget/index.js";
 import { limits, type ModelConfig } from "../../src/config/index.js";
 import { type RunningEngine, startEngine } from "../../src/engine/index.js";
-import { buildServer, type OnePortTimeouts } from "../../src/server/index.js";
-import { createCompletionsService, createModelRegistry } from "../../src/service/index.js";
-import { createVllmClient } from "../../src/upstream/index.js";
+import { buildApp, type OnePortTimeouts } from "../../src/server/index.js";
 
 export interface StackOptions {
   /** Engine preset. @default "tiny" */
@@ -51,26 +49,20 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     ownedBy: "acs-test",
     ...opts.model,
   };
-  const client = createVllmClient({ baseUrl: modelConfig.upstreamUrl });
-  const models = await createModelRegistry([modelConfig], () => client);
-  const ledger =
-    opts.dbPath === undefined ? undefined : createBudgetLedger({ path: opts.dbPath, reclaimIntervalMs: 0 });
-  const api = createCompletionsService({
-    models,
-    ledger,
-    nonStreamDeadlineMs: opts.nonStreamDeadlineMs ?? limits.nonStreamDeadlineMs,
-  });
-  const { app } = await buildServer({
-    config: { keepaliveIntervalMs: opts.keepaliveIntervalMs ?? 5000, bodyLimitBytes: limits.bodyLimitBytes },
-    api,
-    logger: pino({ level: "silent" }),
-    isReady: () => true,
-    ...(opts.timeouts ? { timeouts: opts.timeouts } : {}),
-    onClose: async () => {
-      await client.close();
-      ledger?.close();
+  const { app, ledger } = await buildApp(
+    {
+      models: [modelConfig],
+      dbPath: opts.dbPath,
+      keepaliveIntervalMs: opts.keepaliveIntervalMs ?? limits.keepaliveIntervalMs,
+      nonStreamDeadlineMs: opts.nonStreamDeadlineMs ?? limits.nonStreamDeadlineMs,
     },
-  });
+    {
+      logger: pino({ level: "silent" }),
+      healthIntervalMs: 0,
+      reclaimIntervalMs: 0,
+      ...(opts.timeouts ? { timeouts: opts.timeouts } : {}),
+    },
+  );
   await app.listen({ host: "127.0.0.1", port: 0 });
   const port = (app.server.address() as AddressInfo).port;
   return {
