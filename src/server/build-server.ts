@@ -76,7 +76,7 @@ export async function buildServer(
   const metrics = createMetrics();
   const app = Fastify({
     loggerInstance: deps.logger as FastifyBaseLogger,
-    logController: new LogController({ disableRequestLogging: true }),
+    logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: "requestId" }),
     serverFactory: oneServerFactory({ ...defaultOnePortTimeouts, ...deps.timeouts }),
     bodyLimit: limits.bodyLimitBytes,
     onProtoPoisoning: "error",
@@ -86,7 +86,6 @@ export async function buildServer(
     // Errors fastify raises before routing (a malformed URL such as /v1/models/%zz) in the envelope.
     // Every request's id (req_ + 32 hex): fastify's request.id, logged with each line as requestId.
     genReqId: () => newRequestId(),
-    requestIdLogLabel: "requestId",
     frameworkErrors: (error, _request, reply) => {
       const id = newRequestId();
       reply.header("x-request-id", id);
