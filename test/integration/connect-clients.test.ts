@@ -156,6 +156,19 @@ describe("gRPC errors map to the catalogue's codes", () => {
   });
 });
 
+describe("Connect GET (ListModels is marked NO_SIDE_EFFECTS)", () => {
+  // connect-es clients send it so with `useHttpGet: true`; the request travels in the query.
+  it("a GET with the request in the query answers 200 with the JSON list", async () => {
+    const query = new URLSearchParams({ connect: "v1", encoding: "json", message: "{}" });
+    const res = await fetch(`${stack.url}/acs.v1.CompletionsService/ListModels?${query}`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get("x-request-id")).toMatch(/^req_[0-9a-f]{32}$/);
+    const body = (await res.json()) as { data: Array<{ id: string; hiddenSize: number }> };
+    expect(body.data[0]?.id).toBe(stack.modelId);
+    expect(body.data[0]?.hiddenSize).toBe(stack.engine?.model.hiddenSize);
+  });
+});
+
 describe("gRPC health (grpc.health.v1.Health)", () => {
   it("reports SERVING for the server and the completions service, NOT_FOUND for others", async () => {
     const health = createClient(Health, transports.grpc as Transport);

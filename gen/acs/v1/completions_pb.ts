@@ -13,15 +13,17 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file acs/v1/completions.proto.
  */
 export const file_acs_v1_completions: GenFile = /*@__PURE__*/
-  fileDesc("ChhhY3MvdjEvY29tcGxldGlvbnMucHJvdG8SBmFjcy52MSItCgtQcm9tcHRUZXh0cxIeCgZ2YWx1ZXMYASADKAlCDrpIC5IBCAgBIgRyAhABIjAKDlByb21wdFRva2VuSWRzEh4KBnZhbHVlcxgBIAMoBUIOukgLkgEICAEiBBoCKAAiRgoSUHJvbXB0VG9rZW5JZHNMaXN0EjAKBnZhbHVlcxgBIAMoCzIWLmFjcy52MS5Qcm9tcHRUb2tlbklkc0IIukgFkgECCAEifQoNU3RyZWFtT3B0aW9ucxIaCg1pbmNsdWRlX3VzYWdlGAEgASgISACIAQESIwoWY29udGludW91c191c2FnZV9zdGF0cxgCIAEoCEgBiAEBQhAKDl9pbmNsdWRlX3VzYWdlQhkKF19jb250aW51b3VzX3VzYWdlX3N0YXRzIqYPChdDcmVhdGVDb21wbGV0aW9uUmVxdWVzdBIWCgVtb2RlbBgBIAEoCUIHukgEcgIQARIXCgR0ZXh0GAIgASgJQge6SARyAhABSAASJAoFdGV4dHMYAyABKAsyEy5hY3MudjEuUHJvbXB0VGV4dHNIABIrCgl0b2tlbl9pZHMYBCABKAsyFi5hY3MudjEuUHJvbXB0VG9rZW5JZHNIABI0Cg50b2tlbl9pZHNfbGlzdBgFIAEoCzIaLmFjcy52MS5Qcm9tcHRUb2tlbklkc0xpc3RIABIgCgptYXhfdG9rZW5zGAYgASgFQge6SAQaAigBSAGIAQESGgoBbhgHIAEoBUIKukgHGgUYgAEoAUgCiAEBEjEKC3RlbXBlcmF0dXJlGAggASgBQhe6SBQSEhkAAAAAAAAAQCkAAAAAAAAAAEgDiAEBEisKBXRvcF9wGAkgASgBQhe6SBQSEhkAAAAAAADwPyEAAAAAAAAAAEgEiAEBEhwKBHN0b3AYCiADKAlCDrpIC5IBCBAEIgRyAhABEi0KDnN0cmVhbV9vcHRpb25zGAsgASgLMhUuYWNzLnYxLlN0cmVhbU9wdGlvbnMSIAoIbG9ncHJvYnMYDCABKAVCCbpIBhoEGBQoAEgFiAEBEhEKBGVjaG8YDSABKAhIBogBARI2ChBwcmVzZW5jZV9wZW5hbHR5GA4gASgBQhe6SBQSEhkAAAAAAAAAQCkAAAAAAAAAwEgHiAEBEjcKEWZyZXF1ZW5jeV9wZW5hbHR5GA8gASgBQhe6SBQSEhkAAAAAAAAAQCkAAAAAAAAAwEgIiAEBEhEKBHNlZWQYECABKANICYgBARIbCgR1c2VyGBEgASgJQgi6SAVyAxiAAkgKiAEBEiQKBXRvcF9rGBIgASgFQhC6SA0aCyj///////////8BSAuIAQESKwoFbWluX3AYEyABKAFCF7pIFBISGQAAAAAAAPA/KQAAAAAAAAAASAyIAQESOAoScmVwZXRpdGlvbl9wZW5hbHR5GBQgASgBQhe6SBQSEhkAAAAAAAAAQCEAAAAAAAAAAEgNiAEBEiAKCm1pbl90b2tlbnMYFSABKAVCB7pIBBoCKABIDogBARIXCgppZ25vcmVfZW9zGBYgASgISA+IAQESJAoOc3RvcF90b2tlbl9pZHMYFyADKAVCDLpICZIBBiIEGgIoABInChppbmNsdWRlX3N0b3Bfc3RyX2luX291dHB1dBgYIAEoCEgQiAEBEiAKE3NraXBfc3BlY2lhbF90b2tlbnMYGSABKAhIEYgBARIqCh1zcGFjZXNfYmV0d2Vlbl9zcGVjaWFsX3Rva2VucxgaIAEoCEgSiAEBEh8KEmFkZF9zcGVjaWFsX3Rva2VucxgbIAEoCEgTiAEBEicKD3Byb21wdF9sb2dwcm9icxgcIAEoBUIJukgGGgQYFCgASBSIAQESHQoQcmV0dXJuX3Rva2VuX2lkcxgdIAEoCEgViAEBEhUKCHByaW9yaXR5GB4gASgFSBaIAQESPAoWb3V0cHV0X3Jlc2lkdWFsX3N0cmVhbRgfIAEoCzIcLmFjcy52MS5PdXRwdXRSZXNpZHVhbFN0cmVhbRI2ChZhcHBseV9zdGVlcmluZ192ZWN0b3JzGCAgAygLMhYuYWNzLnYxLlN0ZWVyaW5nVmVjdG9yOrICukiuAhqUAQoIbi5ncmVlZHkSMW4gYWJvdmUgMSBuZWVkcyBhIHRlbXBlcmF0dXJlIG9mIGF0IGxlYXN0IDAuMDAwMDEaVSEoaGFzKHRoaXMubikgJiYgdGhpcy5uID4gMSkgfHwgIWhhcyh0aGlzLnRlbXBlcmF0dXJlKSB8fCB0aGlzLnRlbXBlcmF0dXJlID49IDAuMDAwMDEalAEKFW1pbl90b2tlbnMubWF4X3Rva2VucxIlbWluX3Rva2VucyBtdXN0IGJlIGF0IG1vc3QgbWF4X3Rva2VucxpUIWhhcyh0aGlzLm1pbl90b2tlbnMpIHx8ICFoYXModGhpcy5tYXhfdG9rZW5zKSB8fCB0aGlzLm1pbl90b2tlbnMgPD0gdGhpcy5tYXhfdG9rZW5zQg8KBnByb21wdBIFukgCCAFCDQoLX21heF90b2tlbnNCBAoCX25CDgoMX3RlbXBlcmF0dXJlQggKBl90b3BfcEILCglfbG9ncHJvYnNCBwoFX2VjaG9CEwoRX3ByZXNlbmNlX3BlbmFsdHlCFAoSX2ZyZXF1ZW5jeV9wZW5hbHR5QgcKBV9zZWVkQgcKBV91c2VyQggKBl90b3Bfa0IICgZfbWluX3BCFQoTX3JlcGV0aXRpb25fcGVuYWx0eUINCgtfbWluX3Rva2Vuc0INCgtfaWdub3JlX2Vvc0IdChtfaW5jbHVkZV9zdG9wX3N0cl9pbl9vdXRwdXRCFgoUX3NraXBfc3BlY2lhbF90b2tlbnNCIAoeX3NwYWNlc19iZXR3ZWVuX3NwZWNpYWxfdG9rZW5zQhUKE19hZGRfc3BlY2lhbF90b2tlbnNCEgoQX3Byb21wdF9sb2dwcm9ic0ITChFfcmV0dXJuX3Rva2VuX2lkc0ILCglfcHJpb3JpdHkiLAoKVG9wTG9ncHJvYhINCgV0b2tlbhgBIAEoCRIPCgdsb2dwcm9iGAIgASgBIjEKC1RvcExvZ3Byb2JzEiIKBnZhbHVlcxgBIAMoCzISLmFjcy52MS5Ub3BMb2dwcm9iIn8KDFRva2VuTG9ncHJvYhINCgV0b2tlbhgBIAEoCRIUCgdsb2dwcm9iGAIgASgBSACIAQESKQoMdG9wX2xvZ3Byb2JzGAMgASgLMhMuYWNzLnYxLlRvcExvZ3Byb2JzEhMKC3RleHRfb2Zmc2V0GAQgASgFQgoKCF9sb2dwcm9iIjEKCExvZ3Byb2JzEiUKB2NvbnRlbnQYASADKAsyFC5hY3MudjEuVG9rZW5Mb2dwcm9iIlcKDVByb21wdExvZ3Byb2ISEAoIdG9rZW5faWQYASABKAUSDwoHbG9ncHJvYhgCIAEoARIMCgRyYW5rGAMgASgFEhUKDWRlY29kZWRfdG9rZW4YBCABKAkiPwoWUHJvbXB0UG9zaXRpb25Mb2dwcm9icxIlCgZ2YWx1ZXMYASADKAsyFS5hY3MudjEuUHJvbXB0TG9ncHJvYiKlAgoQQ29tcGxldGlvbkNob2ljZRINCgVpbmRleBgBIAEoBRIMCgR0ZXh0GAIgASgJEiIKCGxvZ3Byb2JzGAMgASgLMhAuYWNzLnYxLkxvZ3Byb2JzEisKDWZpbmlzaF9yZWFzb24YBCABKA4yFC5hY3MudjEuRmluaXNoUmVhc29uEhUKC3N0b3Bfc3RyaW5nGAUgASgJSAASFwoNc3RvcF90b2tlbl9pZBgGIAEoBUgAEjcKD3Byb21wdF9sb2dwcm9icxgHIAMoCzIeLmFjcy52MS5Qcm9tcHRQb3NpdGlvbkxvZ3Byb2JzEhgKEHByb21wdF90b2tlbl9pZHMYCCADKAUSEQoJdG9rZW5faWRzGAkgAygFQg0KC3N0b3BfcmVhc29uIk8KBVVzYWdlEhUKDXByb21wdF90b2tlbnMYASABKAUSGQoRY29tcGxldGlvbl90b2tlbnMYAiABKAUSFAoMdG90YWxfdG9rZW5zGAMgASgFIrkBChhDcmVhdGVDb21wbGV0aW9uUmVzcG9uc2USCgoCaWQYASABKAkSDwoHY3JlYXRlZBgCIAEoAxINCgVtb2RlbBgDIAEoCRIpCgdjaG9pY2VzGAQgAygLMhguYWNzLnYxLkNvbXBsZXRpb25DaG9pY2USHAoFdXNhZ2UYBSABKAsyDS5hY3MudjEuVXNhZ2USKAoLYWN0aXZhdGlvbnMYBiABKAsyEy5hY3MudjEuQWN0aXZhdGlvbnMiuQEKGFN0cmVhbUNvbXBsZXRpb25SZXNwb25zZRIKCgJpZBgBIAEoCRIPCgdjcmVhdGVkGAIgASgDEg0KBW1vZGVsGAMgASgJEikKB2Nob2ljZXMYBCADKAsyGC5hY3MudjEuQ29tcGxldGlvbkNob2ljZRIcCgV1c2FnZRgFIAEoCzINLmFjcy52MS5Vc2FnZRIoCgthY3RpdmF0aW9ucxgGIAEoCzITLmFjcy52MS5BY3RpdmF0aW9ucyITChFMaXN0TW9kZWxzUmVxdWVzdCKOAQoFTW9kZWwSCgoCaWQYASABKAkSDwoHY3JlYXRlZBgCIAEoAxIQCghvd25lZF9ieRgDIAEoCRIPCgdhbGlhc2VzGAQgAygJEhUKDW1heF9tb2RlbF9sZW4YBSABKAUSEwoLaGlkZGVuX3NpemUYBiABKAUSGQoRbnVtX2hpZGRlbl9sYXllcnMYByABKAUiMQoSTGlzdE1vZGVsc1Jlc3BvbnNlEhsKBGRhdGEYASADKAsyDS5hY3MudjEuTW9kZWwqXwoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIWChJGSU5JU0hfUkVBU09OX1NUT1AQARIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBACMokCChJDb21wbGV0aW9uc1NlcnZpY2USVQoQQ3JlYXRlQ29tcGxldGlvbhIfLmFjcy52MS5DcmVhdGVDb21wbGV0aW9uUmVxdWVzdBogLmFjcy52MS5DcmVhdGVDb21wbGV0aW9uUmVzcG9uc2USVwoQU3RyZWFtQ29tcGxldGlvbhIfLmFjcy52MS5DcmVhdGVDb21wbGV0aW9uUmVxdWVzdBogLmFjcy52MS5TdHJlYW1Db21wbGV0aW9uUmVzcG9uc2UwARJDCgpMaXN0TW9kZWxzEhkuYWNzLnYxLkxpc3RNb2RlbHNSZXF1ZXN0GhouYWNzLnYxLkxpc3RNb2RlbHNSZXNwb25zZWIGcHJvdG8z", [file_acs_v1_lens, file_buf_validate_validate]);
+  fileDesc("ChhhY3MvdjEvY29tcGxldGlvbnMucHJvdG8SBmFjcy52MSItCgtQcm9tcHRUZXh0cxIeCgZ2YWx1ZXMYASADKAlCDrpIC5IBCAgBIgRyAhABIjAKDlByb21wdFRva2VuSWRzEh4KBnZhbHVlcxgBIAMoBUIOukgLkgEICAEiBBoCKAAiRgoSUHJvbXB0VG9rZW5JZHNMaXN0EjAKBnZhbHVlcxgBIAMoCzIWLmFjcy52MS5Qcm9tcHRUb2tlbklkc0IIukgFkgECCAEifQoNU3RyZWFtT3B0aW9ucxIaCg1pbmNsdWRlX3VzYWdlGAEgASgISACIAQESIwoWY29udGludW91c191c2FnZV9zdGF0cxgCIAEoCEgBiAEBQhAKDl9pbmNsdWRlX3VzYWdlQhkKF19jb250aW51b3VzX3VzYWdlX3N0YXRzIqYPChdDcmVhdGVDb21wbGV0aW9uUmVxdWVzdBIWCgVtb2RlbBgBIAEoCUIHukgEcgIQARIXCgR0ZXh0GAIgASgJQge6SARyAhABSAASJAoFdGV4dHMYAyABKAsyEy5hY3MudjEuUHJvbXB0VGV4dHNIABIrCgl0b2tlbl9pZHMYBCABKAsyFi5hY3MudjEuUHJvbXB0VG9rZW5JZHNIABI0Cg50b2tlbl9pZHNfbGlzdBgFIAEoCzIaLmFjcy52MS5Qcm9tcHRUb2tlbklkc0xpc3RIABIgCgptYXhfdG9rZW5zGAYgASgFQge6SAQaAigBSAGIAQESGgoBbhgHIAEoBUIKukgHGgUYgAEoAUgCiAEBEjEKC3RlbXBlcmF0dXJlGAggASgBQhe6SBQSEhkAAAAAAAAAQCkAAAAAAAAAAEgDiAEBEisKBXRvcF9wGAkgASgBQhe6SBQSEhkAAAAAAADwPyEAAAAAAAAAAEgEiAEBEhwKBHN0b3AYCiADKAlCDrpIC5IBCBAEIgRyAhABEi0KDnN0cmVhbV9vcHRpb25zGAsgASgLMhUuYWNzLnYxLlN0cmVhbU9wdGlvbnMSIAoIbG9ncHJvYnMYDCABKAVCCbpIBhoEGBQoAEgFiAEBEhEKBGVjaG8YDSABKAhIBogBARI2ChBwcmVzZW5jZV9wZW5hbHR5GA4gASgBQhe6SBQSEhkAAAAAAAAAQCkAAAAAAAAAwEgHiAEBEjcKEWZyZXF1ZW5jeV9wZW5hbHR5GA8gASgBQhe6SBQSEhkAAAAAAAAAQCkAAAAAAAAAwEgIiAEBEhEKBHNlZWQYECABKANICYgBARIbCgR1c2VyGBEgASgJQgi6SAVyAxiAAkgKiAEBEiQKBXRvcF9rGBIgASgFQhC6SA0aCyj///////////8BSAuIAQESKwoFbWluX3AYEyABKAFCF7pIFBISGQAAAAAAAPA/KQAAAAAAAAAASAyIAQESOAoScmVwZXRpdGlvbl9wZW5hbHR5GBQgASgBQhe6SBQSEhkAAAAAAAAAQCEAAAAAAAAAAEgNiAEBEiAKCm1pbl90b2tlbnMYFSABKAVCB7pIBBoCKABIDogBARIXCgppZ25vcmVfZW9zGBYgASgISA+IAQESJAoOc3RvcF90b2tlbl9pZHMYFyADKAVCDLpICZIBBiIEGgIoABInChppbmNsdWRlX3N0b3Bfc3RyX2luX291dHB1dBgYIAEoCEgQiAEBEiAKE3NraXBfc3BlY2lhbF90b2tlbnMYGSABKAhIEYgBARIqCh1zcGFjZXNfYmV0d2Vlbl9zcGVjaWFsX3Rva2VucxgaIAEoCEgSiAEBEh8KEmFkZF9zcGVjaWFsX3Rva2VucxgbIAEoCEgTiAEBEicKD3Byb21wdF9sb2dwcm9icxgcIAEoBUIJukgGGgQYFCgASBSIAQESHQoQcmV0dXJuX3Rva2VuX2lkcxgdIAEoCEgViAEBEhUKCHByaW9yaXR5GB4gASgFSBaIAQESPAoWb3V0cHV0X3Jlc2lkdWFsX3N0cmVhbRgfIAEoCzIcLmFjcy52MS5PdXRwdXRSZXNpZHVhbFN0cmVhbRI2ChZhcHBseV9zdGVlcmluZ192ZWN0b3JzGCAgAygLMhYuYWNzLnYxLlN0ZWVyaW5nVmVjdG9yOrICukiuAhqUAQoIbi5ncmVlZHkSMW4gYWJvdmUgMSBuZWVkcyBhIHRlbXBlcmF0dXJlIG9mIGF0IGxlYXN0IDAuMDAwMDEaVSEoaGFzKHRoaXMubikgJiYgdGhpcy5uID4gMSkgfHwgIWhhcyh0aGlzLnRlbXBlcmF0dXJlKSB8fCB0aGlzLnRlbXBlcmF0dXJlID49IDAuMDAwMDEalAEKFW1pbl90b2tlbnMubWF4X3Rva2VucxIlbWluX3Rva2VucyBtdXN0IGJlIGF0IG1vc3QgbWF4X3Rva2VucxpUIWhhcyh0aGlzLm1pbl90b2tlbnMpIHx8ICFoYXModGhpcy5tYXhfdG9rZW5zKSB8fCB0aGlzLm1pbl90b2tlbnMgPD0gdGhpcy5tYXhfdG9rZW5zQg8KBnByb21wdBIFukgCCAFCDQoLX21heF90b2tlbnNCBAoCX25CDgoMX3RlbXBlcmF0dXJlQggKBl90b3BfcEILCglfbG9ncHJvYnNCBwoFX2VjaG9CEwoRX3ByZXNlbmNlX3BlbmFsdHlCFAoSX2ZyZXF1ZW5jeV9wZW5hbHR5QgcKBV9zZWVkQgcKBV91c2VyQggKBl90b3Bfa0IICgZfbWluX3BCFQoTX3JlcGV0aXRpb25fcGVuYWx0eUINCgtfbWluX3Rva2Vuc0INCgtfaWdub3JlX2Vvc0IdChtfaW5jbHVkZV9zdG9wX3N0cl9pbl9vdXRwdXRCFgoUX3NraXBfc3BlY2lhbF90b2tlbnNCIAoeX3NwYWNlc19iZXR3ZWVuX3NwZWNpYWxfdG9rZW5zQhUKE19hZGRfc3BlY2lhbF90b2tlbnNCEgoQX3Byb21wdF9sb2dwcm9ic0ITChFfcmV0dXJuX3Rva2VuX2lkc0ILCglfcHJpb3JpdHkiLAoKVG9wTG9ncHJvYhINCgV0b2tlbhgBIAEoCRIPCgdsb2dwcm9iGAIgASgBIjEKC1RvcExvZ3Byb2JzEiIKBnZhbHVlcxgBIAMoCzISLmFjcy52MS5Ub3BMb2dwcm9iIn8KDFRva2VuTG9ncHJvYhINCgV0b2tlbhgBIAEoCRIUCgdsb2dwcm9iGAIgASgBSACIAQESKQoMdG9wX2xvZ3Byb2JzGAMgASgLMhMuYWNzLnYxLlRvcExvZ3Byb2JzEhMKC3RleHRfb2Zmc2V0GAQgASgFQgoKCF9sb2dwcm9iIjEKCExvZ3Byb2JzEiUKB2NvbnRlbnQYASADKAsyFC5hY3MudjEuVG9rZW5Mb2dwcm9iIlcKDVByb21wdExvZ3Byb2ISEAoIdG9rZW5faWQYASABKAUSDwoHbG9ncHJvYhgCIAEoARIMCgRyYW5rGAMgASgFEhUKDWRlY29kZWRfdG9rZW4YBCABKAkiPwoWUHJvbXB0UG9zaXRpb25Mb2dwcm9icxIlCgZ2YWx1ZXMYASADKAsyFS5hY3MudjEuUHJvbXB0TG9ncHJvYiKlAgoQQ29tcGxldGlvbkNob2ljZRINCgVpbmRleBgBIAEoBRIMCgR0ZXh0GAIgASgJEiIKCGxvZ3Byb2JzGAMgASgLMhAuYWNzLnYxLkxvZ3Byb2JzEisKDWZpbmlzaF9yZWFzb24YBCABKA4yFC5hY3MudjEuRmluaXNoUmVhc29uEhUKC3N0b3Bfc3RyaW5nGAUgASgJSAASFwoNc3RvcF90b2tlbl9pZBgGIAEoBUgAEjcKD3Byb21wdF9sb2dwcm9icxgHIAMoCzIeLmFjcy52MS5Qcm9tcHRQb3NpdGlvbkxvZ3Byb2JzEhgKEHByb21wdF90b2tlbl9pZHMYCCADKAUSEQoJdG9rZW5faWRzGAkgAygFQg0KC3N0b3BfcmVhc29uIk8KBVVzYWdlEhUKDXByb21wdF90b2tlbnMYASABKAUSGQoRY29tcGxldGlvbl90b2tlbnMYAiABKAUSFAoMdG90YWxfdG9rZW5zGAMgASgFIrkBChhDcmVhdGVDb21wbGV0aW9uUmVzcG9uc2USCgoCaWQYASABKAkSDwoHY3JlYXRlZBgCIAEoAxINCgVtb2RlbBgDIAEoCRIpCgdjaG9pY2VzGAQgAygLMhguYWNzLnYxLkNvbXBsZXRpb25DaG9pY2USHAoFdXNhZ2UYBSABKAsyDS5hY3MudjEuVXNhZ2USKAoLYWN0aXZhdGlvbnMYBiABKAsyEy5hY3MudjEuQWN0aXZhdGlvbnMiuQEKGFN0cmVhbUNvbXBsZXRpb25SZXNwb25zZRIKCgJpZBgBIAEoCRIPCgdjcmVhdGVkGAIgASgDEg0KBW1vZGVsGAMgASgJEikKB2Nob2ljZXMYBCADKAsyGC5hY3MudjEuQ29tcGxldGlvbkNob2ljZRIcCgV1c2FnZRgFIAEoCzINLmFjcy52MS5Vc2FnZRIoCgthY3RpdmF0aW9ucxgGIAEoCzITLmFjcy52MS5BY3RpdmF0aW9ucyITChFMaXN0TW9kZWxzUmVxdWVzdCKOAQoFTW9kZWwSCgoCaWQYASABKAkSDwoHY3JlYXRlZBgCIAEoAxIQCghvd25lZF9ieRgDIAEoCRIPCgdhbGlhc2VzGAQgAygJEhUKDW1heF9tb2RlbF9sZW4YBSABKAUSEwoLaGlkZGVuX3NpemUYBiABKAUSGQoRbnVtX2hpZGRlbl9sYXllcnMYByABKAUiMQoSTGlzdE1vZGVsc1Jlc3BvbnNlEhsKBGRhdGEYASADKAsyDS5hY3MudjEuTW9kZWwqXwoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIWChJGSU5JU0hfUkVBU09OX1NUT1AQARIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBACMo4CChJDb21wbGV0aW9uc1NlcnZpY2USVQoQQ3JlYXRlQ29tcGxldGlvbhIfLmFjcy52MS5DcmVhdGVDb21wbGV0aW9uUmVxdWVzdBogLmFjcy52MS5DcmVhdGVDb21wbGV0aW9uUmVzcG9uc2USVwoQU3RyZWFtQ29tcGxldGlvbhIfLmFjcy52MS5DcmVhdGVDb21wbGV0aW9uUmVxdWVzdBogLmFjcy52MS5TdHJlYW1Db21wbGV0aW9uUmVzcG9uc2UwARJICgpMaXN0TW9kZWxzEhkuYWNzLnYxLkxpc3RNb2RlbHNSZXF1ZXN0GhouYWNzLnYxLkxpc3RNb2RlbHNSZXNwb25zZSIDkAIBYgZwcm90bzM", [file_acs_v1_lens, file_buf_validate_validate]);
 
 /**
- * A list of prompt strings.
+ * Several prompts as text (REST: `prompt` as an array of strings).
  *
  * @generated from message acs.v1.PromptTexts
  */
 export type PromptTexts = Message<"acs.v1.PromptTexts"> & {
   /**
+   * The prompts, at least one, each non-empty. Each gets `n` choices.
+   *
    * @generated from field: repeated string values = 1;
    */
   values: string[];
@@ -35,12 +37,16 @@ export const PromptTextsSchema: GenMessage<PromptTexts> = /*@__PURE__*/
   messageDesc(file_acs_v1_completions, 0);
 
 /**
- * One prompt as token ids (no BOS is added to token-id prompts).
+ * One prompt as token ids (REST: `prompt` as an array of integers). The ids are sent to Inference
+ * as they are: no BOS is added, whatever add_special_tokens says.
  *
  * @generated from message acs.v1.PromptTokenIds
  */
 export type PromptTokenIds = Message<"acs.v1.PromptTokenIds"> & {
   /**
+   * Token ids of the model's tokenizer, at least one, each ≥ 0. An id outside the vocabulary is
+   * refused by Inference (INVALID_ARGUMENT).
+   *
    * @generated from field: repeated int32 values = 1;
    */
   values: number[];
@@ -54,12 +60,14 @@ export const PromptTokenIdsSchema: GenMessage<PromptTokenIds> = /*@__PURE__*/
   messageDesc(file_acs_v1_completions, 1);
 
 /**
- * Several prompts as token ids.
+ * Several prompts as token ids (REST: `prompt` as an array of arrays of integers).
  *
  * @generated from message acs.v1.PromptTokenIdsList
  */
 export type PromptTokenIdsList = Message<"acs.v1.PromptTokenIdsList"> & {
   /**
+   * The prompts, at least one; each gets `n` choices.
+   *
    * @generated from field: repeated acs.v1.PromptTokenIds values = 1;
    */
   values: PromptTokenIds[];
@@ -73,20 +81,21 @@ export const PromptTokenIdsListSchema: GenMessage<PromptTokenIdsList> = /*@__PUR
   messageDesc(file_acs_v1_completions, 2);
 
 /**
- * `stream_options` (only with streaming).
+ * Options of a streamed completion (REST `stream_options`). Only with StreamCompletion (REST
+ * `stream: true`); CreateCompletion refuses it (INVALID_ARGUMENT, param `stream_options`).
  *
  * @generated from message acs.v1.StreamOptions
  */
 export type StreamOptions = Message<"acs.v1.StreamOptions"> & {
   /**
-   * A last chunk with `choices: []` and the usage of the whole request.
+   * Send a last chunk with no choices and the usage of the whole request. Default false.
    *
    * @generated from field: optional bool include_usage = 1;
    */
   includeUsage?: boolean | undefined;
 
   /**
-   * vLLM: usage on every chunk.
+   * vLLM: with include_usage, every chunk also carries the usage so far. Default false.
    *
    * @generated from field: optional bool continuous_usage_stats = 2;
    */
@@ -101,44 +110,59 @@ export const StreamOptionsSchema: GenMessage<StreamOptions> = /*@__PURE__*/
   messageDesc(file_acs_v1_completions, 3);
 
 /**
- * A completions request. Field names are the JSON names of OpenAI / vLLM / vllm-lens; a field
- * left out (unset) gets OpenAI's default, or the value that turns a vLLM field off.
+ * A completions request, the same for CreateCompletion and StreamCompletion.
+ *
+ * Field names are the JSON names of OpenAI, vLLM and vllm-lens (REST takes the same names). A
+ * field left out (unset) gets OpenAI's default, or the value that turns a vLLM field off; the
+ * gateway then sends every sampling value to Inference explicitly, so the model's own generation
+ * defaults never apply. Ranges are checked before the request reaches Inference: a value out of
+ * range fails with INVALID_ARGUMENT, code `invalid_request`, param = the field's name.
  *
  * @generated from message acs.v1.CreateCompletionRequest
  */
 export type CreateCompletionRequest = Message<"acs.v1.CreateCompletionRequest"> & {
   /**
-   * A served model id or alias (e.g. llama-8b).
+   * A model id or alias from ListModels (e.g. `llama-8b`). Required. Unknown: NOT_FOUND, code
+   * `model_not_found`. Responses repeat it as given (an alias stays an alias).
    *
    * @generated from field: string model = 1;
    */
   model: string;
 
   /**
-   * The prompt: a string, strings, token ids, or lists of token ids.
+   * The prompt: one text, several texts, one token-id list or several. Required. REST: `prompt`
+   * as a string, a string array, an integer array, or an array of integer arrays.
    *
    * @generated from oneof acs.v1.CreateCompletionRequest.prompt
    */
   prompt: {
     /**
+     * One prompt as text, non-empty; the tokenizer adds BOS unless add_special_tokens is false.
+     *
      * @generated from field: string text = 2;
      */
     value: string;
     case: "text";
   } | {
     /**
+     * Several prompts as text.
+     *
      * @generated from field: acs.v1.PromptTexts texts = 3;
      */
     value: PromptTexts;
     case: "texts";
   } | {
     /**
+     * One prompt as token ids.
+     *
      * @generated from field: acs.v1.PromptTokenIds token_ids = 4;
      */
     value: PromptTokenIds;
     case: "tokenIds";
   } | {
     /**
+     * Several prompts as token ids.
+     *
      * @generated from field: acs.v1.PromptTokenIdsList token_ids_list = 5;
      */
     value: PromptTokenIdsList;
@@ -146,189 +170,216 @@ export type CreateCompletionRequest = Message<"acs.v1.CreateCompletionRequest"> 
   } | { case: undefined; value?: undefined };
 
   /**
-   * Tokens to generate per choice; default per API.md §3.
+   * Tokens to generate per choice; ≥ 1. Default: the model's max_model_len − the prompt's tokens,
+   * at least 1 and at most 32,000 (15,600 with CreateCompletion). Required (INVALID_ARGUMENT,
+   * param `max_tokens`) when the request has more than one prompt or n > 1. Limits: prompts × n ×
+   * max_tokens ≤ 32,000 (INVALID_ARGUMENT, code `invalid_request`); with CreateCompletion
+   * max_tokens ≤ 15,600 (code `deadline_infeasible`: the gateway waits at most 14 minutes without
+   * a stream); each prompt's tokens + max_tokens ≤ max_model_len (code
+   * `context_length_exceeded`, param `prompt`). Near the end of a key's Budget the gateway lowers
+   * it to what the Budget holds and says so in the `x-acs-max-tokens-clamped` response header.
    *
    * @generated from field: optional int32 max_tokens = 6;
    */
   maxTokens?: number | undefined;
 
   /**
-   * Choices per prompt. Default 1.
+   * Choices per prompt; 1–128, default 1. Above 1 it needs temperature ≥ 0.00001 (param `n`).
    *
    * @generated from field: optional int32 n = 7;
    */
   n?: number | undefined;
 
   /**
-   * Default 1.
+   * Sampling temperature; 0–2, default 1. Below 0.00001 sampling is greedy (always the most
+   * likely token).
    *
    * @generated from field: optional double temperature = 8;
    */
   temperature?: number | undefined;
 
   /**
-   * Default 1.
+   * Nucleus sampling: draw from the most likely tokens whose probabilities add up to top_p;
+   * 0 < top_p ≤ 1, default 1 (off).
    *
    * @generated from field: optional double top_p = 9;
    */
   topP?: number | undefined;
 
   /**
-   * At most 4 stop strings, each non-empty (REST also takes one string).
+   * Strings that end a choice: at most 4, each non-empty; default none. The text stops before the
+   * stop string (see include_stop_str_in_output) and stop_reason names it. REST also takes one
+   * string.
    *
    * @generated from field: repeated string stop = 10;
    */
   stop: string[];
 
   /**
-   * Only with streaming (StreamCompletion, or REST `stream: true`).
+   * Options of a stream; only with StreamCompletion (REST `stream: true`).
    *
    * @generated from field: acs.v1.StreamOptions stream_options = 11;
    */
   streamOptions?: StreamOptions | undefined;
 
   /**
-   * Top log probabilities per generated token, 0–20.
+   * Return the log probabilities of each token of the choice's text and of this many most likely
+   * candidates at each position; 0–20 (0 = the chosen token's only). Default: unset, no
+   * CompletionChoice.logprobs.
    *
    * @generated from field: optional int32 logprobs = 12;
    */
   logprobs?: number | undefined;
 
   /**
-   * Prepend the prompt to the text. Default false.
+   * Start each choice's text with its prompt (as text), followed by the generated text; with
+   * logprobs the prompt's tokens get rows too. Default false.
    *
    * @generated from field: optional bool echo = 13;
    */
   echo?: boolean | undefined;
 
   /**
-   * Default 0.
+   * Penalty on tokens that appeared in the text so far, once per token; −2–2, default 0.
    *
    * @generated from field: optional double presence_penalty = 14;
    */
   presencePenalty?: number | undefined;
 
   /**
-   * Default 0.
+   * Penalty on tokens in proportion to how often they appeared so far; −2–2, default 0.
    *
    * @generated from field: optional double frequency_penalty = 15;
    */
   frequencyPenalty?: number | undefined;
 
   /**
-   * Sampling seed, exact over the whole int64 range.
+   * Seed of the sampler: the same seed, prompt and fields give the same choices. Any int64, kept
+   * exact end to end (REST: a JSON integer; Connect JSON: a string or a number). Default: unset,
+   * a random draw.
    *
    * @generated from field: optional int64 seed = 16;
    */
   seed?: bigint | undefined;
 
   /**
-   * End-user id, ≤ 256 characters.
+   * An id of the end user, passed to Inference; ≤ 256 characters. Default none.
    *
    * @generated from field: optional string user = 17;
    */
   user?: string | undefined;
 
   /**
-   * vLLM: −1 or 0 = off, else ≥ 1.
+   * vLLM: draw only from the top_k most likely tokens; −1 or 0 = off (default), else ≥ 1.
    *
    * @generated from field: optional int32 top_k = 18;
    */
   topK?: number | undefined;
 
   /**
-   * vLLM: default 0.
+   * vLLM: drop tokens less likely than min_p × the most likely token's probability; 0–1,
+   * default 0 (off).
    *
    * @generated from field: optional double min_p = 19;
    */
   minP?: number | undefined;
 
   /**
-   * vLLM: default 1.
+   * vLLM: penalty on tokens already in the prompt or the text (> 1 discourages repeats);
+   * 0 < x ≤ 2, default 1 (off).
    *
    * @generated from field: optional double repetition_penalty = 20;
    */
   repetitionPenalty?: number | undefined;
 
   /**
-   * vLLM: default 0; at most max_tokens.
+   * vLLM: generate at least this many tokens before EOS or stop_token_ids may end a choice;
+   * 0 ≤ min_tokens ≤ max_tokens (param `min_tokens`), default 0.
    *
    * @generated from field: optional int32 min_tokens = 21;
    */
   minTokens?: number | undefined;
 
   /**
-   * vLLM: default false.
+   * vLLM: keep generating after EOS (only max_tokens and stops end a choice). Default false.
    *
    * @generated from field: optional bool ignore_eos = 22;
    */
   ignoreEos?: boolean | undefined;
 
   /**
-   * vLLM: token ids that end a choice (stop_reason is then the id).
+   * vLLM: token ids that end a choice, each ≥ 0; stop_reason is then the id. Default none.
    *
    * @generated from field: repeated int32 stop_token_ids = 23;
    */
   stopTokenIds: number[];
 
   /**
-   * vLLM: default false.
+   * vLLM: keep the matched stop string at the end of the text. Default false.
    *
    * @generated from field: optional bool include_stop_str_in_output = 24;
    */
   includeStopStrInOutput?: boolean | undefined;
 
   /**
-   * vLLM: default true.
+   * vLLM: leave special tokens (BOS, EOS, …) out of the text. Default true.
    *
    * @generated from field: optional bool skip_special_tokens = 25;
    */
   skipSpecialTokens?: boolean | undefined;
 
   /**
-   * vLLM: default true.
+   * vLLM: put spaces between special tokens in the text. Default true.
    *
    * @generated from field: optional bool spaces_between_special_tokens = 26;
    */
   spacesBetweenSpecialTokens?: boolean | undefined;
 
   /**
-   * vLLM: default true (BOS for text prompts).
+   * vLLM: let the tokenizer add its special tokens (BOS) to text prompts. Default true. Token-id
+   * prompts are never changed.
    *
    * @generated from field: optional bool add_special_tokens = 27;
    */
   addSpecialTokens?: boolean | undefined;
 
   /**
-   * vLLM: log probabilities of the prompt tokens, 0–20; not with streaming.
+   * vLLM: return the log probabilities of each prompt token and of this many most likely
+   * candidates at each prompt position; 0–20. CreateCompletion only (StreamCompletion and REST
+   * `stream: true` refuse it: INVALID_ARGUMENT, param `prompt_logprobs`). Default: unset, none.
    *
    * @generated from field: optional int32 prompt_logprobs = 28;
    */
   promptLogprobs?: number | undefined;
 
   /**
-   * vLLM: add prompt_token_ids and token_ids to each choice. Default false.
+   * vLLM: fill CompletionChoice.prompt_token_ids and token_ids. Default false.
    *
    * @generated from field: optional bool return_token_ids = 29;
    */
   returnTokenIds?: boolean | undefined;
 
   /**
-   * vLLM: lower is served earlier. Default 0.
+   * vLLM: scheduling priority at Inference, lower is served earlier; any int32, default 0. REST
+   * also takes a string holding an integer ("2").
    *
    * @generated from field: optional int32 priority = 30;
    */
   priority?: number | undefined;
 
   /**
-   * vllm-lens: capture the residual stream of these layers (one prompt, n = 1).
+   * vllm-lens: capture the residual stream of these decoder layers; the response carries it in
+   * `activations`. One prompt and n = 1 only (INVALID_ARGUMENT, param `output_residual_stream`).
+   * Capture cap: layers × (prompt tokens + max_tokens) ≤ 2^25 / hidden_size (llama-8b: 8,192).
+   * REST: `true` (all layers) or a list of layer indices. Default none.
    *
    * @generated from field: acs.v1.OutputResidualStream output_residual_stream = 31;
    */
   outputResidualStream?: OutputResidualStream | undefined;
 
   /**
-   * vllm-lens: add these vectors to the residual stream (one prompt, n = 1).
+   * vllm-lens: add these vectors to the residual stream while the prompt is read and the choice
+   * generated. One prompt and n = 1 only (param `apply_steering_vectors`). Default none.
    *
    * @generated from field: repeated acs.v1.SteeringVector apply_steering_vectors = 32;
    */
@@ -343,17 +394,21 @@ export const CreateCompletionRequestSchema: GenMessage<CreateCompletionRequest> 
   messageDesc(file_acs_v1_completions, 4);
 
 /**
- * One of the top candidates at a position.
+ * One of the most likely candidates at a position.
  *
  * @generated from message acs.v1.TopLogprob
  */
 export type TopLogprob = Message<"acs.v1.TopLogprob"> & {
   /**
+   * The candidate token, decoded to text.
+   *
    * @generated from field: string token = 1;
    */
   token: string;
 
   /**
+   * Its natural-log probability, ≤ 0 (−inf is sent as −9999.0).
+   *
    * @generated from field: double logprob = 2;
    */
   logprob: number;
@@ -367,12 +422,15 @@ export const TopLogprobSchema: GenMessage<TopLogprob> = /*@__PURE__*/
   messageDesc(file_acs_v1_completions, 5);
 
 /**
- * The top candidates at one position (absent for the first echoed prompt token).
+ * The most likely candidates at one position: up to `logprobs` of them, most likely first, plus
+ * the chosen token when it is not among them. REST: one `top_logprobs` object (token → logprob).
  *
  * @generated from message acs.v1.TopLogprobs
  */
 export type TopLogprobs = Message<"acs.v1.TopLogprobs"> & {
   /**
+   * The candidates.
+   *
    * @generated from field: repeated acs.v1.TopLogprob values = 1;
    */
   values: TopLogprob[];
@@ -386,30 +444,39 @@ export const TopLogprobsSchema: GenMessage<TopLogprobs> = /*@__PURE__*/
   messageDesc(file_acs_v1_completions, 6);
 
 /**
- * Log probabilities of one token of a choice (a row of OpenAI's column-wise logprobs).
+ * Log probabilities of one token of a choice's text (a row of OpenAI's column-wise `logprobs`).
  *
  * @generated from message acs.v1.TokenLogprob
  */
 export type TokenLogprob = Message<"acs.v1.TokenLogprob"> & {
   /**
+   * The token, decoded to text (REST `tokens[i]`).
+   *
    * @generated from field: string token = 1;
    */
   token: string;
 
   /**
-   * Unset for the first echoed prompt token (JSON null). −inf is sent as −9999.0.
+   * Its natural-log probability, ≤ 0 (REST `token_logprobs[i]`). Unset (REST null) for the first
+   * token of an echoed prompt, which has no context. −inf is sent as −9999.0.
    *
    * @generated from field: optional double logprob = 2;
    */
   logprob?: number | undefined;
 
   /**
+   * The most likely candidates at this position (REST `top_logprobs[i]`); unset (REST null)
+   * where logprob is unset.
+   *
    * @generated from field: acs.v1.TopLogprobs top_logprobs = 3;
    */
   topLogprobs?: TopLogprobs | undefined;
 
   /**
-   * Offset of the token in the choice's text, in characters.
+   * Where the token starts in this choice's own `text`, in characters (REST `text_offset[i]`).
+   * With echo the text starts with the prompt, so the prompt's rows come first and point into the
+   * echoed prompt. In a stream, offsets count from the start of the choice's whole text, not of
+   * the chunk.
    *
    * @generated from field: int32 text_offset = 4;
    */
@@ -424,12 +491,14 @@ export const TokenLogprobSchema: GenMessage<TokenLogprob> = /*@__PURE__*/
   messageDesc(file_acs_v1_completions, 7);
 
 /**
- * OpenAI's completions logprobs.
+ * OpenAI's completions `logprobs`, one row per token of the choice's text.
  *
  * @generated from message acs.v1.Logprobs
  */
 export type Logprobs = Message<"acs.v1.Logprobs"> & {
   /**
+   * The rows in text order (in a stream: the rows of this chunk's text).
+   *
    * @generated from field: repeated acs.v1.TokenLogprob content = 1;
    */
   content: TokenLogprob[];
@@ -443,27 +512,35 @@ export const LogprobsSchema: GenMessage<Logprobs> = /*@__PURE__*/
   messageDesc(file_acs_v1_completions, 8);
 
 /**
- * One candidate token at a prompt position (vLLM prompt_logprobs).
+ * One candidate token at a prompt position (an entry of vLLM's `prompt_logprobs`).
  *
  * @generated from message acs.v1.PromptLogprob
  */
 export type PromptLogprob = Message<"acs.v1.PromptLogprob"> & {
   /**
+   * The candidate's token id.
+   *
    * @generated from field: int32 token_id = 1;
    */
   tokenId: number;
 
   /**
+   * Its natural-log probability, ≤ 0.
+   *
    * @generated from field: double logprob = 2;
    */
   logprob: number;
 
   /**
+   * Its rank among all tokens at this position, 1 = the most likely.
+   *
    * @generated from field: int32 rank = 3;
    */
   rank: number;
 
   /**
+   * The token, decoded to text.
+   *
    * @generated from field: string decoded_token = 4;
    */
   decodedToken: string;
@@ -477,12 +554,15 @@ export const PromptLogprobSchema: GenMessage<PromptLogprob> = /*@__PURE__*/
   messageDesc(file_acs_v1_completions, 9);
 
 /**
- * The candidates at one prompt position; empty for the first position (JSON null).
+ * The candidates at one prompt position: the prompt's own token and the `prompt_logprobs` most
+ * likely ones. The first position has no context and is empty (REST null).
  *
  * @generated from message acs.v1.PromptPositionLogprobs
  */
 export type PromptPositionLogprobs = Message<"acs.v1.PromptPositionLogprobs"> & {
   /**
+   * The candidates, in Inference's order.
+   *
    * @generated from field: repeated acs.v1.PromptLogprob values = 1;
    */
   values: PromptLogprob[];
@@ -496,50 +576,58 @@ export const PromptPositionLogprobsSchema: GenMessage<PromptPositionLogprobs> = 
   messageDesc(file_acs_v1_completions, 10);
 
 /**
- * A choice (non-streamed), or the next part of one (streamed).
+ * A choice (CreateCompletion), or the next part of one (a StreamCompletion chunk).
  *
  * @generated from message acs.v1.CompletionChoice
  */
 export type CompletionChoice = Message<"acs.v1.CompletionChoice"> & {
   /**
-   * prompt_index × n + sample_index.
+   * Which choice: prompt_index × n + sample_index.
    *
    * @generated from field: int32 index = 1;
    */
   index: number;
 
   /**
-   * The text, or in a stream the next text.
+   * The generated text (with echo: the prompt, then the generated text); in a stream, the next
+   * part of it.
    *
    * @generated from field: string text = 2;
    */
   text: string;
 
   /**
-   * Present when `logprobs` was asked for.
+   * The log probabilities of the text's tokens; present when `logprobs` was set.
    *
    * @generated from field: acs.v1.Logprobs logprobs = 3;
    */
   logprobs?: Logprobs | undefined;
 
   /**
+   * Why the choice ended; UNSPECIFIED in every stream chunk but the choice's last.
+   *
    * @generated from field: acs.v1.FinishReason finish_reason = 4;
    */
   finishReason: FinishReason;
 
   /**
-   * What stopped the choice: a stop string or a stop token id; unset = EOS or length.
+   * What stopped the choice (REST `stop_reason`: a string, an integer or null). Unset: EOS,
+   * max_tokens, or not finished yet.
    *
    * @generated from oneof acs.v1.CompletionChoice.stop_reason
    */
   stopReason: {
     /**
+     * The stop string that matched.
+     *
      * @generated from field: string stop_string = 5;
      */
     value: string;
     case: "stopString";
   } | {
     /**
+     * The stop token id that matched (one of stop_token_ids).
+     *
      * @generated from field: int32 stop_token_id = 6;
      */
     value: number;
@@ -547,21 +635,22 @@ export type CompletionChoice = Message<"acs.v1.CompletionChoice"> & {
   } | { case: undefined; value?: undefined };
 
   /**
-   * Present when `prompt_logprobs` was asked for.
+   * One entry per prompt token, when `prompt_logprobs` was set (CreateCompletion only).
    *
    * @generated from field: repeated acs.v1.PromptPositionLogprobs prompt_logprobs = 7;
    */
   promptLogprobs: PromptPositionLogprobs[];
 
   /**
-   * With return_token_ids.
+   * With return_token_ids: the prompt as token ids, as Inference read it (with BOS when added);
+   * in a stream, in the choice's first chunk.
    *
    * @generated from field: repeated int32 prompt_token_ids = 8;
    */
   promptTokenIds: number[];
 
   /**
-   * With return_token_ids (in a stream: the next ids).
+   * With return_token_ids: the generated token ids (in a stream: this chunk's).
    *
    * @generated from field: repeated int32 token_ids = 9;
    */
@@ -576,26 +665,28 @@ export const CompletionChoiceSchema: GenMessage<CompletionChoice> = /*@__PURE__*
   messageDesc(file_acs_v1_completions, 11);
 
 /**
- * Token counts, in the model's tokenizer.
+ * Token counts of a request, in the model's tokenizer.
  *
  * @generated from message acs.v1.Usage
  */
 export type Usage = Message<"acs.v1.Usage"> & {
   /**
-   * Each prompt counted once.
+   * Tokens of all prompts, each prompt counted once (not once per choice).
    *
    * @generated from field: int32 prompt_tokens = 1;
    */
   promptTokens: number;
 
   /**
-   * All choices.
+   * Tokens generated, over all choices.
    *
    * @generated from field: int32 completion_tokens = 2;
    */
   completionTokens: number;
 
   /**
+   * prompt_tokens + completion_tokens: what the key's Budget is charged.
+   *
    * @generated from field: int32 total_tokens = 3;
    */
   totalTokens: number;
@@ -609,44 +700,48 @@ export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
   messageDesc(file_acs_v1_completions, 12);
 
 /**
- * A whole completion (REST object "text_completion").
+ * A whole completion (REST: the `"text_completion"` object).
  *
  * @generated from message acs.v1.CreateCompletionResponse
  */
 export type CreateCompletionResponse = Message<"acs.v1.CreateCompletionResponse"> & {
   /**
-   * cmpl- + 32 hex.
+   * `cmpl-` + 32 lowercase hex digits.
    *
    * @generated from field: string id = 1;
    */
   id: string;
 
   /**
-   * Unix seconds.
+   * When the completion was created, Unix seconds.
    *
    * @generated from field: int64 created = 2;
    */
   created: bigint;
 
   /**
-   * As requested (an alias stays an alias).
+   * The request's `model`, as given (an alias stays an alias).
    *
    * @generated from field: string model = 3;
    */
   model: string;
 
   /**
+   * The choices, by index: prompts × n of them.
+   *
    * @generated from field: repeated acs.v1.CompletionChoice choices = 4;
    */
   choices: CompletionChoice[];
 
   /**
+   * Token counts of the whole request.
+   *
    * @generated from field: acs.v1.Usage usage = 5;
    */
   usage?: Usage | undefined;
 
   /**
-   * Present when output_residual_stream was asked for.
+   * The captured residual stream; present when output_residual_stream was set.
    *
    * @generated from field: acs.v1.Activations activations = 6;
    */
@@ -661,38 +756,54 @@ export const CreateCompletionResponseSchema: GenMessage<CreateCompletionResponse
   messageDesc(file_acs_v1_completions, 13);
 
 /**
- * One chunk of a streamed completion: the next text of one choice; or, last, the usage
- * (`choices` empty); or, last of all, the activations (`choices` empty).
+ * One chunk of a streamed completion. In order: chunks with the next text of one choice; then,
+ * with stream_options.include_usage, a chunk with no choices and the usage; then, with
+ * output_residual_stream, a last chunk with no choices and the activations.
  *
  * @generated from message acs.v1.StreamCompletionResponse
  */
 export type StreamCompletionResponse = Message<"acs.v1.StreamCompletionResponse"> & {
   /**
+   * `cmpl-` + 32 lowercase hex digits, the same on every chunk of the stream.
+   *
    * @generated from field: string id = 1;
    */
   id: string;
 
   /**
+   * When the completion was created, Unix seconds; the same on every chunk.
+   *
    * @generated from field: int64 created = 2;
    */
   created: bigint;
 
   /**
+   * The request's `model`, as given; the same on every chunk.
+   *
    * @generated from field: string model = 3;
    */
   model: string;
 
   /**
+   * The next part of one choice; empty in the usage and activations chunks.
+   *
    * @generated from field: repeated acs.v1.CompletionChoice choices = 4;
    */
   choices: CompletionChoice[];
 
   /**
+   * The usage of the whole request in the usage chunk (include_usage); the usage so far on every
+   * chunk with include_usage and continuous_usage_stats; unset otherwise.
+   *
    * @generated from field: acs.v1.Usage usage = 5;
    */
   usage?: Usage | undefined;
 
   /**
+   * The captured residual stream, in the last chunk; present when output_residual_stream was set.
+   * The gateway obtains it after the text with one extra prefill of the prompt and the generated
+   * tokens, under the same steering.
+   *
    * @generated from field: acs.v1.Activations activations = 6;
    */
   activations?: Activations | undefined;
@@ -706,6 +817,8 @@ export const StreamCompletionResponseSchema: GenMessage<StreamCompletionResponse
   messageDesc(file_acs_v1_completions, 14);
 
 /**
+ * ListModels takes no fields.
+ *
  * @generated from message acs.v1.ListModelsRequest
  */
 export type ListModelsRequest = Message<"acs.v1.ListModelsRequest"> & {
@@ -719,30 +832,35 @@ export const ListModelsRequestSchema: GenMessage<ListModelsRequest> = /*@__PURE_
   messageDesc(file_acs_v1_completions, 15);
 
 /**
- * A served model.
+ * A served model and the facts that capture and steering need.
  *
  * @generated from message acs.v1.Model
  */
 export type Model = Message<"acs.v1.Model"> & {
   /**
+   * The model's id (e.g. `meta-llama/Llama-3.1-8B`); a request's `model` may be it or an alias.
+   *
    * @generated from field: string id = 1;
    */
   id: string;
 
   /**
-   * Unix seconds.
+   * When the gateway started serving it, Unix seconds.
    *
    * @generated from field: int64 created = 2;
    */
   created: bigint;
 
   /**
+   * Who owns the model, as the gateway's configuration says.
+   *
    * @generated from field: string owned_by = 3;
    */
   ownedBy: string;
 
   /**
-   * Other names the model answers to (e.g. llama-8b).
+   * Other names the model answers to (e.g. `llama-8b`). REST `GET /v1/models` lists each alias
+   * as an entry of its own, with `root` naming the model.
    *
    * @generated from field: repeated string aliases = 4;
    */
@@ -756,14 +874,14 @@ export type Model = Message<"acs.v1.Model"> & {
   maxModelLen: number;
 
   /**
-   * Width of the residual stream (last dim of steering vectors and activations).
+   * Width of the residual stream: the last dimension of steering vectors and activations.
    *
    * @generated from field: int32 hidden_size = 6;
    */
   hiddenSize: number;
 
   /**
-   * Decoder layers (valid layer indices are 0 … num_hidden_layers − 1).
+   * Decoder layers; valid layer indices are 0 … num_hidden_layers − 1.
    *
    * @generated from field: int32 num_hidden_layers = 7;
    */
@@ -778,10 +896,14 @@ export const ModelSchema: GenMessage<Model> = /*@__PURE__*/
   messageDesc(file_acs_v1_completions, 16);
 
 /**
+ * The served models.
+ *
  * @generated from message acs.v1.ListModelsResponse
  */
 export type ListModelsResponse = Message<"acs.v1.ListModelsResponse"> & {
   /**
+   * One entry per model (its aliases inside), in the configuration's order.
+   *
    * @generated from field: repeated acs.v1.Model data = 1;
    */
   data: Model[];
@@ -801,21 +923,21 @@ export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PUR
  */
 export enum FinishReason {
   /**
-   * Not finished yet (stream chunks before a choice's last).
+   * Not finished yet: every stream chunk of a choice but its last.
    *
    * @generated from enum value: FINISH_REASON_UNSPECIFIED = 0;
    */
   UNSPECIFIED = 0,
 
   /**
-   * A stop string, a stop token id or EOS.
+   * A stop string, a stop token id or EOS (REST `"stop"`).
    *
    * @generated from enum value: FINISH_REASON_STOP = 1;
    */
   STOP = 1,
 
   /**
-   * max_tokens reached.
+   * max_tokens reached (REST `"length"`).
    *
    * @generated from enum value: FINISH_REASON_LENGTH = 2;
    */
@@ -829,14 +951,43 @@ export const FinishReasonSchema: GenEnum<FinishReason> = /*@__PURE__*/
   enumDesc(file_acs_v1_completions, 0);
 
 /**
- * Completions of Base models (OpenAI's completions API plus vLLM and vllm-lens fields).
- * REST `POST /v1/completions` is transcoded onto these same RPCs.
+ * Completions of base models: OpenAI's completions API plus vLLM's sampling fields and
+ * vllm-lens's residual-stream capture and steering.
+ *
+ * One port serves this service over Connect, gRPC (HTTP/2 without TLS, "h2c") and gRPC-Web, and
+ * the same calls over OpenAI-compatible REST: `POST /v1/completions` is transcoded onto
+ * CreateCompletion (JSON) or StreamCompletion (`stream: true`, server-sent events), and
+ * `GET /v1/models` onto ListModels. Every surface runs the same checks and answers with the same
+ * error envelope.
+ *
+ * Metadata (request and response headers):
+ * - request `authorization: Bearer <key>` when the gateway runs with keys; a missing or unknown
+ *   key fails with UNAUTHENTICATED (code `invalid_api_key`).
+ * - response `x-request-id: req_<32 hex>` on every call, the same id as an error's
+ *   ErrorEnvelope.request_id.
+ * - response `x-acs-max-tokens-clamped: <tokens>` when max_tokens was lowered to what the key's
+ *   Budget still holds.
+ *
+ * Errors: every failure carries an acs.v1.ErrorEnvelope (error.proto) as a detail of the gRPC
+ * status (`grpc-status-details-bin`, a google.rpc.Status) or of the Connect error; its
+ * error.message equals the status message. Codes: INVALID_ARGUMENT a refused request (REST 400),
+ * UNAUTHENTICATED a missing or unknown key, PERMISSION_DENIED a model the key may not use,
+ * NOT_FOUND an unknown model, RESOURCE_EXHAUSTED a request over 8 MiB or an exhausted Budget,
+ * UNAVAILABLE Inference unreachable or failing, DEADLINE_EXCEEDED no answer within 14 minutes,
+ * INTERNAL a fault of the gateway.
+ *
+ * Message sizes: a request is at most 8 MiB (RESOURCE_EXHAUSTED above that). A response with
+ * activations holds up to 2^25 numbers (64 MiB in bf16, before zstd) plus framing: raise the
+ * client's receive limit above the 4 MiB that gRPC libraries allow by default (e.g. 80 MiB),
+ * or a capture fails in the client after the work was done and charged.
  *
  * @generated from service acs.v1.CompletionsService
  */
 export const CompletionsService: GenService<{
   /**
-   * One completion, collected. REST: `stream` false or left out.
+   * One completion, collected: every choice whole, then the usage. REST: `POST /v1/completions`
+   * with `stream` false or left out. Without a stream, max_tokens is at most 15,600, and the
+   * gateway waits at most 14 minutes for Inference (then DEADLINE_EXCEEDED).
    *
    * @generated from rpc acs.v1.CompletionsService.CreateCompletion
    */
@@ -846,7 +997,11 @@ export const CompletionsService: GenService<{
     output: typeof CreateCompletionResponseSchema;
   },
   /**
-   * The same completion as a stream of chunks. REST: `stream: true` (SSE).
+   * The same completion as a stream of chunks, each the next text of one choice. REST:
+   * `POST /v1/completions` with `stream: true` (server-sent events). Every check that can refuse
+   * the request runs before the first chunk; a failure after it ends the stream with the error.
+   * Cancelling the call stops generation at Inference, and the key is charged only the tokens
+   * generated until then.
    *
    * @generated from rpc acs.v1.CompletionsService.StreamCompletion
    */
@@ -856,7 +1011,8 @@ export const CompletionsService: GenService<{
     output: typeof StreamCompletionResponseSchema;
   },
   /**
-   * The served models (REST `GET /v1/models`).
+   * The served models. REST: `GET /v1/models`. Side-effect free, so Connect clients may send it
+   * as an HTTP GET.
    *
    * @generated from rpc acs.v1.CompletionsService.ListModels
    */

@@ -13,20 +13,25 @@ export const file_acs_v1_error: GenFile = /*@__PURE__*/
   fileDesc("ChJhY3MvdjEvZXJyb3IucHJvdG8SBmFjcy52MSJBCg1FcnJvckVudmVsb3BlEhwKBWVycm9yGAEgASgLMg0uYWNzLnYxLkVycm9yEhIKCnJlcXVlc3RfaWQYAiABKAkiYAoFRXJyb3ISDwoHbWVzc2FnZRgBIAEoCRIMCgR0eXBlGAIgASgJEhIKBXBhcmFtGAMgASgJSACIAQESEQoEY29kZRgEIAEoCUgBiAEBQggKBl9wYXJhbUIHCgVfY29kZWIGcHJvdG8z");
 
 /**
- * The error envelope of every surface (API.md §7). REST renders it as JSON
- * {"error": {...}, "request_id": "..."}; Connect and gRPC attach it as an error detail whose
- * message equals the Connect error's message.
+ * The error envelope of every surface. REST renders it as the JSON body
+ * `{"error": {"message", "type", "param", "code"}, "request_id"}` (and as one `data:` event of a
+ * stream that already started); Connect and gRPC attach it as a detail of the error: in gRPC, a
+ * google.protobuf.Any in the google.rpc.Status of the `grpc-status-details-bin` trailer; in
+ * Connect, an entry of the error's `details` (type `acs.v1.ErrorEnvelope`). The status message
+ * equals error.message.
  *
  * @generated from message acs.v1.ErrorEnvelope
  */
 export type ErrorEnvelope = Message<"acs.v1.ErrorEnvelope"> & {
   /**
+   * What went wrong.
+   *
    * @generated from field: acs.v1.Error error = 1;
    */
   error?: Error | undefined;
 
   /**
-   * req_ + 32 hex; also the X-Request-Id response header.
+   * `req_` + 32 lowercase hex digits; the same id as the `x-request-id` response header.
    *
    * @generated from field: string request_id = 2;
    */
@@ -47,26 +52,36 @@ export const ErrorEnvelopeSchema: GenMessage<ErrorEnvelope> = /*@__PURE__*/
  */
 export type Error = Message<"acs.v1.Error"> & {
   /**
+   * A sentence for people, e.g. "Invalid type for 'max_tokens': expected a number.".
+   *
    * @generated from field: string message = 1;
    */
   message: string;
 
   /**
-   * invalid_request_error, insufficient_quota, rate_limit_error or server_error.
+   * OpenAI's error type: `invalid_request_error`, `insufficient_quota`, `rate_limit_error` or
+   * `server_error`.
    *
    * @generated from field: string type = 2;
    */
   type: string;
 
   /**
-   * The request field at fault, dotted/indexed for nested ones (apply_steering_vectors[0].scale).
+   * The request field at fault, dotted and indexed for nested ones (e.g.
+   * `apply_steering_vectors[0].scale`); unset (REST null) when no one field is.
    *
    * @generated from field: optional string param = 3;
    */
   param?: string | undefined;
 
   /**
-   * Machine-readable code, e.g. invalid_request, model_not_found, context_length_exceeded.
+   * Machine-readable code, one of: invalid_request, deadline_infeasible,
+   * context_length_exceeded (gRPC INVALID_ARGUMENT); invalid_api_key (UNAUTHENTICATED);
+   * model_not_allowed (PERMISSION_DENIED); model_not_found (NOT_FOUND); request_too_large,
+   * insufficient_quota, rate_limited (RESOURCE_EXHAUSTED); upstream_error, upstream_unavailable
+   * (UNAVAILABLE); deadline_exceeded (DEADLINE_EXCEEDED); internal_error (INTERNAL). REST also
+   * uses unknown_route, method_not_allowed and unsupported_media_type. This gateway always sets
+   * it; it is optional because OpenAI's error object allows null.
    *
    * @generated from field: optional string code = 4;
    */

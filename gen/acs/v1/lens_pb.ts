@@ -15,30 +15,39 @@ export const file_acs_v1_lens: GenFile = /*@__PURE__*/
 
 /**
  * A dense tensor, as vllm-lens serializes one: shape, dtype and the raw (optionally zstd)
- * little-endian bytes. The number of elements is the product of shape; the decompressed byte
- * length must equal elements × the dtype's width.
+ * little-endian bytes, C order (the last dimension varies fastest). The number of elements is
+ * the product of shape; the decompressed byte length must equal elements × the dtype's width
+ * (2 bytes for bf16 and fp16, 4 for float32). REST JSON: nested number arrays, or vllm-lens's
+ * `{"data": base64, "dtype", "original_dtype", "shape", "compression": "zstd"|null}`.
  *
  * @generated from message acs.v1.Tensor
  */
 export type Tensor = Message<"acs.v1.Tensor"> & {
   /**
+   * Element type; required (UNSPECIFIED is refused).
+   *
    * @generated from field: acs.v1.Dtype dtype = 1;
    */
   dtype: Dtype;
 
   /**
-   * Dimensions, outermost first, e.g. (layers, positions, hidden).
+   * Dimensions, outermost first, e.g. (layers, positions, hidden); 1 to 3 of them.
    *
    * @generated from field: repeated uint32 shape = 2;
    */
   shape: number[];
 
   /**
+   * The elements' bytes, compressed as `compression` says. Up to 2^25 elements in a capture
+   * (64 MiB of bf16 before zstd); a steering vector must fit the 8 MiB request limit.
+   *
    * @generated from field: bytes data = 3;
    */
   data: Uint8Array;
 
   /**
+   * How `data` is compressed; default UNSPECIFIED (raw bytes).
+   *
    * @generated from field: acs.v1.Compression compression = 4;
    */
   compression: Compression;
@@ -52,8 +61,9 @@ export const TensorSchema: GenMessage<Tensor> = /*@__PURE__*/
   messageDesc(file_acs_v1_lens, 0);
 
 /**
- * Which decoder layers' residual stream to capture (vllm-lens `output_residual_stream`).
- * REST: `true` = all layers, or a list of layer indices.
+ * Which decoder layers' residual stream to capture (vllm-lens `output_residual_stream`): either
+ * all_layers or a non-empty layer_indices, not both. REST: `true` (all layers) or a list of layer
+ * indices.
  *
  * @generated from message acs.v1.OutputResidualStream
  */
@@ -87,8 +97,10 @@ export const OutputResidualStreamSchema: GenMessage<OutputResidualStream> = /*@_
  */
 export type SteeringVector = Message<"acs.v1.SteeringVector"> & {
   /**
-   * 2D (layers, hidden): added at every position; 3D (layers, positions, hidden): row k added at
-   * absolute position position_indices[k]. Last dim must equal the model's hidden size.
+   * The vector: 2D (layers, hidden), added at every position; or 3D (layers, positions, hidden),
+   * row k added at absolute position position_indices[k]. Last dim must equal the model's
+   * hidden_size; every number finite. Required. Errors name it with its index, e.g.
+   * `apply_steering_vectors[1].activations`.
    *
    * @generated from field: acs.v1.Tensor activations = 1;
    */
@@ -102,7 +114,7 @@ export type SteeringVector = Message<"acs.v1.SteeringVector"> & {
   layerIndices: number[];
 
   /**
-   * Multiplier of the vector. Default 1.
+   * Multiplier of the vector; any finite number, default 1.
    *
    * @generated from field: optional double scale = 3;
    */
@@ -116,7 +128,8 @@ export type SteeringVector = Message<"acs.v1.SteeringVector"> & {
   normMatch?: boolean | undefined;
 
   /**
-   * 3D only: absolute positions of the rows of dim 1; each in [0, max_model_len). Default 0…n−1.
+   * 3D only: absolute token positions of the rows of dim 1, one per row (length = dim 1); each in
+   * [0, max_model_len). Default 0 … dim 1 − 1.
    *
    * @generated from field: repeated int32 position_indices = 5;
    */
@@ -131,14 +144,19 @@ export const SteeringVectorSchema: GenMessage<SteeringVector> = /*@__PURE__*/
   messageDesc(file_acs_v1_lens, 2);
 
 /**
- * Activations returned with a completion.
+ * Activations returned with a completion (vllm-lens `activations`).
  *
  * @generated from message acs.v1.Activations
  */
 export type Activations = Message<"acs.v1.Activations"> & {
   /**
-   * (layers ascending, positions, hidden) in the model's dtype; positions = prompt tokens +
-   * generated tokens − 1; row p is position p of prompt_token_ids + token_ids.
+   * The residual stream after each captured decoder layer: shape (layers ascending, positions,
+   * hidden) in the model's dtype (bf16 for Llama models), compressed as Inference sent it
+   * (vllm-lens: zstd).
+   * positions = prompt tokens + generated tokens − 1: row p is token p of the prompt followed by
+   * the generated tokens (the last generated token is never read by the model). At most 2^25
+   * numbers: up to 64 MiB of bf16 before compression, so clients need a receive limit above
+   * gRPC's default 4 MiB (e.g. 80 MiB).
    *
    * @generated from field: acs.v1.Tensor residual_stream = 1;
    */
@@ -160,6 +178,8 @@ export const ActivationsSchema: GenMessage<Activations> = /*@__PURE__*/
  */
 export enum Dtype {
   /**
+   * Not set; a Tensor without a dtype is refused.
+   *
    * @generated from enum value: DTYPE_UNSPECIFIED = 0;
    */
   UNSPECIFIED = 0,
