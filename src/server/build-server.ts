@@ -1,4 +1,5 @@
-import type { Server } from "node:http";
+import { type Server, STATUS_CODES } from "node:http";
+import type { Socket } from "node:net";
 import { createContextValues } from "@connectrpc/connect";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import cors from "@fastify/cors";
@@ -19,7 +20,7 @@ import {
   toConnectError,
   writeProtocolError,
 } from "../connect/index.js";
-import { invalidRequest, newRequestId } from "../errors/index.js";
+import { ApiError, invalidRequest, newRequestId } from "../errors/index.js";
 import {
   handleUnmatchedRoute,
   renderMethodNotAllowed,
@@ -65,6 +66,37 @@ function routeLabel(request: FastifyRequest): string {
 }
 
 /**
+ * Answers an HTTP/1.1 connection Node could not parse (fastify's `clientErrorHandler`; the one-port
+ * server calls it once the responses to the requests before the error are written), then closes
+ * it: 400 `invalid_request` (413 `request_too_large` for chunk extensions over Node's limit) with
+ * the envelope and `X-Request-Id`; a request past its deadline (408) or with headers over Node's
+ * limit (431) as Node answers them, without a body (the error catalogue has no code for these).
+ */
+function answerClientError(err: Error & { code?: string }, socket: Socket): void {
+  if (err.code === "ECONNRESET" || socket.destroyed) return;
+  let head: string;
+  if (err.code === "ERR_HTTP_REQUEST_TIMEOUT")
+    head = "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n\r\n";
+  else if (err.code === "HPE_HEADER_OVERFLOW")
+    head = "HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n\r\n";
+  else {
+    const id = newRequestId();
+    const reason = err.message.replace(/^Parse Error: /, "");
+    const error =
+      err.code === "HPE_CHUNK_EXTENSIONS_OVERFLOW"
+        ? new ApiError("request_too_large", `Malformed HTTP/1.1 request: ${reason}`)
+        : invalidRequest(null, `Malformed HTTP/1.1 request: ${reason}`);
+    const body = JSON.stringify(error.toEnvelope(id));
+    head =
+      `HTTP/1.1 ${error.status} ${STATUS_CODES[error.status]}\r\n` +
+      "Content-Type: application/json; charset=utf-8\r\n" +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${id}\r\nConnection: close\r\n\r\n${body}`;
+  }
+  if (socket.writable) socket.write(head);
+  socket.destroy();
+}
+
+/**
  * Builds the gateway app, not yet listening (tests listen on port 0): REST (OpenAI-compatible),
  * Connect + gRPC + gRPC-Web (acs.v1.CompletionsService) and ops routes on one port, HTTP/1.1 and
  * h2c alike. The Connect plugin and the REST plugin are siblings: the Connect plugin replaces the
@@ -83,6 +115,7 @@ export async function buildServer(
     onConstructorPoisoning: "error",
     return503OnClosing: true,
     forceCloseConnections: "idle",
+    clientErrorHandler: answerClientError,
     // Errors fastify raises before routing (a malformed URL such as /v1/models/%zz) in the envelope.
     // Every request's id (req_ + 32 hex): fastify's request.id, logged with each line as requestId.
     genReqId: () => newRequestId(),

@@ -4,6 +4,7 @@ export { createMetrics, type GatewayMetrics } from "./metrics.js";
 export {
   createOnePortServer,
   defaultOnePortTimeouts,
+  h2SessionLimits,
   type OnePortServer,
   type OnePortTimeouts,
 } from "./one-port-server.js";

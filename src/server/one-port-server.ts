@@ -13,24 +13,52 @@ type Handler = (
 
 /** A net.Server that fastify can listen on and close, serving HTTP/1.1 and h2c on one port. */
 export type OnePortServer = net.Server & {
-  /** Closes idle HTTP/1.1 connections and asks HTTP/2 sessions to finish (GOAWAY). */
+  /**
+   * Closes idle HTTP/1.1 connections and asks HTTP/2 sessions to finish (GOAWAY); each is destroyed
+   * once its open streams have ended.
+   */
   closeIdleConnections(): void;
   /** Destroys every connection at once. */
   closeAllConnections(): void;
 };
 
-/** Connection timeouts, ms: a client that sends too slowly or holds idle connections is cut off. */
+/**
+ * Connection timeouts, ms: a client that sends too slowly or holds idle connections is cut off.
+ * Each is a deadline from the moment named, not an idle timeout, unless it says "idle": bytes
+ * dripped slowly do not extend it.
+ */
 export interface OnePortTimeouts {
-  /** The first bytes of a connection (to tell HTTP/1.1 from h2c). @default 10000 */
+  /**
+   * Every connection, from its accept: the first bytes that tell HTTP/1.1 from h2c (for h2c the
+   * whole 24-byte HTTP/2 preface). A connection still undecided then is destroyed. @default 10000
+   */
   readonly firstBytesMs: number;
-  /** HTTP/1.1: all request headers (Node's headersTimeout). @default 60000 */
+  /** HTTP/1.1: all request headers (Node's headersTimeout; 408, connection closed). @default 60000 */
   readonly headersMs: number;
-  /** HTTP/1.1: the whole request, body included (Node's requestTimeout). @default 300000 */
+  /**
+   * The whole request, body included. HTTP/1.1: Node's requestTimeout (408, connection closed).
+   * HTTP/2: from a stream's HEADERS to the end of its request body (END_STREAM); a stream whose body
+   * has not ended then is reset (RST_STREAM CANCEL) and its session closed gracefully (GOAWAY: the
+   * other open streams finish, no new ones start), as HTTP/1.1 closes the connection.
+   * @default 300000
+   */
   readonly requestMs: number;
-  /** HTTP/1.1 keep-alive between requests. @default 5000 */
+  /** HTTP/1.1 keep-alive between requests (idle). @default 5000 */
   readonly keepAliveMs: number;
-  /** HTTP/2: a session with no frames for this long is closed gracefully (open streams finish). @default 72000 */
+  /**
+   * HTTP/2, idle: a session whose streams carry nothing (HEADERS or DATA, either way) for this long
+   * is closed gracefully (GOAWAY: open streams finish, no new ones start; then it is destroyed).
+   * PING, SETTINGS and the bytes of a header block not yet complete do not count (Node's session
+   * timeout), so a session sending only those, or a header block dripped slowly while no other
+   * stream is open, is closed at this deadline. @default 72000
+   */
   readonly h2IdleMs: number;
+  /**
+   * HTTP/2: once the server has closed its side of a connection (FIN, after GOAWAY), the time the
+   * client has to read the rest and close its own; then the socket is destroyed. A client that
+   * never closes would otherwise hold the connection, and a shutdown, forever. @default 5000
+   */
+  readonly closeGraceMs: number;
 }
 
 export const defaultOnePortTimeouts: OnePortTimeouts = {
@@ -39,7 +67,27 @@ export const defaultOnePortTimeouts: OnePortTimeouts = {
   requestMs: 300_000,
   keepAliveMs: 5_000,
   h2IdleMs: 72_000,
+  closeGraceMs: 5_000,
 };
+
+/**
+ * The limits of each HTTP/2 session (explicit rather than Node's defaults):
+ * - `maxConcurrentStreams` 128 (a SETTINGS value; Node's default is 2^32 − 1): streams open at once
+ *   on one session. Clients queue the rest until a stream closes (nghttp2, gRPC, connect-node).
+ * - `maxSessionMemory` 160 (Node's unit, MB): what nghttp2 holds for the session (header tables,
+ *   frames and data queued to send, unacknowledged PING/SETTINGS). While above it, new streams are
+ *   refused (RST_STREAM ENHANCE_YOUR_CALM) and open ones go on. Node's default of 10 is below one
+ *   response with activations (up to 2^25 float32 numbers, 134 MB): the session's other calls
+ *   would be refused while such a response drains to a client that reads it slowly.
+ * - `maxHeaderListSize` 65535 (a SETTINGS value, Node's default stated): decoded request headers.
+ * Node's defaults are kept for the rest: at most 10 unacknowledged PINGs, 100 refused streams and
+ * 1000 invalid frames per session before it is closed.
+ */
+export const h2SessionLimits = {
+  maxConcurrentStreams: 128,
+  maxSessionMemory: 160,
+  maxHeaderListSize: 65_535,
+} as const;
 
 /**
  * A fastify `serverFactory` serving HTTP/1.1 and cleartext HTTP/2 (prior knowledge, what gRPC
@@ -63,14 +111,55 @@ export function createOnePortServer(
     handler as http.RequestListener,
   );
   const h2 = http2.createServer(
-    {},
+    {
+      maxSessionMemory: h2SessionLimits.maxSessionMemory,
+      settings: {
+        maxConcurrentStreams: h2SessionLimits.maxConcurrentStreams,
+        maxHeaderListSize: h2SessionLimits.maxHeaderListSize,
+      },
+    },
     handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void,
   );
-  const sessions = new Set<http2.ServerHttp2Session>();
+  // Open streams per session.
+  const sessions = new Map<http2.ServerHttp2Session, { streams: number }>();
+  /**
+   * GOAWAY: open streams finish, no new ones start; the session is destroyed as soon as none is
+   * open. (Node's close() alone also waits for a header block in progress, however slowly its
+   * bytes arrive.)
+   */
+  const closeSession = (session: http2.ServerHttp2Session) => {
+    session.close();
+    if (sessions.get(session)?.streams === 0) session.destroy();
+  };
   h2.on("session", (session) => {
-    session.setTimeout(timeouts.h2IdleMs, () => session.close());
-    sessions.add(session);
+    const state = { streams: 0 };
+    sessions.set(session, state);
+    session.setTimeout(timeouts.h2IdleMs, () => closeSession(session));
+    session.on("stream", (stream: http2.ServerHttp2Stream) => {
+      state.streams += 1;
+      stream.once("close", () => {
+        state.streams -= 1;
+        // after Node's own close has had its turn
+        if (state.streams === 0 && session.closed)
+          setImmediate(() => {
+            if (!session.destroyed) session.destroy();
+          });
+      });
+    });
     session.on("close", () => sessions.delete(session));
+  });
+  // The request deadline: a body still arriving requestMs after its HEADERS resets the stream.
+  h2.on("stream", (stream: http2.ServerHttp2Stream) => {
+    if (stream.endAfterHeaders) return;
+    const timer = setTimeout(() => {
+      // remoteClose: END_STREAM received, whether or not the handler has read the body yet
+      if (stream.destroyed || stream.state.remoteClose) return;
+      stream.close(http2.constants.NGHTTP2_CANCEL);
+      closeSession(stream.session as http2.ServerHttp2Session);
+    }, timeouts.requestMs);
+    const clear = () => clearTimeout(timer);
+    stream.once("end", clear);
+    stream.once("close", clear);
   });
   const sockets = new Set<net.Socket>();
 
@@ -84,6 +173,9 @@ export function createOnePortServer(
       },
       final(callback) {
         socket.end(callback);
+        // Node waits for the client to close its side too: bounded, for a client that never does.
+        const linger = setTimeout(() => socket.destroy(), timeouts.closeGraceMs);
+        socket.once("close", () => clearTimeout(linger));
       },
       destroy(err, callback) {
         socket.destroy(err ?? undefined);
@@ -100,12 +192,53 @@ export function createOnePortServer(
     h2.emit("connection", duplex);
   };
 
+  // HTTP/1.1: responses not yet finished per connection (pipelined requests queue theirs), and
+  // what to do once they are, so that a request Node cannot parse is answered after the responses
+  // to the requests before it rather than in their place.
+  const unfinished = new WeakMap<net.Socket, Set<http.IncomingMessage>>();
+  const whenFinished = new WeakMap<net.Socket, () => void>();
+  h1.on("request", (req: http.IncomingMessage, res: http.ServerResponse) => {
+    const socket = req.socket;
+    let pending = unfinished.get(socket);
+    if (pending === undefined) {
+      pending = new Set();
+      unfinished.set(socket, pending);
+    }
+    pending.add(req);
+    res.once("close", () => {
+      pending.delete(req);
+      if (pending.size > 0) return;
+      const then = whenFinished.get(socket);
+      whenFinished.delete(socket);
+      then?.();
+    });
+  });
+  const failed = new WeakSet<net.Socket>();
+  h1.on("clientError", (err: Error, socket: net.Socket) => {
+    // Node reports each later chunk of a broken connection again: answer once.
+    if (failed.has(socket)) return;
+    failed.add(socket);
+    // fastify's clientErrorHandler (registered on the server it was given); without one, close.
+    const answer = () => {
+      if (socket.destroyed) return;
+      if (!server.emit("clientError", err, socket)) socket.destroy();
+    };
+    const pending = unfinished.get(socket);
+    // A request whose body was cut by the error cannot finish: answer at once, as Node does.
+    if (pending === undefined || pending.size === 0 || [...pending].some((r) => !r.complete)) answer();
+    else whenFinished.set(socket, answer);
+  });
+
   const server = net.createServer((socket) => {
     // Small writes (SSE chunks, unary replies) must not wait for Nagle + delayed ACK (~40 ms).
     socket.setNoDelay(true);
     sockets.add(socket);
-    socket.on("close", () => sockets.delete(socket));
-    socket.setTimeout(timeouts.firstBytesMs, () => socket.destroy());
+    // A fixed deadline from accept (not idle: a preface dripped byte by byte does not extend it).
+    const firstBytes = setTimeout(() => socket.destroy(), timeouts.firstBytesMs);
+    socket.on("close", () => {
+      clearTimeout(firstBytes);
+      sockets.delete(socket);
+    });
     let head = Buffer.alloc(0);
     const onData = (data: Buffer) => {
       head = Buffer.concat([head, data]);
@@ -113,7 +246,7 @@ export function createOnePortServer(
       const isPrefix = head.subarray(0, n).equals(h2Preface.subarray(0, n));
       if (isPrefix && head.length < h2Preface.length) return; // need more bytes to decide
       socket.off("data", onData);
-      socket.setTimeout(0);
+      clearTimeout(firstBytes);
       socket.pause();
       if (isPrefix) {
         toHttp2(socket, head);
@@ -129,10 +262,10 @@ export function createOnePortServer(
 
   server.closeIdleConnections = () => {
     h1.closeIdleConnections();
-    for (const s of sessions) s.close();
+    for (const s of sessions.keys()) closeSession(s);
   };
   server.closeAllConnections = () => {
-    for (const s of sessions) s.destroy();
+    for (const s of sessions.keys()) s.destroy();
     for (const socket of sockets) socket.destroy();
   };
   // The http server tracks its connections' timeouts from its 'listening' event; it never listens

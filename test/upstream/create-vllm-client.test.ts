@@ -1,3 +1,4 @@
+import { getEventListeners } from "node:events";
 import { create } from "@bufbuild/protobuf";
 import { afterEach, describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
@@ -401,6 +402,26 @@ describe("tokenize, models, health", () => {
     expect(up.requests[0]?.url).toBe("/tokenize");
     const ids = new Set(up.requests.map((r) => r.headers["x-request-id"]));
     expect(ids.size).toBe(3);
+  });
+
+  it("twelve calls under one signal: one abort listener on it, and one abort cancels them all", async () => {
+    const { up, c } = await setup(() => {}); // never answers
+    const ac = new AbortController();
+    const calls = Array.from({ length: 12 }, (_, i) => apiErrorOf(c.tokenize("m", `p${i}`, true, ac.signal)));
+    await waitFor(() => up.requests.length === 12);
+    // one per signal, not one per call (11 would print MaxListenersExceededWarning)
+    expect(getEventListeners(ac.signal, "abort")).toHaveLength(1);
+    ac.abort();
+    expect((await Promise.all(calls)).map((e) => e.code)).toEqual(Array(12).fill("canceled"));
+    const closed = await Promise.all(up.requests.map((r) => r.closed));
+    expect(closed.every((x) => x.aborted)).toBe(true);
+  });
+
+  it("calls that end remove their abort listener from the caller's signal", async () => {
+    const { c } = await setup(json(200, { count: 1, max_model_len: 8192, tokens: [1] }));
+    const ac = new AbortController();
+    await Promise.all(Array.from({ length: 12 }, (_, i) => c.tokenize("m", `q${i}`, true, ac.signal)));
+    expect(getEventListeners(ac.signal, "abort")).toHaveLength(0);
   });
 
   it("tokenize errors are mapped (404 model → model_not_found)", async () => {

@@ -115,12 +115,42 @@ interface CallSpec {
   requestId: string;
 }
 
+/**
+ * The links waiting on each caller signal, behind one `abort` listener per signal however many
+ * calls share it: a request tokenizes its prompts concurrently under one signal, and an
+ * EventTarget with more than 10 listeners prints MaxListenersExceededWarning.
+ */
+const followers = new WeakMap<AbortSignal, { links: Set<() => void>; fire: () => void }>();
+
+/** Runs `onAbort` when `signal` aborts; returns the function that stops following it. */
+function follow(signal: AbortSignal, onAbort: () => void): () => void {
+  let entry = followers.get(signal);
+  if (entry === undefined) {
+    const links = new Set<() => void>();
+    const fire = (): void => {
+      followers.delete(signal);
+      for (const link of links) link();
+    };
+    signal.addEventListener("abort", fire, { once: true });
+    entry = { links, fire };
+    followers.set(signal, entry);
+  }
+  const { links, fire } = entry;
+  links.add(onAbort);
+  return () => {
+    links.delete(onAbort);
+    if (links.size === 0 && followers.get(signal) === entry) {
+      followers.delete(signal);
+      signal.removeEventListener("abort", fire);
+    }
+  };
+}
+
 /** Ties a caller signal and an optional deadline to one AbortController; aborts carry ApiErrors. */
 function linkAbort(signal: AbortSignal | undefined, deadlineMs?: number) {
   const controller = new AbortController();
   if (signal?.aborted) throw canceled();
-  const onAbort = (): void => controller.abort(canceled());
-  signal?.addEventListener("abort", onAbort, { once: true });
+  const unfollow = signal === undefined ? undefined : follow(signal, () => controller.abort(canceled()));
   const timer =
     deadlineMs === undefined
       ? undefined
@@ -141,7 +171,7 @@ function linkAbort(signal: AbortSignal | undefined, deadlineMs?: number) {
         : undefined,
     dispose: (): void => {
       if (timer !== undefined) clearTimeout(timer);
-      signal?.removeEventListener("abort", onAbort);
+      unfollow?.();
     },
   };
 }
