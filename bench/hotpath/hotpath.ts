@@ -25,7 +25,7 @@
  * section (10,000 concurrent streams) as well.
  */
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { cpus, tmpdir } from "node:os";
+import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { createBudgetLedger } from "../../src/budget/index.js";
@@ -217,6 +217,8 @@ async function runRounds(
     const order = targets.map((_, i) => targets[(i + round) % targets.length] as Target);
     for (const p of plan) {
       for (const t of order) {
+        // A pause, so that the previous cell's aborted requests are cleaned up before this one.
+        await new Promise((r) => setTimeout(r, 250));
         const result = await worker.run({
           url: t.server.url,
           headers: t.headers,
@@ -257,6 +259,7 @@ function paired(
 
 export async function benchHotpath(options: SectionOptions = {}): Promise<string> {
   const cfg = configFrom(options);
+  const loadBefore = loadavg()[0] as number;
   const dir = mkdtempSync(join(tmpdir(), "acs-hotpath-"));
   const servers: ServerProcess[] = [];
   let worker: LoadWorker | undefined;
@@ -373,7 +376,8 @@ export async function benchHotpath(options: SectionOptions = {}): Promise<string
       }
     }
     const pids = { fake: fake.pid, bare: bare.pid, off: off.pid, on: on.pid };
-    return render(cfg, main, hop, pids, profiles);
+    const load = { before: loadBefore, after: loadavg()[0] as number };
+    return render(cfg, main, hop, pids, profiles, load);
   } finally {
     worker?.close();
     await Promise.all(servers.map((s) => s.stop()));
@@ -439,6 +443,7 @@ function render(
   hop: Map<string, LoadResult[]>,
   pids: Record<Target["key"], number>,
   profiles: string[],
+  load: { before: number; after: number },
 ): string {
   const get = (mode: Mode, c: number, t: Target["key"]) => main.get(`${mode}|${c}|${t}`);
   const names: Record<Target["key"], string> = {
@@ -544,7 +549,7 @@ function render(
   return [
     "## Hot path: the gateway's own cost next to a bare proxy (issue 13)",
     "",
-    `Separate processes on one machine of ${cpus().length} cores, shared by all of them (so every figure here includes CPU contention with the fake and the load generator): a fast fake vLLM (node:http, fixed answers; ${cfg.chunks} tokens per completion, so ${cfg.chunks} chunks per stream, each in its own write; \`data: [DONE]\` and the chunked terminator in two writes, as uvicorn), a bare proxy (node:http + undici \`Pool.stream\`, 128 upstream connections like the gateway's pool, nothing parsed), the gateway (\`${cfg.gateway.label}\`, production defaults, ACS_MODELS naming the fake) twice — keys off, and keys on (ACS_DB: SQLite on ext4, a key with a huge Budget, Authorization on every request) — and autocannon in a process of its own. Every target gets the same bytes: \`{"model", "prompt": "The sky is", "max_tokens": ${cfg.chunks}, "temperature": 0}\` (+ \`"stream": true\`); the gateway's /tokenize cache is warm after the first request. Each cell: ${cfg.warmupS} s warm-up, then a ${cfg.measureS} s window; latency = request written → response complete, timed per response (sub-ms). Targets are interleaved within each round (order rotated per round); every figure is the median over ${cfg.rounds} round${cfg.rounds > 1 ? "s" : ""}, differences and ratios taken within a round. CPU per chunk = CPU time of the process that relayed the chunks (/proc utime + stime, 10 ms ticks) in the window ÷ chunks of the streams completed in it.`,
+    `Separate processes on one machine of ${cpus().length} cores, shared by all of them (so every figure here includes CPU contention with the fake and the load generator): a fast fake vLLM (node:http, fixed answers; ${cfg.chunks} tokens per completion, so ${cfg.chunks} chunks per stream, each in its own write; \`data: [DONE]\` and the chunked terminator in two writes, as uvicorn), a bare proxy (node:http + undici \`Pool.stream\`, 128 upstream connections like the gateway's pool, nothing parsed), the gateway (\`${cfg.gateway.label}\`, production defaults, ACS_MODELS naming the fake) twice — keys off, and keys on (ACS_DB: SQLite on ext4, a key with a huge Budget, Authorization on every request) — and autocannon in a process of its own. Every target gets the same bytes: \`{"model", "prompt": "The sky is", "max_tokens": ${cfg.chunks}, "temperature": 0}\` (+ \`"stream": true\`); the gateway's /tokenize cache is warm after the first request. Each cell: ${cfg.warmupS} s warm-up, then a ${cfg.measureS} s window; latency = request written → response complete, timed per response (sub-ms). Targets are interleaved within each round (order rotated per round); every figure is the median over ${cfg.rounds} round${cfg.rounds > 1 ? "s" : ""}, differences and ratios taken within a round. CPU per chunk = CPU time of the process that relayed the chunks (/proc utime + stime, 10 ms ticks) in the window ÷ chunks of the streams completed in it. Machine load average (1 min): ${load.before.toFixed(1)} before this section, ${load.after.toFixed(1)} after (other work on the machine inflates every absolute figure).`,
     "",
     summary.join("\n"),
     "",
