@@ -6,7 +6,10 @@
  * start-up and shutdown stay out of a profile taken under load.
  *
  * CLI: `npx tsx bench/profile-summary.ts FILE.cpuprofile [--root DIR] [--top 15] [--from-us N]
- * [--to-us N]` prints the two markdown tables.
+ * [--to-us N] [--no-line-numbers]` prints the two markdown tables.
+ *
+ * Samples are wall-clock: a thread blocked in a system call (an fsync) or waiting for a CPU counts
+ * where it stands.
  */
 import { readFileSync } from "node:fs";
 import { relative, sep } from "node:path";
@@ -51,7 +54,8 @@ export interface ProfileSummary {
 /**
  * The group of a call frame: `(idle)`, `(garbage collector)`, `(program)`, `native (builtins,
  * bindings)` (frames without a script: V8 builtins such as JSON.parse, Node's C++ bindings such as a
- * socket's writev), `node internals` (`node:` URLs), `<package>` for node_modules
+ * socket's writev), `node internals` (`node:` URLs), `wasm (…)` (WebAssembly, e.g. undici's HTTP
+ * parser), `<package>` for node_modules
  * (the innermost one; scoped names kept), `src/<folder>` (or `src/<file>`) under `root`, `gen`, any
  * other folder of `root` by its first two path segments, `dist/…` likewise, else the URL itself.
  */
@@ -63,6 +67,7 @@ export function groupOf(functionName: string, url: string, root: string): string
     return "native (builtins, bindings)";
   }
   if (url.startsWith("node:")) return "node internals";
+  if (url.startsWith("wasm:")) return "wasm (e.g. undici's llhttp)";
   let path = url;
   if (url.startsWith("file://")) {
     try {
@@ -107,11 +112,13 @@ function selfTimes(profile: CpuProfile, fromUs: number, toUs: number): Map<numbe
 
 /**
  * Summarises `profile`: groups (see {@link groupOf}) and the `top` functions by self time, over
- * the samples taken in [fromUs, toUs) (default: the whole profile).
+ * the samples taken in [fromUs, toUs) (default: the whole profile). Functions are named with their
+ * file and line; `lineNumbers: false` leaves the line out (and merges same-named functions of a
+ * file), for code whose lines are not the source's: tsx's output is mostly one line.
  */
 export function summariseProfile(
   profile: CpuProfile,
-  opts: { root: string; fromUs?: number; toUs?: number; top?: number },
+  opts: { root: string; fromUs?: number; toUs?: number; top?: number; lineNumbers?: boolean },
 ): ProfileSummary {
   const fromUs = Math.max(opts.fromUs ?? profile.startTime, profile.startTime);
   const toUs = Math.min(opts.toUs ?? profile.endTime, profile.endTime);
@@ -131,7 +138,8 @@ export function summariseProfile(
     }
     busyUs += us;
     groups.set(group, (groups.get(group) ?? 0) + us);
-    const place = url === "" ? "" : ` (${shortPlace(url, opts.root)}:${lineNumber + 1})`;
+    const line = opts.lineNumbers === false ? "" : `:${lineNumber + 1}`;
+    const place = url === "" ? "" : ` (${shortPlace(url, opts.root)}${line})`;
     const key = `${functionName || "(anonymous)"}${place}`;
     const f = functions.get(key) ?? { group, us: 0 };
     f.us += us;
@@ -202,12 +210,13 @@ if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.a
       top: { type: "string", default: "15" },
       "from-us": { type: "string" },
       "to-us": { type: "string" },
+      "no-line-numbers": { type: "boolean", default: false },
     },
   });
   const file = positionals[0];
   if (file === undefined) {
     console.error(
-      "usage: tsx bench/profile-summary.ts FILE.cpuprofile [--root DIR] [--top N] [--from-us N] [--to-us N]",
+      "usage: tsx bench/profile-summary.ts FILE.cpuprofile [--root DIR] [--top N] [--from-us N] [--to-us N] [--no-line-numbers]",
     );
     process.exit(2);
   }
@@ -215,6 +224,7 @@ if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.a
   const summary = summariseProfile(profile, {
     root: values.root,
     top: Number(values.top),
+    lineNumbers: !values["no-line-numbers"],
     ...(values["from-us"] === undefined ? {} : { fromUs: Number(values["from-us"]) }),
     ...(values["to-us"] === undefined ? {} : { toUs: Number(values["to-us"]) }),
   });

@@ -427,11 +427,12 @@ async function profileGateway(
     fromUs: result.windowStartUs,
     toUs: result.windowEndUs,
     top: 12,
+    lineNumbers: !cfg.gateway.label.includes("tsx"),
   });
   return [
     `### Profile: ${label}, 64 connections, non-stream`,
     "",
-    `${fmtInt(result.rps)} req/s in the window; the gateway used ${(result.cpuS[gw.pid] ?? 0).toFixed(2)} CPU s in ${result.windowS.toFixed(1)} s. Self time of the samples in the load window only (start-up and shutdown left out); \`npx tsx bench/profile-summary.ts FILE.cpuprofile\` prints the same for any profile. Line numbers are those of the code Node ran${cfg.gateway.label.includes("tsx") ? " (tsx's output, close to the source)" : ""}.`,
+    `${fmtInt(result.rps)} req/s in the window; the gateway used ${(result.cpuS[gw.pid] ?? 0).toFixed(2)} CPU s in ${result.windowS.toFixed(1)} s. Self time of the samples in the load window only (start-up and shutdown left out); samples are wall-clock, so a blocking fsync, or the gateway waiting for a CPU, counts where it stands. \`npx tsx bench/profile-summary.ts FILE.cpuprofile\` prints the same for any profile.${cfg.gateway.label.includes("tsx") ? " Functions are named without line numbers: tsx's output is mostly one line." : ""}`,
     "",
     summaryMarkdown(summary, 14),
   ].join("\n");

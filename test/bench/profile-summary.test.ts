@@ -26,6 +26,7 @@ describe("groupOf", () => {
     ["f", file("/repo/dist/src/rest/sse-writer.js"), "dist/src/rest"],
     ["f", file("/repo/gen/acs/v1/completions_pb.ts"), "gen/acs"],
     ["f", file("/elsewhere/x.js"), "/elsewhere/x.js"],
+    ["f", "wasm://wasm/0011d6a2", "wasm (e.g. undici's llhttp)"],
   ])("%s at %s → %s", (fn, url, group) => {
     expect(groupOf(fn, url, root)).toBe(group);
   });
@@ -80,6 +81,14 @@ describe("summariseProfile", () => {
     expect(s.windowMs).toBe(3);
     expect(s.idleMs).toBe(0.5);
     expect(s.groups).toStrictEqual([{ label: "src/upstream", selfMs: 2, share: 1 }]);
+  });
+
+  it("names functions without line numbers when asked (tsx's output is mostly one line)", () => {
+    const s = summariseProfile(profile(), { root, lineNumbers: false });
+    expect(s.functions.map((f) => f.label)).toStrictEqual([
+      "decodeSse (src/upstream/vllm/decode-sse.ts)",
+      "route (fastify/lib/route.js)",
+    ]);
   });
 
   it("renders both tables", () => {
