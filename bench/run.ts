@@ -1,32 +1,63 @@
 /**
  * `npm run bench`: every benchmark section, written to bench/RESULTS.md (and printed).
- * `npm run bench -- gateway lens` runs only the named sections.
+ * `npm run bench -- gateway lens` runs only the named sections and prints them (RESULTS.md is
+ * written by a full run only: all sections, no options). Options after the names go to the
+ * sections that take them, e.g. `npm run bench -- hotpath --quick` (see bench/hotpath/hotpath.ts).
+ * A `streams` section (10,000 concurrent streams) is to come, built on bench/hotpath's pieces.
  */
 import { writeFileSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
+import { parseArgs } from "node:util";
 import { benchBudget } from "./budget.js";
 import { benchEngine } from "./engine.js";
 import { benchCapture, benchGateway, benchHoldOnRequest } from "./gateway.js";
+import { benchHotpath, type SectionOptions } from "./hotpath/hotpath.js";
 import { benchLens } from "./lens.js";
 
-const sections: Record<string, () => Promise<string>> = {
+const sections: Record<string, (options: SectionOptions) => Promise<string>> = {
   engine: benchEngine,
   gateway: benchGateway,
   capture: benchCapture,
   hold: benchHoldOnRequest,
   lens: benchLens,
   budget: benchBudget,
+  hotpath: benchHotpath,
 };
 
-const args = process.argv.slice(2);
-const unknown = args.filter((a) => !(a in sections));
+let parsed: ReturnType<typeof parse>;
+function parse() {
+  return parseArgs({
+    allowPositionals: true,
+    options: {
+      // hotpath
+      quick: { type: "boolean" },
+      duration: { type: "string" },
+      warmup: { type: "string" },
+      rounds: { type: "string" },
+      connections: { type: "string" },
+      chunks: { type: "string" },
+      "hop-ms": { type: "string" },
+      "profile-s": { type: "string" },
+      "skip-profile": { type: "boolean" },
+      "gateway-cmd": { type: "string" },
+    },
+  });
+}
+try {
+  parsed = parse();
+} catch (err) {
+  console.error(`bench: ${(err as Error).message}`);
+  process.exit(2);
+}
+const unknown = parsed.positionals.filter((a) => !(a in sections));
 if (unknown.length > 0) {
   console.error(
     `unknown bench section(s): ${unknown.join(", ")}; known: ${Object.keys(sections).join(", ")}`,
   );
   process.exit(2);
 }
-const wanted = args;
+const wanted = parsed.positionals;
+const options: SectionOptions = parsed.values;
 const names = wanted.length > 0 ? wanted : Object.keys(sections);
 const out: string[] = [
   "# Benchmark results",
@@ -36,8 +67,10 @@ const out: string[] = [
 ];
 for (const name of names) {
   console.error(`bench: ${name}…`);
-  const section = await (sections[name] as () => Promise<string>)();
+  const section = await (sections[name] as (o: SectionOptions) => Promise<string>)(options);
   out.push(section, "");
   console.log(section, "\n");
 }
-if (wanted.length === 0) writeFileSync(new URL("./RESULTS.md", import.meta.url), out.join("\n"));
+if (wanted.length === 0 && Object.keys(options).length === 0) {
+  writeFileSync(new URL("./RESULTS.md", import.meta.url), out.join("\n"));
+}

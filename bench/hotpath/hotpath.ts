@@ -1,0 +1,572 @@
+/**
+ * `npm run bench -- hotpath`: the gateway's own cost next to a bare proxy's, in one run.
+ *
+ * Processes, all on 127.0.0.1: a fast fake vLLM (./fake-vllm.ts), a bare undici pass-through proxy
+ * (./bare-proxy.ts), the gateway twice as production runs it (src/main.ts with ACS_MODELS naming the
+ * fake; once with ACS_DB: keys and Budgets on), and autocannon in a forked load worker
+ * (./load-worker.ts). Each cell warms up, then measures a window; the targets are interleaved
+ * (round-robin, the order rotated every round) and every figure is the median over the rounds,
+ * ratios and differences taken within a round.
+ *
+ * Measured: p50/p99 latency, added p50 over calling the fake directly (1 connection), req/s and the
+ * ratio to the bare proxy, chunks/s for streams; CPU per streamed chunk (process CPU from /proc over
+ * the window, divided by the chunks relayed); with a second fake that adds a 2 ms hop to every
+ * answer, the added p50 of a new short text prompt (one /tokenize more) and of a token-id prompt;
+ * and a CPU profile of the gateway under 64-connection non-stream load, summarised by module.
+ *
+ * Options (after `npm run bench -- hotpath`): --quick (1 round of 1 s cells, 2 s profiles),
+ * --duration S (window per cell, default 3), --warmup S (0.5), --rounds N (3), --connections
+ * 1,64,256, --chunks N (tokens per completion = chunks per stream, 16), --hop-ms MS (2), --profile-s
+ * S (5), --skip-profile, --gateway-cmd "node dist/main.js" (or env BENCH_GATEWAY_CMD; otherwise
+ * dist/main.js or dist/src/main.js when built after the last change to src/, else
+ * `node --import tsx src/main.ts`). The command must exec node itself (its pid is the one measured).
+ *
+ * The pieces (spawnServer, startLoadWorker, the fake, the proxy) are meant for the later `streams`
+ * section (10,000 concurrent streams) as well.
+ */
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { cpus, loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { createBudgetLedger } from "../../src/budget/index.js";
+import { freePort } from "../../test/helpers/processes.js";
+import { type CpuProfile, summariseProfile, summaryMarkdown } from "../profile-summary.js";
+import { fakeCompletionText } from "./fake-vllm.js";
+import { type LoadBody, type LoadResult, type LoadWorker, startLoadWorker } from "./load-worker.js";
+import { type ServerProcess, spawnServer } from "./processes.js";
+
+const ROOT = fileURLToPath(new URL("../..", import.meta.url));
+const MODEL = "bench-model";
+const TSX = [process.execPath, "--import", "tsx"];
+
+/** Options as bench/run.ts parsed them (strings and booleans). */
+export type SectionOptions = Record<string, string | boolean | undefined>;
+
+interface Config {
+  measureS: number;
+  warmupS: number;
+  rounds: number;
+  connections: number[];
+  chunks: number;
+  hopMs: number;
+  profileS: number;
+  profile: boolean;
+  gateway: { argv: string[]; label: string };
+}
+
+function num(o: SectionOptions, key: string, fallback: number): number {
+  const v = o[key];
+  if (v === undefined || typeof v === "boolean") return fallback;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < 0) throw new Error(`--${key} must be a non-negative number, got ${v}`);
+  return n;
+}
+
+function newestMtime(dir: string): number {
+  let newest = 0;
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    newest = Math.max(newest, e.isDirectory() ? newestMtime(p) : statSync(p).mtimeMs);
+  }
+  return newest;
+}
+
+/**
+ * The gateway's command: an explicit one (`--gateway-cmd`, BENCH_GATEWAY_CMD; a leading `node` is
+ * this Node), else a compiled entry built after the last change under src/, else tsx on src/main.ts.
+ */
+export function gatewayCommand(override: string | undefined): { argv: string[]; label: string } {
+  if (override !== undefined && override.trim() !== "") {
+    const argv = override.trim().split(/\s+/);
+    if (argv[0] === "node") argv[0] = process.execPath;
+    return { argv, label: override.trim() };
+  }
+  const srcMtime = newestMtime(join(ROOT, "src"));
+  const stale: string[] = [];
+  for (const rel of ["dist/main.js", "dist/src/main.js"]) {
+    const p = join(ROOT, rel);
+    if (!existsSync(p)) continue;
+    if (statSync(p).mtimeMs >= srcMtime) return { argv: [process.execPath, p], label: `node ${rel}` };
+    stale.push(rel);
+  }
+  const note = stale.length > 0 ? ` (${stale.join(", ")} older than src/: not used)` : "";
+  return { argv: [...TSX, join(ROOT, "src/main.ts")], label: `node --import tsx src/main.ts${note}` };
+}
+
+function configFrom(o: SectionOptions): Config {
+  const quick = o.quick === true;
+  const connections = String(o.connections ?? "1,64,256")
+    .split(",")
+    .map((c) => Number(c.trim()));
+  if (!connections.every((c) => Number.isInteger(c) && c >= 1)) {
+    throw new Error(`--connections must be a list of positive integers, got ${o.connections}`);
+  }
+  const cmd = typeof o["gateway-cmd"] === "string" ? o["gateway-cmd"] : process.env.BENCH_GATEWAY_CMD;
+  return {
+    measureS: num(o, "duration", quick ? 1 : 3),
+    warmupS: num(o, "warmup", quick ? 0.3 : 0.5),
+    rounds: Math.max(1, Math.round(num(o, "rounds", quick ? 1 : 3))),
+    connections,
+    chunks: Math.max(1, Math.round(num(o, "chunks", 16))),
+    hopMs: num(o, "hop-ms", 2),
+    profileS: num(o, "profile-s", quick ? 2 : 5),
+    profile: o["skip-profile"] !== true,
+    gateway: gatewayCommand(cmd),
+  };
+}
+
+interface Target {
+  key: "fake" | "bare" | "off" | "on";
+  name: string;
+  server: ServerProcess;
+  headers: Record<string, string>;
+}
+
+const median = (xs: number[]): number => {
+  const s = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
+  if (s.length === 0) return Number.NaN;
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 === 1 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
+};
+const fmtMs = (x: number) => (Number.isNaN(x) ? "—" : Math.abs(x) < 10 ? x.toFixed(2) : x.toFixed(1));
+const signed = (x: number, unit = "") =>
+  Number.isNaN(x) ? "—" : `${x >= 0 ? "+" : "−"}${fmtMs(Math.abs(x))}${unit}`;
+const fmtInt = (x: number) => (Number.isNaN(x) ? "—" : Math.round(x).toLocaleString("en-US"));
+const ratio = (x: number) => (Number.isNaN(x) ? "—" : x.toFixed(2));
+
+/** Starts the gateway on a free port; `nodeFlags` go right after the node executable. */
+async function startGateway(
+  cfg: Config,
+  name: string,
+  env: Record<string, string>,
+  nodeFlags: string[] = [],
+): Promise<ServerProcess> {
+  const port = await freePort();
+  const [exe, ...rest] = cfg.gateway.argv as [string, ...string[]];
+  if (nodeFlags.length > 0 && exe !== process.execPath && !/(^|\/)node[\d.]*$/.test(exe)) {
+    throw new Error(`cannot add ${nodeFlags.join(" ")} to ${cfg.gateway.label}: it does not start with node`);
+  }
+  return spawnServer(name, [exe, ...nodeFlags, ...rest], {
+    cwd: ROOT,
+    env: { PORT: String(port), ...env },
+    url: `http://127.0.0.1:${port}`,
+    readyPath: "/readyz",
+  });
+}
+
+/** One non-stream and one stream request per target: the answers the load will get, checked. */
+async function checkTargets(targets: Target[], chunks: number): Promise<void> {
+  const body = { model: MODEL, prompt: "The sky is", max_tokens: chunks, temperature: 0 };
+  const expected = fakeCompletionText(chunks);
+  for (const t of targets) {
+    const post = (b: object) =>
+      fetch(`${t.server.url}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...t.headers },
+        body: JSON.stringify(b),
+      });
+    const r1 = await post(body);
+    const text1 = await r1.text();
+    const choice = r1.ok
+      ? (JSON.parse(text1) as { choices?: Array<{ text?: string }> }).choices?.[0]
+      : undefined;
+    if (choice?.text !== expected) {
+      throw new Error(
+        `${t.name}: non-stream answer ${r1.status} ${text1.slice(0, 500)} (expected text ${JSON.stringify(expected)})`,
+      );
+    }
+    const r2 = await post({ ...body, stream: true });
+    const text2 = await r2.text();
+    const events = text2.split("\n\n").filter((e) => e.startsWith("data: "));
+    const withChoice = events.filter((e) => e.startsWith("data: {") && !e.includes('"choices":[]'));
+    if (!r2.ok || withChoice.length !== chunks || events.at(-1) !== "data: [DONE]") {
+      throw new Error(
+        `${t.name}: stream answer ${r2.status} with ${withChoice.length} chunks (expected ${chunks}): ${text2.slice(0, 500)}`,
+      );
+    }
+  }
+}
+
+type Mode = "non-stream" | "stream";
+
+/** One kind of cell, run against every target. */
+interface PlanItem {
+  /** Results are keyed `${key}|${target key}`. */
+  key: string;
+  label: string;
+  connections: number;
+  body: LoadBody;
+}
+
+/**
+ * Runs every plan item against every target for `cfg.rounds` rounds, targets interleaved within a
+ * round and their order rotated each round. Results: one per round, keyed `${item.key}|${target.key}`.
+ */
+async function runRounds(
+  worker: LoadWorker,
+  cfg: Config,
+  targets: Target[],
+  plan: PlanItem[],
+  cpuPids: number[],
+  label: string,
+): Promise<Map<string, LoadResult[]>> {
+  const out = new Map<string, LoadResult[]>();
+  const total = cfg.rounds * plan.length * targets.length;
+  let done = 0;
+  for (let round = 0; round < cfg.rounds; round++) {
+    const order = targets.map((_, i) => targets[(i + round) % targets.length] as Target);
+    for (const p of plan) {
+      for (const t of order) {
+        // A pause, so that the previous cell's aborted requests are cleaned up before this one.
+        await new Promise((r) => setTimeout(r, 250));
+        const result = await worker.run({
+          url: t.server.url,
+          headers: t.headers,
+          body: p.body,
+          connections: p.connections,
+          warmupS: cfg.warmupS,
+          measureS: cfg.measureS,
+          cpuPids,
+        });
+        for (const s of targets) {
+          if (s.server.child.exitCode !== null || s.server.child.signalCode !== null) {
+            throw new Error(
+              `${s.name} exited (${s.server.child.exitCode ?? s.server.child.signalCode}) during the run:\n${s.server.output()}`,
+            );
+          }
+        }
+        const key = `${p.key}|${t.key}`;
+        out.set(key, [...(out.get(key) ?? []), result]);
+        done++;
+        console.error(
+          `  ${label} round ${round + 1}/${cfg.rounds} ${p.label} ${t.name}: p50 ${fmtMs(result.p50Ms)} ms, ${fmtInt(result.rps)} req/s (${done}/${total})`,
+        );
+      }
+    }
+  }
+  return out;
+}
+
+/** Per-round values of f(target result, same-round result of `other`), their median. */
+function paired(
+  a: LoadResult[] | undefined,
+  b: LoadResult[] | undefined,
+  f: (x: LoadResult, y: LoadResult) => number,
+) {
+  if (a === undefined || b === undefined) return Number.NaN;
+  return median(a.map((x, i) => (b[i] === undefined ? Number.NaN : f(x, b[i] as LoadResult))));
+}
+
+export async function benchHotpath(options: SectionOptions = {}): Promise<string> {
+  const cfg = configFrom(options);
+  const loadBefore = loadavg()[0] as number;
+  const dir = mkdtempSync(join(tmpdir(), "acs-hotpath-"));
+  const servers: ServerProcess[] = [];
+  let worker: LoadWorker | undefined;
+  try {
+    const start = async (p: Promise<ServerProcess>) => {
+      const s = await p;
+      servers.push(s);
+      return s;
+    };
+    const fakeArgs = (hop: number) => [
+      ...TSX,
+      join(ROOT, "bench/hotpath/fake-vllm.ts"),
+      "--model",
+      MODEL,
+      "--chunks",
+      String(cfg.chunks),
+      "--hop-ms",
+      String(hop),
+      "--exit-with-stdin",
+    ];
+    const proxyArgs = (upstream: string) => [
+      ...TSX,
+      join(ROOT, "bench/hotpath/bare-proxy.ts"),
+      "--upstream",
+      upstream,
+      "--exit-with-stdin",
+    ];
+    const modelsFile = (name: string, upstream: string) => {
+      const path = join(dir, name);
+      writeFileSync(
+        path,
+        JSON.stringify({
+          models: [{ id: MODEL, upstream_url: upstream, hidden_size: 4096, num_hidden_layers: 32 }],
+        }),
+      );
+      return path;
+    };
+    const dbPath = join(dir, "keys.db");
+    const ledger = createBudgetLedger({ path: dbPath, reclaimIntervalMs: 0 });
+    const { key } = ledger.createKey({ name: "bench", budgetTokens: 1_000_000_000_000 });
+    ledger.close();
+
+    console.error(`  hotpath: starting the fake, the bare proxy and two gateways (${cfg.gateway.label})`);
+    const fake = await start(spawnServer("fake-vllm", fakeArgs(0)));
+    const bare = await start(spawnServer("bare-proxy", proxyArgs(fake.url)));
+    const models = modelsFile("models.json", fake.url);
+    const off = await start(startGateway(cfg, "acs-gateway", { ACS_MODELS: models }));
+    const on = await start(
+      startGateway(cfg, "acs-gateway (keys on)", { ACS_MODELS: models, ACS_DB: dbPath }),
+    );
+    worker = await startLoadWorker();
+
+    const targets: Target[] = [
+      { key: "fake", name: "fake vLLM (direct)", server: fake, headers: {} },
+      { key: "bare", name: "bare proxy", server: bare, headers: {} },
+      { key: "off", name: "acs-gateway", server: off, headers: {} },
+      { key: "on", name: "acs-gateway, keys on", server: on, headers: { authorization: `Bearer ${key}` } },
+    ];
+    await checkTargets(targets, cfg.chunks);
+    const base = { model: MODEL, prompt: "The sky is", max_tokens: cfg.chunks, temperature: 0 };
+    const plan = (["non-stream", "stream"] as const).flatMap((mode) =>
+      cfg.connections.map((connections) => ({
+        key: `${mode}|${connections}`,
+        label: `${mode} c=${connections}`,
+        connections,
+        body: JSON.stringify(mode === "stream" ? { ...base, stream: true } : base),
+      })),
+    );
+    const main = await runRounds(
+      worker,
+      cfg,
+      targets,
+      plan,
+      servers.map((s) => s.pid),
+      "main",
+    );
+
+    // The 2 ms hop: a second fake, proxy and gateway; a new prompt every request, 1 connection.
+    console.error(`  hotpath: ${cfg.hopMs} ms hop`);
+    const fakeHop = await start(spawnServer("fake-vllm (hop)", fakeArgs(cfg.hopMs)));
+    const bareHop = await start(spawnServer("bare-proxy (hop)", proxyArgs(fakeHop.url)));
+    const offHop = await start(
+      startGateway(cfg, "acs-gateway (hop)", { ACS_MODELS: modelsFile("models-hop.json", fakeHop.url) }),
+    );
+    const hopTargets: Target[] = [
+      { key: "fake", name: "fake vLLM (direct)", server: fakeHop, headers: {} },
+      { key: "bare", name: "bare proxy", server: bareHop, headers: {} },
+      { key: "off", name: "acs-gateway", server: offHop, headers: {} },
+    ];
+    await checkTargets(hopTargets, cfg.chunks);
+    const hopBase = { model: MODEL, max_tokens: cfg.chunks, temperature: 0 };
+    const hop = await runRounds(
+      worker,
+      cfg,
+      hopTargets,
+      (["text", "ids"] as const).map((fresh) => ({
+        key: fresh,
+        label: `new ${fresh} prompt c=1`,
+        connections: 1,
+        body: { fresh, base: hopBase },
+      })),
+      [fakeHop.pid, bareHop.pid, offHop.pid],
+      "hop",
+    );
+    for (const s of [fakeHop, bareHop, offHop]) await s.stop();
+
+    const profiles: string[] = [];
+    if (cfg.profile) {
+      for (const [label, env, headers] of [
+        ["acs-gateway", { ACS_MODELS: models }, {}],
+        ["acs-gateway, keys on", { ACS_MODELS: models, ACS_DB: dbPath }, { authorization: `Bearer ${key}` }],
+      ] as const) {
+        profiles.push(await profileGateway(worker, cfg, dir, label, env, headers, base));
+      }
+    }
+    const pids = { fake: fake.pid, bare: bare.pid, off: off.pid, on: on.pid };
+    const load = { before: loadBefore, after: loadavg()[0] as number };
+    return render(cfg, main, hop, pids, profiles, load);
+  } finally {
+    worker?.close();
+    await Promise.all(servers.map((s) => s.stop()));
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** A gateway with --cpu-prof under 64-connection non-stream load; the summary of the load window. */
+async function profileGateway(
+  worker: LoadWorker,
+  cfg: Config,
+  dir: string,
+  label: string,
+  env: Record<string, string>,
+  headers: Record<string, string>,
+  body: object,
+): Promise<string> {
+  console.error(`  hotpath: profiling ${label}`);
+  const profDir = mkdtempSync(join(dir, "prof-"));
+  const gw = await startGateway(cfg, `${label} (--cpu-prof)`, env, [
+    "--cpu-prof",
+    `--cpu-prof-dir=${profDir}`,
+  ]);
+  let result: LoadResult;
+  try {
+    result = await worker.run({
+      url: gw.url,
+      headers,
+      body: JSON.stringify(body),
+      connections: 64,
+      warmupS: 1,
+      measureS: cfg.profileS,
+      cpuPids: [gw.pid],
+    });
+  } finally {
+    await gw.stop(); // SIGTERM: the gateway exits itself, and Node writes the profile
+  }
+  const files = readdirSync(profDir).filter((f) => f.endsWith(".cpuprofile"));
+  const largest = files
+    .map((f) => ({ f, size: statSync(join(profDir, f)).size }))
+    .sort((a, b) => b.size - a.size)[0];
+  if (largest === undefined)
+    return `### Profile: ${label}\n\nNo .cpuprofile was written (did the gateway exit cleanly?).`;
+  const profile = JSON.parse(readFileSync(join(profDir, largest.f), "utf8")) as CpuProfile;
+  const summary = summariseProfile(profile, {
+    root: ROOT,
+    fromUs: result.windowStartUs,
+    toUs: result.windowEndUs,
+    top: 12,
+    lineNumbers: !cfg.gateway.label.includes("tsx"),
+  });
+  return [
+    `### Profile: ${label}, 64 connections, non-stream`,
+    "",
+    `${fmtInt(result.rps)} req/s in the window; the gateway used ${(result.cpuS[gw.pid] ?? 0).toFixed(2)} CPU s in ${result.windowS.toFixed(1)} s. Self time of the samples in the load window only (start-up and shutdown left out); samples are wall-clock, so a blocking fsync, or the gateway waiting for a CPU, counts where it stands. \`npx tsx bench/profile-summary.ts FILE.cpuprofile\` prints the same for any profile.${cfg.gateway.label.includes("tsx") ? " Functions are named without line numbers: tsx's output is mostly one line." : ""}`,
+    "",
+    summaryMarkdown(summary, 14),
+  ].join("\n");
+}
+
+function render(
+  cfg: Config,
+  main: Map<string, LoadResult[]>,
+  hop: Map<string, LoadResult[]>,
+  pids: Record<Target["key"], number>,
+  profiles: string[],
+  load: { before: number; after: number },
+): string {
+  const get = (mode: Mode, c: number, t: Target["key"]) => main.get(`${mode}|${c}|${t}`);
+  const names: Record<Target["key"], string> = {
+    fake: "fake vLLM (direct)",
+    bare: "bare proxy",
+    off: "acs-gateway",
+    on: "acs-gateway, keys on",
+  };
+  const keys = ["fake", "bare", "off", "on"] as const;
+  const proxied = ["bare", "off", "on"] as const;
+  // CPU per chunk of the process that relayed it (the fake's own, for the direct calls), µs.
+  const cpuPerChunkUs = (rs: LoadResult[] | undefined, t: Target["key"]) =>
+    rs === undefined
+      ? Number.NaN
+      : median(rs.map((r) => ((r.cpuS[pids[t]] ?? Number.NaN) / (r.count * cfg.chunks)) * 1e6));
+
+  const has = (c: number) => cfg.connections.includes(c);
+  const cpuConn = has(256) ? 256 : (cfg.connections.at(-1) as number);
+  const summary: string[] = [
+    `| measure (median of ${cfg.rounds} interleaved round${cfg.rounds > 1 ? "s" : ""}) | bare proxy | acs-gateway | acs-gateway, keys on |`,
+    "|---|---:|---:|---:|",
+  ];
+  if (has(1)) {
+    summary.push(
+      `| non-stream, 1 connection: added p50 over calling the fake directly | ${proxied
+        .map((t) =>
+          signed(
+            paired(get("non-stream", 1, t), get("non-stream", 1, "fake"), (x, y) => x.p50Ms - y.p50Ms),
+            " ms",
+          ),
+        )
+        .join(" | ")} |`,
+    );
+  }
+  for (const [mode, c] of [
+    ["non-stream", 64],
+    ["stream", 256],
+  ] as const) {
+    if (!has(c)) continue;
+    summary.push(
+      `| ${mode}, ${c} connections: throughput vs the bare proxy | ${proxied
+        .map((t) => ratio(paired(get(mode, c, t), get(mode, c, "bare"), (x, y) => x.rps / y.rps)))
+        .join(" | ")} |`,
+    );
+  }
+  summary.push(
+    `| CPU per streamed chunk (stream, ${cpuConn} connections) | ${proxied
+      .map((t) => {
+        const rs = get("stream", cpuConn, t);
+        return `${fmtMs(cpuPerChunkUs(rs, t))} µs`;
+      })
+      .join(" | ")} |`,
+  );
+  const hopGet = (kind: "text" | "ids", t: Target["key"]) => hop.get(`${kind}|${t}`);
+  const hopAdded = (kind: "text" | "ids", t: Target["key"]) =>
+    paired(hopGet(kind, t), hopGet(kind, "fake"), (x, y) => x.p50Ms - y.p50Ms);
+  summary.push(
+    `| ${cfg.hopMs} ms hop, 1 connection: added p50, new text prompt / token-id prompt | ${(
+      ["bare", "off"] as const
+    )
+      .map((t) => `${signed(hopAdded("text", t))} / ${signed(hopAdded("ids", t))} ms`)
+      .join(" | ")} | — |`,
+  );
+
+  const detail: string[] = [
+    "| mode | connections | target | p50 ms | p99 ms | added p50 ms | req/s | × bare proxy (min–max) | chunks/s | CPU µs per chunk | non-2xx / errors |",
+    "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+  ];
+  for (const mode of ["non-stream", "stream"] as const) {
+    for (const c of cfg.connections) {
+      for (const t of keys) {
+        const rs = get(mode, c, t);
+        if (rs === undefined) continue;
+        const ratios = rs.map((r, i) => r.rps / (get(mode, c, "bare")?.[i]?.rps ?? Number.NaN));
+        const range = rs.length > 1 ? ` (${ratio(Math.min(...ratios))}–${ratio(Math.max(...ratios))})` : "";
+        const rps = median(rs.map((r) => r.rps));
+        detail.push(
+          `| ${mode} | ${c} | ${names[t]} | ${fmtMs(median(rs.map((r) => r.p50Ms)))} | ${fmtMs(median(rs.map((r) => r.p99Ms)))} | ${t === "fake" ? "—" : signed(paired(rs, get(mode, c, "fake"), (x, y) => x.p50Ms - y.p50Ms))} | ${fmtInt(rps)} | ${ratio(median(ratios))}${range} | ${mode === "stream" ? fmtInt(rps * cfg.chunks) : "—"} | ${mode === "stream" ? fmtMs(cpuPerChunkUs(rs, t)) : "—"} | ${rs.reduce((a, r) => a + r.non2xx, 0)} / ${rs.reduce((a, r) => a + r.errors + r.timeouts, 0)} |`,
+        );
+      }
+    }
+  }
+
+  const hopRows = (["text", "ids"] as const).map((kind) => {
+    const p50 = (t: Target["key"]) => fmtMs(median((hopGet(kind, t) ?? []).map((r) => r.p50Ms)));
+    const errs = (["fake", "bare", "off"] as const).reduce(
+      (a, t) => a + (hopGet(kind, t) ?? []).reduce((b, r) => b + r.non2xx + r.errors + r.timeouts, 0),
+      0,
+    );
+    return `| ${kind === "text" ? "new short text prompt" : "new token-id prompt"} | ${p50("fake")} | ${p50("bare")} (${signed(hopAdded(kind, "bare"))}) | ${p50("off")} (${signed(hopAdded(kind, "off"))}) | ${errs} |`;
+  });
+  // Per round: (gateway − fake) for a new text prompt minus (gateway − fake) for token ids.
+  const rounds = (kind: "text" | "ids", t: Target["key"]) => hopGet(kind, t) ?? [];
+  const textMinusIds = median(
+    rounds("text", "off").map(
+      (r, i) =>
+        r.p50Ms -
+        (rounds("text", "fake")[i]?.p50Ms ?? Number.NaN) -
+        ((rounds("ids", "off")[i]?.p50Ms ?? Number.NaN) - (rounds("ids", "fake")[i]?.p50Ms ?? Number.NaN)),
+    ),
+  );
+
+  return [
+    "## Hot path: the gateway's own cost next to a bare proxy (issue 13)",
+    "",
+    `Separate processes on one machine of ${cpus().length} cores, shared by all of them (so every figure here includes CPU contention with the fake and the load generator): a fast fake vLLM (node:http, fixed answers; ${cfg.chunks} tokens per completion, so ${cfg.chunks} chunks per stream, each in its own write; \`data: [DONE]\` and the chunked terminator in two writes, as uvicorn), a bare proxy (node:http + undici \`Pool.stream\`, 128 upstream connections like the gateway's pool, nothing parsed), the gateway (\`${cfg.gateway.label}\`, production defaults, ACS_MODELS naming the fake) twice — keys off, and keys on (ACS_DB: SQLite on ext4, a key with a huge Budget, Authorization on every request) — and autocannon in a process of its own. Every target gets the same bytes: \`{"model", "prompt": "The sky is", "max_tokens": ${cfg.chunks}, "temperature": 0}\` (+ \`"stream": true\`); the gateway's /tokenize cache is warm after the first request. Each cell: ${cfg.warmupS} s warm-up, then a ${cfg.measureS} s window; latency = request written → response complete, timed per response (sub-ms). Targets are interleaved within each round (order rotated per round); every figure is the median over ${cfg.rounds} round${cfg.rounds > 1 ? "s" : ""}, differences and ratios taken within a round. CPU per chunk = CPU time of the process that relayed the chunks (/proc utime + stime, 10 ms ticks) in the window ÷ chunks of the streams completed in it. Machine load average (1 min): ${load.before.toFixed(1)} before this section, ${load.after.toFixed(1)} after (other work on the machine inflates every absolute figure).`,
+    "",
+    summary.join("\n"),
+    "",
+    detail.join("\n"),
+    "",
+    `### ${cfg.hopMs} ms hop: a new prompt every request`,
+    "",
+    `A second fake adds ${cfg.hopMs} ms before every answer (completions, /tokenize, models, health); 1 connection, non-stream; every request has a prompt never sent before, so no cache helps: a short text prompt (7 tokens with BOS; the gateway asks /tokenize first) or 7 token ids. p50 ms, (added over calling the fake directly in the same round).`,
+    "",
+    "| prompt | fake vLLM (direct) | bare proxy | acs-gateway | non-2xx / errors |",
+    "|---|---:|---:|---:|---:|",
+    ...hopRows,
+    "",
+    `Added p50 of a new text prompt minus that of a token-id prompt, through the gateway: ${signed(textMinusIds, " ms")} (target: ≤ 0).`,
+    ...(profiles.length > 0 ? ["", ...profiles.flatMap((p) => [p, ""])] : []),
+  ]
+    .join("\n")
+    .trimEnd();
+}
