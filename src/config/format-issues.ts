@@ -29,7 +29,7 @@ export function formatIssues(
           allowed.length > 0 ? ` (allowed: ${allowed.join(", ")})` : ""
         }`;
       }
-      if (issue.code === "invalid_type" && !("input" in issue)) return `${where} is required`;
+      if (issue.code === "invalid_type" && issue.input === undefined) return `${where} is required`;
       return `${where === "" ? "" : `${where} `}${issue.message}`;
     })
     .join("; ");
