@@ -208,6 +208,20 @@ describe("a replica killed under load", () => {
       expect(s.events.at(-1)).toMatchObject({ usage: { completion_tokens: 40 } });
     }
     expect(pool.failovers()).toBe(waitingOnVictim);
+    const metrics = await (await fetch(`${stack.url}/metrics`)).text();
+    expect(metrics).toContain(`acs_upstream_failovers_total{model="acs/tiny"} ${waitingOnVictim}`);
+    const victimErrors = [
+      ...metrics.matchAll(
+        /^acs_upstream_replica_errors_total\{model="acs\/tiny",replica="([^"]+)",kind="[a-z_]+"\} (\d+)$/gm,
+      ),
+    ].reduce((n, m) => n + (m[1] === victimUrl ? Number(m[2]) : 0), 0);
+    expect(victimErrors).toBeGreaterThanOrEqual(cutOnVictim + waitingOnVictim);
+    expect(metrics).toMatch(
+      new RegExp(
+        `^acs_upstream_replica_outstanding_requests\\{model="acs/tiny",replica="${victimUrl}"\\} 0$`,
+        "m",
+      ),
+    );
 
     // Charged once each: whole answers their usage, cut ones prompt + the tokens streamed.
     const usages = seen.flatMap((s) => s.events.filter((e) => "usage" in e && e.usage !== null));

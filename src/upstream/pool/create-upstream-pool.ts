@@ -268,34 +268,51 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
   function check(r: Replica): Promise<void> {
     if (r.checking !== undefined) return r.checking;
     r.checking = (async () => {
-      const signal = AbortSignal.any([AbortSignal.timeout(checkTimeoutMs), closing.signal]);
-      let refusal: string | undefined;
-      if (!(await r.client.health(signal))) {
-        refusal = `GET /health failed (no 200 within ${checkTimeoutMs} ms)`;
-        r.errors.health++;
-      } else if (r.state !== "up" && options.admit !== undefined) {
-        try {
-          await options.admit(r.client, signal);
-        } catch (err) {
-          refusal = err instanceof Error ? err.message : String(err);
-          r.errors.health++;
-        }
-      }
-      if (closing.signal.aborted) return;
-      if (refusal === undefined) {
-        putIn(r);
-        schedule(r);
-      } else if (r.state === "down") {
-        takeOut(r, refusal);
-        r.backoffLevel++;
-        schedule(r);
-      } else {
-        takeOut(r, refusal);
+      // Per check, not AbortSignal.any over the pool's long-lived signal (which would keep every
+      // check's signal alive until the pool closes).
+      const controller = new AbortController();
+      const onClose = () => controller.abort();
+      closing.signal.addEventListener("abort", onClose, { once: true });
+      const timer = setTimeout(() => controller.abort(), checkTimeoutMs);
+      const signal = controller.signal;
+      try {
+        await runCheck(r, signal);
+      } finally {
+        clearTimeout(timer);
+        closing.signal.removeEventListener("abort", onClose);
       }
     })().finally(() => {
       r.checking = undefined;
     });
     return r.checking;
+  }
+
+  /** One check of `r` (see {@link check}), then its next one scheduled. */
+  async function runCheck(r: Replica, signal: AbortSignal): Promise<void> {
+    let refusal: string | undefined;
+    if (!(await r.client.health(signal))) {
+      refusal = `GET /health failed (no 200 within ${checkTimeoutMs} ms)`;
+      r.errors.health++;
+    } else if (r.state !== "up" && options.admit !== undefined) {
+      try {
+        await options.admit(r.client, signal);
+      } catch (err) {
+        refusal = err instanceof Error ? err.message : String(err);
+        r.errors.health++;
+      }
+    }
+    if (closing.signal.aborted) return;
+    if (refusal === undefined) {
+      putIn(r);
+      schedule(r);
+    } else if (r.state === "down") {
+      // Still down: the reason may have changed; the next check waits longer.
+      takeOut(r, refusal);
+      r.backoffLevel++;
+      schedule(r);
+    } else {
+      takeOut(r, refusal);
+    }
   }
 
   /** The replica answered (whatever it answered): its failures in a row end. */
