@@ -1,10 +1,20 @@
 // Process entry: loadConfig() → (embedded engine) → buildApp() → listen; SIGTERM/SIGINT → close().
+// A mistake in the configuration is one line on stderr and exit code 2; the first log line comes
+// before anything slow (the server's modules are imported after it, the engine is started after it).
 import { spawn } from "node:child_process";
+import type { AddressInfo } from "node:net";
 import { extname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { pino } from "pino";
 import { type Config, ConfigError, loadConfig, type ModelConfig } from "./config/index.js";
-import { buildApp } from "./server/index.js";
+
+/** Exit code of an operator's mistake (configuration, a port in use): one line on stderr. */
+const USAGE_EXIT = 2;
+
+function refuse(message: string): never {
+  process.stderr.write(`acs-gateway: ${message}\n`);
+  process.exit(USAGE_EXIT);
+}
 
 /**
  * Starts the reference engine as a child process on a loopback port (as Inference runs beside the
@@ -47,9 +57,8 @@ async function startEmbeddedEngine(config: Config, logger: pino.Logger) {
   const model: ModelConfig = {
     id: dims.servedModelName,
     aliases: config.embeddedEngine?.aliases ?? [],
-    upstreamUrl: url,
+    upstreams: [{ url, apiKey: undefined, weight: 1 }],
     servedModelName: dims.servedModelName,
-    upstreamApiKey: undefined,
     maxModelLen: undefined, // read from the engine's /v1/models
     hiddenSize: dims.hiddenSize,
     numLayers: dims.numLayers,
@@ -69,33 +78,63 @@ async function main(): Promise<void> {
   try {
     config = loadConfig();
   } catch (err) {
-    if (err instanceof ConfigError) {
-      console.error(`acs-gateway: ${err.message}`);
-      process.exit(2);
-    }
+    if (err instanceof ConfigError) refuse(err.message);
     throw err;
   }
   const logger = pino({ level: config.logLevel, name: "acs-gateway" });
-  const embedded = config.embeddedEngine ? await startEmbeddedEngine(config, logger) : undefined;
+  if (config.embeddedEngine) {
+    logger.info(
+      { preset: config.embeddedEngine.preset },
+      "starting the reference engine (no ACS_MODELS); its weights take a few seconds…",
+    );
+  } else {
+    logger.info(
+      { models: config.models.map((m) => m.id), file: config.modelsPath },
+      "starting: checking the replicas of each model…",
+    );
+  }
+  const [{ buildApp }, embedded] = await Promise.all([
+    import("./server/index.js"),
+    config.embeddedEngine ? startEmbeddedEngine(config, logger) : undefined,
+  ]);
   if (config.dbPath === undefined) {
     logger.warn(
       { host: config.host },
       "ACS_DB is not set: authentication and Budgets are OFF (loopback only)",
     );
   }
+  const models = embedded ? [embedded.model] : config.models;
   const { app, registry } = await buildApp(
-    { ...config, models: embedded ? [embedded.model] : config.models },
+    { ...config, models },
     {
       logger,
-      retryInferenceMs: 2000,
       isReady: () => embedded?.isAlive() ?? true,
       ...(embedded ? { onClose: embedded.stop } : {}),
     },
   );
-  await app.listen({ host: config.host, port: config.port });
+  try {
+    await app.listen({ host: config.host, port: config.port });
+  } catch (err) {
+    const code = (err as { code?: unknown }).code;
+    if (code === "EADDRINUSE") refuse(`PORT=${config.port}: the port is in use on ${config.host}`);
+    if (code === "EACCES") refuse(`PORT=${config.port}: no permission to bind it on ${config.host}`);
+    if (code === "EADDRNOTAVAIL" || code === "ENOTFOUND")
+      refuse(`HOST=${config.host}: not an address of this machine`);
+    throw err;
+  }
+  // The port bound (PORT=0 takes any free one).
+  const { address, port, family } = app.server.address() as AddressInfo;
+  const url = `http://${family === "IPv6" ? `[${address}]` : address}:${port}`;
   logger.info(
-    { url: `http://${config.host}:${config.port}`, models: registry.list().map((m) => [m.id, ...m.aliases]) },
-    "acs-gateway listening (REST, Connect, gRPC-Web, gRPC)",
+    {
+      url,
+      port,
+      models: registry.status().map((m) => ({
+        names: [m.id, ...(models.find((c) => c.id === m.id)?.aliases ?? [])],
+        serving: m.serving,
+      })),
+    },
+    `acs-gateway listening on ${url} (REST, Connect, gRPC-Web, gRPC)`,
   );
 
   let closing = false;

@@ -254,6 +254,13 @@ function printTable(keys: readonly KeySummary[], io: Io): void {
     );
 }
 
+// A reader that stops early (`npm run keys -- list | head`) closes the pipe: the rest of the
+// output has nowhere to go, which is not an error (as `ls | head` is not).
+process.stdout.on("error", (err: NodeJS.ErrnoException) => {
+  if (err.code === "EPIPE") process.exit(process.exitCode ?? 0);
+  throw err;
+});
+
 process.exitCode = main(process.argv.slice(2), process.env, {
   out: (line) => process.stdout.write(`${line}\n`),
   err: (line) => process.stderr.write(`${line}\n`),

@@ -1,4 +1,18 @@
 import { readFileSync } from "node:fs";
+import { checkDbPath } from "./check-db-path.js";
+import { ConfigError } from "./config-error.js";
+import { type LogLevel, parseEnv } from "./env-schema.js";
+import { parseModelsFile } from "./models-file.js";
+
+/** One replica of a model: an Inference server (vLLM's OpenAI-compatible server) that runs it. */
+export interface UpstreamConfig {
+  /** Base URL of the replica, without `/v1`, e.g. `http://10.0.0.5:8000` (a path prefix is kept). */
+  readonly url: string;
+  /** Bearer key for the replica's `--api-key`, if any. */
+  readonly apiKey: string | undefined;
+  /** Its share of the model's requests relative to the other replicas. @default 1 */
+  readonly weight: number;
+}
 
 /** One model the gateway serves, and where Inference runs it. */
 export interface ModelConfig {
@@ -6,12 +20,10 @@ export interface ModelConfig {
   readonly id: string;
   /** Other names the model answers to, e.g. `llama-8b`. @default [] */
   readonly aliases: readonly string[];
-  /** Base URL of Inference (vLLM's OpenAI-compatible server), e.g. `http://10.0.0.5:8000`. */
-  readonly upstreamUrl: string;
+  /** The replicas that run it (at least one; each URL once). */
+  readonly upstreams: readonly UpstreamConfig[];
   /** The model name Inference serves it under. @default id */
   readonly servedModelName: string;
-  /** Bearer key for Inference's `--api-key`, if any. */
-  readonly upstreamApiKey: string | undefined;
   /** Longest prompt + completion in tokens; read from Inference's /v1/models when undefined. */
   readonly maxModelLen: number | undefined;
   /** Residual stream width (last dim of steering vectors), e.g. 4096 for Llama-3.1-8B. */
@@ -34,10 +46,12 @@ export interface EmbeddedEngineConfig {
 export interface Config {
   /** Bind address. @default "127.0.0.1" (env HOST) */
   readonly host: string;
-  /** TCP port for REST, Connect, gRPC-Web and gRPC. @default 8080 (env PORT) */
+  /** TCP port for REST, Connect, gRPC-Web and gRPC; 0 = any free port. @default 8080 (env PORT) */
   readonly port: number;
   /** Served models (env ACS_MODELS = path of a JSON models file); empty with an embedded engine. */
   readonly models: readonly ModelConfig[];
+  /** The models file, when one is given (env ACS_MODELS). */
+  readonly modelsPath: string | undefined;
   /** Set when the gateway starts the reference engine itself (no ACS_MODELS). */
   readonly embeddedEngine: EmbeddedEngineConfig | undefined;
   /** SQLite file of keys and Budgets; undefined = authentication off (loopback only). (env ACS_DB) */
@@ -47,7 +61,7 @@ export interface Config {
   /** Longest wait for a non-streamed answer, ms. @default 840000 (14 min) (env ACS_DEADLINE_MS) */
   readonly nonStreamDeadlineMs: number;
   /** pino level. @default "info" (env ACS_LOG_LEVEL) */
-  readonly logLevel: string;
+  readonly logLevel: LogLevel;
 }
 
 /** The limits and defaults of the API's contract (docs/API.md §3–§5): their one home. */
@@ -64,109 +78,43 @@ export const limits = {
   keepaliveIntervalMs: 5000,
 } as const;
 
-class ConfigError extends Error {
-  override readonly name = "ConfigError";
-}
-
-function int(
-  env: Record<string, string | undefined>,
-  name: string,
-  fallback: number,
-  min: number,
-  max: number,
-): number {
-  const raw = env[name];
-  if (raw === undefined || raw === "") return fallback;
-  if (!/^\d+$/.test(raw)) throw new ConfigError(`${name} must be an integer, got ${JSON.stringify(raw)}`);
-  const value = Number(raw);
-  if (value < min || value > max) throw new ConfigError(`${name} must be in [${min}, ${max}], got ${value}`);
-  return value;
-}
-
-function str(o: Record<string, unknown>, key: string, where: string): string {
-  const v = o[key];
-  if (typeof v !== "string" || v === "") throw new ConfigError(`${where}.${key} must be a non-empty string`);
-  return v;
-}
-
-function optPositiveInt(o: Record<string, unknown>, key: string, where: string): number | undefined {
-  const v = o[key];
-  if (v === undefined || v === null) return undefined;
-  if (typeof v !== "number" || !Number.isInteger(v) || v < 1)
-    throw new ConfigError(`${where}.${key} must be a positive integer`);
-  return v;
+/** Why a file could not be read, in words (Node's errno codes). */
+function readError(err: unknown): string {
+  const code = (err as { code?: unknown }).code;
+  if (code === "ENOENT") return "no such file";
+  if (code === "EACCES" || code === "EPERM") return "permission denied";
+  if (code === "EISDIR") return "it is a directory";
+  return err instanceof Error ? err.message : String(err);
 }
 
 /**
- * Parses a models file: `{"models": [{"id", "aliases"?, "upstream_url", "served_model_name"?,
- * "upstream_api_key"?, "max_model_len"?, "hidden_size", "num_hidden_layers", "owned_by"?}]}`.
- * Throws ConfigError naming the bad entry.
+ * Reads the configuration from the environment (checked against a schema, src/config/env-schema.ts)
+ * and the models file it names (src/config/models-file.ts). Called once, by src/main.ts.
+ * Throws ConfigError with a one-line message fit for the operator (it names the variable, the
+ * file and the key at fault).
  */
-export function parseModelsFile(text: string, source: string): ModelConfig[] {
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch (err) {
-    throw new ConfigError(`${source}: not JSON (${(err as Error).message})`);
-  }
-  const list = (json as { models?: unknown } | null)?.models;
-  if (!Array.isArray(list) || list.length === 0)
-    throw new ConfigError(`${source}: "models" must be a non-empty array`);
-  const seen = new Set<string>();
-  return list.map((entry: unknown, i) => {
-    const where = `${source}: models[${i}]`;
-    if (typeof entry !== "object" || entry === null) throw new ConfigError(`${where} must be an object`);
-    const o = entry as Record<string, unknown>;
-    const aliases = o.aliases ?? [];
-    if (!Array.isArray(aliases) || !aliases.every((a) => typeof a === "string" && a !== "")) {
-      throw new ConfigError(`${where}.aliases must be an array of strings`);
-    }
-    const id = str(o, "id", where);
-    for (const name of [id, ...aliases]) {
-      if (seen.has(name)) throw new ConfigError(`${where}: the name ${name} is used twice`);
-      seen.add(name);
-    }
-    const hiddenSize = optPositiveInt(o, "hidden_size", where);
-    const numLayers = optPositiveInt(o, "num_hidden_layers", where);
-    if (hiddenSize === undefined || numLayers === undefined) {
-      throw new ConfigError(
-        `${where}: hidden_size and num_hidden_layers are required (lens checks need them)`,
-      );
-    }
-    const upstreamUrl = str(o, "upstream_url", where);
+export function loadConfig(rawEnv: Record<string, string | undefined> = process.env): Config {
+  const env = parseEnv(rawEnv);
+  let models: ModelConfig[] = [];
+  if (env.ACS_MODELS !== undefined) {
+    const path = env.ACS_MODELS;
+    let text: string;
     try {
-      new URL(upstreamUrl);
-    } catch {
-      throw new ConfigError(`${where}.upstream_url is not a URL`);
+      text = readFileSync(path, "utf8");
+    } catch (err) {
+      throw new ConfigError(`ACS_MODELS=${path}: cannot read the models file: ${readError(err)}`);
     }
-    return {
-      id,
-      aliases: aliases as string[],
-      upstreamUrl,
-      servedModelName: typeof o.served_model_name === "string" ? o.served_model_name : id,
-      upstreamApiKey: typeof o.upstream_api_key === "string" ? o.upstream_api_key : undefined,
-      maxModelLen: optPositiveInt(o, "max_model_len", where),
-      hiddenSize,
-      numLayers,
-      ownedBy: typeof o.owned_by === "string" ? o.owned_by : "acs",
-    };
-  });
-}
-
-/**
- * Reads the configuration from the environment (and the models file it names). Called once, by
- * src/main.ts. Throws ConfigError with a message fit for the operator.
- */
-export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
-  const modelsPath = env.ACS_MODELS;
-  const models = modelsPath ? parseModelsFile(readFileSync(modelsPath, "utf8"), modelsPath) : [];
-  const preset = env.ACS_ENGINE_PRESET ?? "llama-8b";
-  if (preset !== "tiny" && preset !== "llama-8b")
-    throw new ConfigError("ACS_ENGINE_PRESET must be tiny or llama-8b");
+    models = parseModelsFile(text, path);
+  }
+  const preset = env.ACS_ENGINE_PRESET;
   const embeddedEngine: EmbeddedEngineConfig | undefined =
     models.length === 0 ? { preset, aliases: preset === "llama-8b" ? ["llama-8b"] : ["tiny"] } : undefined;
-  const dbPath = env.ACS_DB && env.ACS_DB !== "" ? env.ACS_DB : undefined;
-  const host = env.HOST && env.HOST !== "" ? env.HOST : "127.0.0.1";
+
+  // Keys and Budgets: ACS_DB names the SQLite file; its directory must exist.
+  const dbPath = env.ACS_DB;
+  if (dbPath !== undefined) checkDbPath(dbPath);
+
+  const host = env.HOST;
   if (dbPath === undefined && !isLoopback(host)) {
     throw new ConfigError(
       `HOST=${host} without keys: set ACS_DB to a keys database (npm run keys) before binding beyond loopback`,
@@ -174,13 +122,14 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   }
   const config: Config = {
     host,
-    port: int(env, "PORT", 8080, 0, 65535),
+    port: env.PORT,
     models,
+    modelsPath: env.ACS_MODELS,
     embeddedEngine,
     dbPath,
-    keepaliveIntervalMs: int(env, "ACS_KEEPALIVE_MS", limits.keepaliveIntervalMs, 10, 3_600_000),
-    nonStreamDeadlineMs: int(env, "ACS_DEADLINE_MS", limits.nonStreamDeadlineMs, 10, 24 * 3_600_000),
-    logLevel: env.ACS_LOG_LEVEL ?? "info",
+    keepaliveIntervalMs: env.ACS_KEEPALIVE_MS,
+    nonStreamDeadlineMs: env.ACS_DEADLINE_MS,
+    logLevel: env.ACS_LOG_LEVEL,
   };
   return Object.freeze(config);
 }

@@ -1,10 +1,13 @@
+export { checkDbPath } from "./check-db-path.js";
 export {
   type Config,
-  ConfigError,
   type EmbeddedEngineConfig,
   isLoopback,
   limits,
   loadConfig,
   type ModelConfig,
-  parseModelsFile,
+  type UpstreamConfig,
 } from "./config.js";
+export { ConfigError } from "./config-error.js";
+export { type LogLevel, logLevels, parseEnv } from "./env-schema.js";
+export { parseModelsFile } from "./models-file.js";

@@ -9,26 +9,41 @@ import {
   HealthCheckResponse_ServingStatus as ServingStatus,
 } from "../../gen/grpc/health/v1/health_pb.js";
 
-/** Services the health protocol reports on: "" is the server as a whole. */
-const services = ["", CompletionsService.typeName];
+/** Services the health protocol reports on for the gateway as a whole ("" is the server). */
+const gatewayServices = ["", CompletionsService.typeName];
 
 /**
  * Registers grpc.health.v1.Health (Check, Watch, List) for load balancers and Kubernetes gRPC
- * probes: SERVING when `isReady()`, else NOT_SERVING; an unknown service name is NOT_FOUND on
- * Check and SERVICE_UNKNOWN on Watch (per the protocol). Watch sends the current status and then
- * each change, polled every `pollMs`.
+ * probes. The server ("") and `acs.v1.CompletionsService` are SERVING when `isReady()`; each model
+ * is a service named by its id, SERVING while it serves (`modelStatus`, e.g. one replica up) and
+ * the gateway is ready; else NOT_SERVING. An unknown service name is NOT_FOUND on Check and
+ * SERVICE_UNKNOWN on Watch (per the protocol). Watch sends the current status and then each
+ * change, polled every `pollMs`.
  */
-export function createHealthRoutes(isReady: () => boolean, pollMs = 1000): (router: ConnectRouter) => void {
-  const status = (service: string) =>
-    !services.includes(service)
+export function createHealthRoutes(
+  isReady: () => boolean,
+  modelStatus: () => ReadonlyArray<{ readonly id: string; readonly serving: boolean }> = () => [],
+  pollMs = 1000,
+): (router: ConnectRouter) => void {
+  const servingOf = (service: string): boolean | undefined => {
+    if (gatewayServices.includes(service)) return isReady();
+    const model = modelStatus().find((m) => m.id === service);
+    return model === undefined ? undefined : model.serving && isReady();
+  };
+  const known = (service: string) => servingOf(service) !== undefined;
+  const services = () => [...gatewayServices, ...modelStatus().map((m) => m.id)];
+  const status = (service: string) => {
+    const serving = servingOf(service);
+    return serving === undefined
       ? ServingStatus.SERVICE_UNKNOWN
-      : isReady()
+      : serving
         ? ServingStatus.SERVING
         : ServingStatus.NOT_SERVING;
+  };
   return (router) => {
     router.service(Health, {
       check(request) {
-        if (!services.includes(request.service)) {
+        if (!known(request.service)) {
           throw new ConnectError(`unknown service ${request.service}`, Code.NotFound);
         }
         return create(HealthCheckResponseSchema, { status: status(request.service) });
@@ -47,7 +62,7 @@ export function createHealthRoutes(isReady: () => boolean, pollMs = 1000): (rout
       list() {
         return create(HealthListResponseSchema, {
           statuses: Object.fromEntries(
-            services.map((s) => [s, create(HealthCheckResponseSchema, { status: status(s) })]),
+            services().map((s) => [s, create(HealthCheckResponseSchema, { status: status(s) })]),
           ),
         });
       },

@@ -3,9 +3,15 @@ import type { Logger } from "pino";
 import { type BudgetLedger, createBudgetLedger, DEFAULT_HOLD_TTL_MS } from "../budget/index.js";
 import type { Config } from "../config/index.js";
 import { createCompletionsService, createModelRegistry, type ModelRegistry } from "../service/index.js";
-import { createVllmClient, type VllmClient } from "../upstream/index.js";
+import {
+  createTokenizeCache,
+  createUpstreamPool,
+  createVllmClient,
+  type UpstreamPool,
+  type UpstreamPoolOptions,
+} from "../upstream/index.js";
 import { buildServer } from "./build-server.js";
-import type { GatewayMetrics } from "./metrics.js";
+import { type GatewayMetrics, registerUpstreamMetrics } from "./metrics.js";
 import type { OnePortTimeouts } from "./one-port-server.js";
 
 /** What {@link buildApp} reads of the configuration (src/config), models included. */
@@ -18,13 +24,10 @@ export interface AppOptions {
   readonly timeouts?: Partial<OnePortTimeouts>;
   /** More readiness beyond Inference's health (e.g. an embedded engine is alive). @default () => true */
   readonly isReady?: () => boolean;
-  /**
-   * Wait for Inference when it does not answer at start: retry every this many ms until every
-   * model's facts are known. Undefined: fail at once (tests).
-   */
-  readonly retryInferenceMs?: number;
-  /** How often Inference's `/health` is polled for readiness, ms; 0 turns polling off. @default 5000 */
+  /** How often each replica that is up is checked (`GET /health`), ms; 0 = passive checks only. @default 5000 */
   readonly healthIntervalMs?: number;
+  /** The replica pools' other timings (tests shorten them). @default the pool's defaults */
+  readonly pool?: Pick<UpstreamPoolOptions, "checkTimeoutMs" | "backoff" | "failureThreshold">;
   /** Ledger: reclaim timer interval, ms (0 = off). @default the ledger's default */
   readonly reclaimIntervalMs?: number;
   /** Runs last in app.close(), after the gateway's own resources are closed. */
@@ -35,48 +38,58 @@ export interface AppOptions {
 export interface App {
   readonly app: FastifyInstance;
   readonly metrics: GatewayMetrics;
-  readonly registry: ModelRegistry<VllmClient>;
+  readonly registry: ModelRegistry<UpstreamPool>;
   /** The Budget ledger; undefined with keys off. */
   readonly ledger: BudgetLedger | undefined;
 }
 
 /**
- * The one wiring of the gateway, used by src/main.ts and by the tests alike: an Inference client
- * per model, the model registry (max_model_len read from Inference where the models file leaves it
- * out), the Budget ledger when `dbPath` is set (its Holds outlive the longest non-streamed wait;
- * Holds left by an earlier run are released), the completions service, and the server with its
- * REST, Connect, gRPC-Web, gRPC and ops routes. `app.close()` closes the clients and the ledger.
- * Readiness (`/readyz`, gRPC health) follows Inference's `/health` and `options.isReady`.
+ * The one wiring of the gateway, used by src/main.ts and by the tests alike: a replica pool per
+ * model (src/upstream/pool: one Inference client per replica, sharing one /tokenize cache), the
+ * model registry (max_model_len read from Inference where the models file leaves it out), the
+ * Budget ledger when `dbPath` is set (its Holds outlive the longest non-streamed wait; Holds left by
+ * an earlier run are released), the completions service, and the server with its REST, Connect,
+ * gRPC-Web, gRPC and ops routes. `app.close()` closes the pools and the ledger.
  *
- * Throws when Inference does not serve a configured model (unless `retryInferenceMs` is set).
+ * Resolves once every replica has had its first check: a model none of whose replicas answers (or
+ * that serve another model) is logged and served when one does; the others serve at once.
+ * Readiness (`/readyz`, gRPC health): a model serves while one of its replicas is up; the gateway
+ * while one model serves and `options.isReady()`.
  */
 export async function buildApp(config: AppConfig, options: AppOptions): Promise<App> {
   const { logger } = options;
-  const clients: VllmClient[] = [];
-  const clientFor = (m: Config["models"][number]) => {
-    const client = createVllmClient({
-      baseUrl: m.upstreamUrl,
-      ...(m.upstreamApiKey === undefined ? {} : { apiKey: m.upstreamApiKey }),
+  const pools: Array<{ model: string; pool: UpstreamPool }> = [];
+  const registry = createModelRegistry(config.models, (m, admit) => {
+    const tokenizeCache = createTokenizeCache();
+    const pool = createUpstreamPool({
+      model: m.id,
+      replicas: m.upstreams.map((u) => ({
+        url: u.url,
+        weight: u.weight,
+        client: createVllmClient({
+          baseUrl: u.url,
+          tokenizeCache,
+          ...(u.apiKey === undefined ? {} : { apiKey: u.apiKey }),
+        }),
+      })),
+      admit,
+      healthIntervalMs: options.healthIntervalMs ?? 5000,
+      ...options.pool,
+      logger,
     });
-    clients.push(client);
-    return client;
+    pools.push({ model: m.id, pool });
+    return pool;
+  });
+  const closePools = async () => {
+    await Promise.all(pools.splice(0).map(({ pool }) => pool.close()));
   };
-  const closeClients = async () => {
-    for (const c of clients.splice(0)) await c.close();
-  };
-
-  let registry: ModelRegistry<VllmClient> | undefined;
-  for (let attempt = 1; registry === undefined; attempt++) {
-    try {
-      registry = await createModelRegistry(config.models, clientFor);
-    } catch (err) {
-      await closeClients();
-      if (options.retryInferenceMs === undefined) throw err;
+  await Promise.all(pools.map(({ pool }) => pool.ready()));
+  for (const s of registry.status()) {
+    if (!s.serving) {
       logger.warn(
-        { err: (err as Error).message, attempt },
-        `Inference not ready; retrying in ${options.retryInferenceMs} ms`,
+        { model: s.id },
+        `model ${s.id} is not served yet: no replica is up (each is checked again with backoff)`,
       );
-      await new Promise((r) => setTimeout(r, options.retryInferenceMs));
     }
   }
 
@@ -97,21 +110,6 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     logger.info({ db: config.dbPath, reclaimed }, "keys and Budgets on");
   }
 
-  // Readiness follows Inference: /readyz and gRPC health say NOT_SERVING while any is down.
-  let inferenceHealthy = true;
-  const healthIntervalMs = options.healthIntervalMs ?? 5000;
-  const healthTimer =
-    healthIntervalMs > 0
-      ? setInterval(() => {
-          void Promise.all(clients.map((c) => c.health())).then((ok) => {
-            const healthy = ok.every(Boolean);
-            if (healthy !== inferenceHealthy) logger.warn({ healthy }, "Inference health changed");
-            inferenceHealthy = healthy;
-          });
-        }, healthIntervalMs)
-      : undefined;
-  healthTimer?.unref();
-
   const api = createCompletionsService({
     models: registry,
     ledger,
@@ -123,14 +121,15 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     config,
     api,
     logger,
-    isReady: () => inferenceHealthy && isReady(),
+    isReady: () => isReady() && registry.status().some((m) => m.serving),
+    modelStatus: () => registry.status(),
     ...(options.timeouts ? { timeouts: options.timeouts } : {}),
     onClose: async () => {
-      if (healthTimer) clearInterval(healthTimer);
-      await closeClients();
+      await closePools();
       ledger?.close();
       await options.onClose?.();
     },
   });
+  registerUpstreamMetrics(metrics.registry, pools);
   return { app, metrics, registry, ledger };
 }

@@ -40,6 +40,11 @@ export interface ServerDeps {
   readonly logger: Logger;
   /** True once the gateway (and an embedded engine, if any) can serve: GET /readyz. */
   readonly isReady: () => boolean;
+  /**
+   * Each model (by id) and whether it serves: in GET /readyz's body and as gRPC health services
+   * named by the model id. @default none
+   */
+  readonly modelStatus?: () => ReadonlyArray<{ readonly id: string; readonly serving: boolean }>;
   /** Connection timeouts (tests shorten them). @default defaultOnePortTimeouts */
   readonly timeouts?: Partial<OnePortTimeouts>;
   /** Runs last in app.close() (e.g. close upstream pools, the ledger, an embedded engine). */
@@ -167,7 +172,7 @@ export async function buildServer(
   await app.register(fastifyConnectPlugin, {
     routes: (router) => {
       createConnectRoutes(deps.api)(router);
-      createHealthRoutes(deps.isReady)(router);
+      createHealthRoutes(deps.isReady, deps.modelStatus)(router);
     },
     readMaxBytes: limits.bodyLimitBytes,
     // Strict like REST: an unknown field in Connect JSON is an error, not silently dropped.
@@ -182,7 +187,10 @@ export async function buildServer(
   app.get("/healthz", async (_request, reply) => reply.send({ status: "ok" }));
   app.get("/readyz", async (_request, reply) => {
     const ready = deps.isReady();
-    return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not_ready" });
+    const models = Object.fromEntries(
+      (deps.modelStatus?.() ?? []).map((m) => [m.id, m.serving ? "serving" : "not_serving"]),
+    );
+    return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not_ready", models });
   });
   app.get("/metrics", async (_request, reply) => {
     const text = await metrics.registry.metrics();

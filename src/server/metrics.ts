@@ -1,4 +1,5 @@
-import { Counter, collectDefaultMetrics, Histogram, Registry } from "prom-client";
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
+import type { ReplicaStatus, UpstreamPool } from "../upstream/index.js";
 
 /** The gateway's Prometheus metrics (served at GET /metrics). */
 export interface GatewayMetrics {
@@ -29,4 +30,99 @@ export function createMetrics(): GatewayMetrics {
       registers: [registry],
     }),
   };
+}
+
+/** A model's replica pool, as the upstream metrics read it (src/upstream/pool). */
+export interface PoolMetricsSource {
+  readonly model: string;
+  readonly pool: Pick<UpstreamPool, "replicas" | "failovers">;
+}
+
+/** A counter fed from a monotonic total read at each scrape: adds what was added since the last. */
+function fromTotals(): (counter: Counter<string>, labels: Record<string, string>, total: number) => void {
+  const seen = new Map<string, number>();
+  return (counter, labels, total) => {
+    const key = JSON.stringify(labels);
+    counter.inc(labels, Math.max(0, total - (seen.get(key) ?? 0)));
+    seen.set(key, total);
+  };
+}
+
+/**
+ * The replicas' metrics, read from the pools at each scrape: `acs_upstream_replica_up` and
+ * `acs_upstream_replica_state` (starting, up, down), `acs_upstream_replica_outstanding_requests`,
+ * `acs_upstream_replica_requests_total`, `acs_upstream_replica_errors_total` by kind (unreachable,
+ * broken, unavailable, rejected, server_error, health) and `acs_upstream_failovers_total` per
+ * model. Labels: `model` (the model's id) and `replica` (its base URL).
+ */
+export function registerUpstreamMetrics(registry: Registry, sources: readonly PoolMetricsSource[]): void {
+  const each = (fn: (model: string, r: ReplicaStatus) => void) => {
+    for (const { model, pool } of sources) for (const r of pool.replicas()) fn(model, r);
+  };
+  new Gauge({
+    name: "acs_upstream_replica_up",
+    help: "1 while the replica is up (gets requests), else 0.",
+    labelNames: ["model", "replica"],
+    registers: [registry],
+    collect() {
+      this.reset();
+      each((model, r) => this.set({ model, replica: r.url }, r.state === "up" ? 1 : 0));
+    },
+  });
+  new Gauge({
+    name: "acs_upstream_replica_state",
+    help: "1 for the replica's current state (starting, up, down), 0 for the others.",
+    labelNames: ["model", "replica", "state"],
+    registers: [registry],
+    collect() {
+      this.reset();
+      each((model, r) => {
+        for (const state of ["starting", "up", "down"] as const) {
+          this.set({ model, replica: r.url, state }, r.state === state ? 1 : 0);
+        }
+      });
+    },
+  });
+  new Gauge({
+    name: "acs_upstream_replica_outstanding_requests",
+    help: "Requests sent to the replica and not finished.",
+    labelNames: ["model", "replica"],
+    registers: [registry],
+    collect() {
+      this.reset();
+      each((model, r) => this.set({ model, replica: r.url }, r.outstanding));
+    },
+  });
+  const requests = fromTotals();
+  new Counter({
+    name: "acs_upstream_replica_requests_total",
+    help: "Requests sent to the replica (completions, tokenize, models).",
+    labelNames: ["model", "replica"],
+    registers: [registry],
+    collect() {
+      each((model, r) => requests(this, { model, replica: r.url }, r.requests));
+    },
+  });
+  const errors = fromTotals();
+  new Counter({
+    name: "acs_upstream_replica_errors_total",
+    help: "Failures of the replica by kind: unreachable, broken, unavailable, rejected, server_error, health.",
+    labelNames: ["model", "replica", "kind"],
+    registers: [registry],
+    collect() {
+      each((model, r) => {
+        for (const [kind, n] of Object.entries(r.errors)) errors(this, { model, replica: r.url, kind }, n);
+      });
+    },
+  });
+  const failovers = fromTotals();
+  new Counter({
+    name: "acs_upstream_failovers_total",
+    help: "Requests sent again to another replica after a failure before any output.",
+    labelNames: ["model"],
+    registers: [registry],
+    collect() {
+      for (const { model, pool } of sources) failovers(this, { model }, pool.failovers());
+    },
+  });
 }

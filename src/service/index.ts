@@ -4,9 +4,12 @@ export {
   createCompletionsService,
 } from "./completions-service.js";
 export {
+  type AdmitReplica,
   createModelRegistry,
   type ModelRegistry,
+  type ModelStatus,
   type ModelsSource,
+  type ModelUpstream,
   modelNotFound,
   type ServedModel,
 } from "./model-registry.js";

@@ -1,12 +1,25 @@
 import type { ModelConfig } from "../config/index.js";
 import { ApiError } from "../errors/index.js";
 
-/** The part of the Inference client the registry needs (src/upstream/vllm). */
+/** The part of an Inference client the registry's replica check needs (src/upstream/vllm). */
 export interface ModelsSource {
   listModels(signal?: AbortSignal): Promise<{ data: Array<{ id: string; max_model_len?: number | null }> }>;
 }
 
-/** A served model with every fact the service needs, resolved at start. */
+/** The part of a model's upstream (src/upstream/pool) the registry needs. */
+export interface ModelUpstream {
+  /** True while at least one replica of the model is up. */
+  serving(): boolean;
+}
+
+/**
+ * The check a replica passes before it gets requests (src/upstream/pool calls it at start and each
+ * time the replica comes back): its `/v1/models` lists the model's served name, with the model's
+ * max_model_len. Throws an Error saying what the replica serves instead.
+ */
+export type AdmitReplica = (replica: ModelsSource, signal: AbortSignal) => Promise<void>;
+
+/** A served model with every fact the service needs. */
 export interface ServedModel<Client> {
   readonly id: string;
   readonly aliases: readonly string[];
@@ -16,7 +29,7 @@ export interface ServedModel<Client> {
   readonly hiddenSize: number;
   readonly numLayers: number;
   readonly ownedBy: string;
-  /** Unix seconds when the gateway started serving it. */
+  /** Unix seconds when the gateway knew every fact of it. */
   readonly created: number;
   readonly client: Client;
 }
@@ -35,54 +48,100 @@ export function modelNotFound(name: string): ApiError {
   );
 }
 
+/** Whether each configured model can take requests now. */
+export interface ModelStatus {
+  readonly id: string;
+  /** Its facts are known and at least one replica is up. */
+  readonly serving: boolean;
+}
+
 /** Resolves names (id or alias) to served models. */
 export interface ModelRegistry<Client> {
-  /** The model for an id or alias; throws ApiError 404 `model_not_found` (param `model`). */
+  /**
+   * The model for an id or alias. Throws ApiError 404 `model_not_found` (param `model`) for an
+   * unknown name; 503 `upstream_unavailable` for a configured model whose max_model_len is not
+   * known yet (no replica has answered since start).
+   */
   resolve(name: string): ServedModel<Client>;
-  /** Every served model, in configuration order. */
+  /** Every model whose facts are known, in configuration order. */
   list(): ServedModel<Client>[];
+  /** Every configured model and whether it serves, in configuration order. */
+  status(): ModelStatus[];
 }
 
 /**
- * Builds the registry: one Inference client per model (`clientFor`), and max_model_len read from
- * Inference's /v1/models where the configuration leaves it out. Throws when Inference does not
- * serve a configured model or does not answer (the caller retries until ready).
+ * Builds the registry: one upstream per model (`upstreamFor`, given the check its replicas must
+ * pass), and max_model_len from the models file or else from the first replica that passes the
+ * check. A model whose upstream is down or serves another model does not hold up the others: it
+ * is served once a replica passes (the pool checks again with backoff). Replicas of one model must
+ * agree on max_model_len; one that does not is kept out.
  */
-export async function createModelRegistry<Client extends ModelsSource>(
+export function createModelRegistry<Client extends ModelUpstream>(
   models: readonly ModelConfig[],
-  clientFor: (model: ModelConfig) => Client,
-  signal?: AbortSignal,
-): Promise<ModelRegistry<Client>> {
-  const created = Math.floor(Date.now() / 1000);
-  const served: ServedModel<Client>[] = [];
+  upstreamFor: (model: ModelConfig, admit: AdmitReplica) => Client,
+): ModelRegistry<Client> {
+  interface Entry {
+    readonly config: ModelConfig;
+    readonly client: Client;
+    /** Undefined until max_model_len is known. */
+    served: ServedModel<Client> | undefined;
+  }
+  const entries: Entry[] = [];
+  const byName = new Map<string, Entry>();
+
+  const serve = (entry: Entry, maxModelLen: number): void => {
+    const { upstreams: _, ...facts } = entry.config;
+    entry.served = { ...facts, maxModelLen, created: Math.floor(Date.now() / 1000), client: entry.client };
+  };
+
   for (const m of models) {
-    const client = clientFor(m);
-    let maxModelLen = m.maxModelLen;
-    if (maxModelLen === undefined) {
-      const list = await client.listModels(signal);
-      const entry = list.data.find((d) => d.id === m.servedModelName);
-      if (entry === undefined) {
-        throw new Error(`Inference at ${m.upstreamUrl} does not serve ${m.servedModelName}`);
-      }
-      if (typeof entry.max_model_len !== "number") {
+    // The replicas' check runs only after upstreamFor returned (the pool checks asynchronously).
+    const holder: { entry?: Entry } = {};
+    const admit: AdmitReplica = async (replica, signal) => {
+      const list = await replica.listModels(signal);
+      const found = list.data.find((d) => d.id === m.servedModelName);
+      if (found === undefined) {
+        const names = list.data.map((d) => d.id);
         throw new Error(
-          `Inference at ${m.upstreamUrl} gives no max_model_len for ${m.servedModelName}: set max_model_len`,
+          `it serves ${names.length === 0 ? "no model" : names.join(", ")}, not ${m.servedModelName} (model ${m.id})`,
         );
       }
-      maxModelLen = entry.max_model_len;
-    }
-    served.push({ ...m, maxModelLen, created, client });
+      const entry = holder.entry;
+      if (m.maxModelLen !== undefined || entry === undefined) return;
+      const len = found.max_model_len;
+      if (typeof len !== "number" || !Number.isInteger(len) || len < 1) {
+        throw new Error(
+          `it gives no max_model_len for ${m.servedModelName}: set max_model_len in the models file`,
+        );
+      }
+      if (entry.served === undefined) serve(entry, len);
+      else if (entry.served.maxModelLen !== len) {
+        throw new Error(
+          `it serves ${m.servedModelName} with max_model_len ${len}, the model's other replicas ${entry.served.maxModelLen}`,
+        );
+      }
+    };
+    const entry: Entry = { config: m, client: upstreamFor(m, admit), served: undefined };
+    holder.entry = entry;
+    if (m.maxModelLen !== undefined) serve(entry, m.maxModelLen);
+    entries.push(entry);
+    for (const name of [m.id, ...m.aliases]) byName.set(name, entry);
   }
-  const byName = new Map<string, ServedModel<Client>>();
-  for (const s of served) for (const name of [s.id, ...s.aliases]) byName.set(name, s);
+
   return {
     resolve(name) {
-      const found = byName.get(name);
-      if (found === undefined) {
-        throw modelNotFound(name);
+      const entry = byName.get(name);
+      if (entry === undefined) throw modelNotFound(name);
+      if (entry.served === undefined) {
+        throw new ApiError(
+          "upstream_unavailable",
+          `The model \`${name}\` is not available yet: Inference has not answered since the gateway started.`,
+        );
       }
-      return found;
+      return entry.served;
     },
-    list: () => [...served],
+    list: () => entries.flatMap((e) => (e.served === undefined ? [] : [e.served])),
+    status: () =>
+      entries.map((e) => ({ id: e.config.id, serving: e.served !== undefined && e.client.serving() })),
   };
 }

@@ -1,2 +1,4 @@
-// Clients of the services behind the gateway. Today: Inference (vLLM + vllm-lens).
+// Clients of the services behind the gateway. Today: Inference (vLLM + vllm-lens), one client per
+// server (vllm/), and the replicas of a model behind the same interface (pool/).
+export * from "./pool/index.js";
 export * from "./vllm/index.js";

@@ -5,15 +5,23 @@ import { pino } from "pino";
 import type { BudgetLedger } from "../../src/budget/index.js";
 import { limits, type ModelConfig } from "../../src/config/index.js";
 import { type RunningEngine, startEngine } from "../../src/engine/index.js";
-import { buildApp, type OnePortTimeouts } from "../../src/server/index.js";
+import { type AppOptions, buildApp, type OnePortTimeouts } from "../../src/server/index.js";
+import type { ModelRegistry } from "../../src/service/index.js";
+import type { UpstreamPool } from "../../src/upstream/index.js";
 
 export interface StackOptions {
   /** Engine preset. @default "tiny" */
   preset?: "tiny" | "llama-8b";
   /** Use this upstream instead of starting an engine (fault tests). */
   upstreamUrl?: string;
-  /** Facts of the model when upstreamUrl is set. */
+  /** Use these replicas instead of starting an engine (several upstreams of one model). */
+  upstreams?: Array<{ url: string; weight?: number; apiKey?: string }>;
+  /** Facts of the model when upstreamUrl or upstreams is set. */
   model?: Partial<ModelConfig>;
+  /** Replica checks: `/health` interval while up (ms, 0 = passive only). @default 0 */
+  healthIntervalMs?: number;
+  /** Replica pool timings. @default the pool's */
+  pool?: AppOptions["pool"];
   /** SQLite file: keys and Budgets on. */
   dbPath?: string;
   keepaliveIntervalMs?: number;
@@ -26,30 +34,39 @@ export interface Stack {
   url: string;
   engine: RunningEngine | undefined;
   ledger: BudgetLedger | undefined;
+  /** The gateway's models and their replica pools. */
+  registry: ModelRegistry<UpstreamPool>;
   /** The model id and alias the stack serves. */
   modelId: string;
   alias: string;
   close(): Promise<void>;
 }
 
-/** Starts engine (unless upstreamUrl) + gateway; close() stops both and waits for connections to drain. */
+/**
+ * Starts engine (unless upstreamUrl or upstreams) + gateway; close() stops both and waits for
+ * connections to drain.
+ */
 export async function startStack(opts: StackOptions = {}): Promise<Stack> {
-  const engine =
-    opts.upstreamUrl === undefined ? await startEngine({ preset: opts.preset ?? "tiny" }) : undefined;
+  const scripted = opts.upstreamUrl !== undefined || opts.upstreams !== undefined;
+  const engine = scripted ? undefined : await startEngine({ preset: opts.preset ?? "tiny" });
+  const upstreams = (opts.upstreams ?? [{ url: engine?.url ?? opts.upstreamUrl ?? "" }]).map((u) => ({
+    url: u.url,
+    apiKey: u.apiKey,
+    weight: u.weight ?? 1,
+  }));
   const alias = opts.preset === "llama-8b" ? "llama-8b" : "tiny";
   const modelConfig: ModelConfig = {
     id: engine?.model.id ?? "acs/fake",
     aliases: [alias],
-    upstreamUrl: engine?.url ?? opts.upstreamUrl ?? "",
+    upstreams,
     servedModelName: engine?.model.id ?? "acs/fake",
-    upstreamApiKey: undefined,
     maxModelLen: engine?.model.maxModelLen ?? 512,
     hiddenSize: engine?.model.hiddenSize ?? 64,
     numLayers: engine?.model.numLayers ?? 4,
     ownedBy: "acs-test",
     ...opts.model,
   };
-  const { app, ledger } = await buildApp(
+  const { app, ledger, registry } = await buildApp(
     {
       models: [modelConfig],
       dbPath: opts.dbPath,
@@ -58,8 +75,9 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     },
     {
       logger: pino({ level: "silent" }),
-      healthIntervalMs: 0,
+      healthIntervalMs: opts.healthIntervalMs ?? 0,
       reclaimIntervalMs: 0,
+      ...(opts.pool ? { pool: opts.pool } : {}),
       ...(opts.timeouts ? { timeouts: opts.timeouts } : {}),
     },
   );
@@ -69,6 +87,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     url: `http://127.0.0.1:${port}`,
     engine,
     ledger,
+    registry,
     modelId: modelConfig.id,
     alias,
     async close() {

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sseChunks } from "../helpers/parse-sse.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
-import { chunk, type FakeUpstream, sse, startFakeUpstream } from "../upstream/fake-upstream.js";
+import { chunk, type FakeUpstream, sse, startFakeUpstream, withVllmOps } from "../upstream/fake-upstream.js";
 
 let dir: string;
 let upstream: FakeUpstream;
@@ -20,28 +20,30 @@ const GENERATED = 5;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "acs-charge-"));
-  upstream = await startFakeUpstream((req, res, body) => {
-    if (req.url === "/tokenize") {
-      res.setHeader("content-type", "application/json");
-      res.end(JSON.stringify({ count: PROMPT_TOKENS, max_model_len: 512, tokens: [1, 2] }));
-      return;
-    }
-    const json = JSON.parse(body) as { prompt: string };
-    // The prompt picks whether Inference reports usage: "usage" sends total_tokens 40.
-    const withUsage = json.prompt === "usage";
-    const chunks: unknown[] = Array.from({ length: GENERATED }, (_, i) =>
-      chunk(0, `t${i}`, i === GENERATED - 1 ? "length" : null, { token_ids: [10 + i] }),
-    );
-    if (withUsage) {
-      chunks.push({
-        ...chunk(0, ""),
-        choices: [],
-        usage: { prompt_tokens: PROMPT_TOKENS, completion_tokens: GENERATED, total_tokens: 40 },
-      });
-    }
-    res.writeHead(200, { "content-type": "text/event-stream" });
-    res.end(sse(chunks));
-  });
+  upstream = await startFakeUpstream(
+    withVllmOps((req, res, body) => {
+      if (req.url === "/tokenize") {
+        res.setHeader("content-type", "application/json");
+        res.end(JSON.stringify({ count: PROMPT_TOKENS, max_model_len: 512, tokens: [1, 2] }));
+        return;
+      }
+      const json = JSON.parse(body) as { prompt: string };
+      // The prompt picks whether Inference reports usage: "usage" sends total_tokens 40.
+      const withUsage = json.prompt === "usage";
+      const chunks: unknown[] = Array.from({ length: GENERATED }, (_, i) =>
+        chunk(0, `t${i}`, i === GENERATED - 1 ? "length" : null, { token_ids: [10 + i] }),
+      );
+      if (withUsage) {
+        chunks.push({
+          ...chunk(0, ""),
+          choices: [],
+          usage: { prompt_tokens: PROMPT_TOKENS, completion_tokens: GENERATED, total_tokens: 40 },
+        });
+      }
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.end(sse(chunks));
+    }),
+  );
   scripted = await startStack({ upstreamUrl: upstream.url, dbPath: join(dir, "scripted.db") });
   engine = await startStack({ dbPath: join(dir, "engine.db") });
 });

@@ -15,6 +15,16 @@ function createFakeUpstream() {
       body += d;
     });
     req.on("end", () => {
+      // Inference's ops routes, which the gateway's replica check reads.
+      if (req.method === "GET" && req.url === "/health") {
+        res.end();
+        return;
+      }
+      if (req.method === "GET" && req.url === "/v1/models") {
+        res.setHeader("content-type", "application/json");
+        res.end(JSON.stringify({ object: "list", data: [{ id: "acs/fake", max_model_len: 512 }] }));
+        return;
+      }
       if (req.url === "/tokenize") {
         const { prompt } = JSON.parse(body) as { prompt: string };
         res.setHeader("content-type", "application/json");

@@ -431,21 +431,20 @@ describe("shared messages", () => {
   });
 
   it("GET /v1/models/{id} refuses an unknown id with the service's model_not_found, word for word", async () => {
-    const registry = await createModelRegistry(
+    const registry = createModelRegistry(
       [
         {
           id: "meta-llama/Llama-3.1-8B",
           aliases: ["llama-8b"],
-          upstreamUrl: "http://127.0.0.1:1",
+          upstreams: [{ url: "http://127.0.0.1:1", apiKey: undefined, weight: 1 }],
           servedModelName: "meta-llama/Llama-3.1-8B",
-          upstreamApiKey: undefined,
           maxModelLen: 131072,
           hiddenSize: 4096,
           numLayers: 32,
           ownedBy: "acs",
         },
       ],
-      () => ({ listModels: async () => ({ data: [] }) }),
+      () => ({ serving: () => true }),
     );
     const fromService = (() => {
       try {

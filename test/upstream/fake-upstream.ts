@@ -52,6 +52,31 @@ export async function startFakeUpstream(
   };
 }
 
+/**
+ * A handler that answers as Inference does on its ops routes — `GET /health` (200) and
+ * `GET /v1/models` (`servedModelName` with `maxModelLen`), which the gateway's replica check
+ * reads — and passes every other request to `handler`.
+ */
+export function withVllmOps(
+  handler: (req: IncomingMessage, res: ServerResponse, body: string) => unknown,
+  servedModelName = "acs/fake",
+  maxModelLen = 512,
+): (req: IncomingMessage, res: ServerResponse, body: string) => unknown {
+  return (req, res, body) => {
+    if (req.method === "GET" && req.url === "/health") return res.end();
+    if (req.method === "GET" && req.url === "/v1/models") {
+      res.setHeader("content-type", "application/json");
+      return res.end(
+        JSON.stringify({
+          object: "list",
+          data: [{ id: servedModelName, object: "model", owned_by: "vllm", max_model_len: maxModelLen }],
+        }),
+      );
+    }
+    return handler(req, res, body);
+  };
+}
+
 /** A port with nothing listening (bound, then closed). */
 export async function closedPortUrl(): Promise<string> {
   const server = createServer();

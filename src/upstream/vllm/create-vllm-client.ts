@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { Pool } from "undici";
 import { ApiError } from "../../errors/index.js";
 import { serializeVllmRequest } from "./build-vllm-request.js";
-import { createTokenizeCache } from "./create-tokenize-cache.js";
+import { createTokenizeCache, type TokenizeCache } from "./create-tokenize-cache.js";
 import { decodeSse } from "./decode-sse.js";
 import { isVllmErrorBody, mapUpstreamError } from "./map-upstream-error.js";
 import {
@@ -34,6 +34,11 @@ export interface VllmClientOptions {
   /** Bounds of the `/tokenize` LRU cache. @default 4096 entries, 64 MiB */
   tokenizeCacheEntries?: number;
   tokenizeCacheBytes?: number;
+  /**
+   * A `/tokenize` cache shared with other clients (the replicas of one model tokenize alike);
+   * the two bounds above are then unused. @default a cache of this client's own
+   */
+  tokenizeCache?: TokenizeCache;
   /** Longest SSE event from Inference, in characters. @default 4 MiB */
   maxSseEventChars?: number;
 }
@@ -92,8 +97,8 @@ export interface VllmClient {
   ): Promise<TokenizeResult>;
   /** `GET /v1/models`. */
   listModels(signal?: AbortSignal): Promise<VllmModelList>;
-  /** `GET /health` answered 200 within 5 s (never throws). */
-  health(): Promise<boolean>;
+  /** `GET /health` answered 200 within 5 s and before `signal` aborts (never throws). */
+  health(signal?: AbortSignal): Promise<boolean>;
   /** Closes the pool once in-flight requests have finished. */
   close(): Promise<void>;
 }
@@ -197,10 +202,12 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
     bodyTimeout: opts.bodyTimeoutMs ?? 900_000,
     connectTimeout: opts.connectTimeoutMs ?? 10_000,
   });
-  const cache = createTokenizeCache({
-    ...(opts.tokenizeCacheEntries === undefined ? {} : { maxEntries: opts.tokenizeCacheEntries }),
-    ...(opts.tokenizeCacheBytes === undefined ? {} : { maxBytes: opts.tokenizeCacheBytes }),
-  });
+  const cache =
+    opts.tokenizeCache ??
+    createTokenizeCache({
+      ...(opts.tokenizeCacheEntries === undefined ? {} : { maxEntries: opts.tokenizeCacheEntries }),
+      ...(opts.tokenizeCacheBytes === undefined ? {} : { maxBytes: opts.tokenizeCacheBytes }),
+    });
   const maxSseEventChars = opts.maxSseEventChars;
 
   const headersFor = (spec: {
@@ -345,13 +352,14 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
       return parseVllmModelList(json);
     },
 
-    async health() {
+    async health(signal) {
+      const timeout = AbortSignal.timeout(5_000);
       try {
         const res = await pool.request({
           method: "GET",
           path: `${prefix}/health`,
           headers: headersFor({ accept: "*/*", requestId: newUpstreamRequestId(), hasBody: false }),
-          signal: AbortSignal.timeout(5_000),
+          signal: signal === undefined ? timeout : AbortSignal.any([timeout, signal]),
         });
         await res.body.dump();
         return res.statusCode === 200;

@@ -21,6 +21,8 @@ export {
   mapUpstreamError,
   parseVllmError,
   type UpstreamFailure,
+  type UpstreamFault,
+  upstreamFaultOf,
 } from "./map-upstream-error.js";
 export { orderedEntries, parseJsonOrdered } from "./parse-json-ordered.js";
 export {

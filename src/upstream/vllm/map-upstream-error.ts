@@ -256,3 +256,50 @@ function passOn(detail: VllmErrorDetail, cause: unknown): ApiError {
 function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
+
+/**
+ * What a failed call tells about the Inference server that handled it — for the replica pool
+ * (src/upstream/pool), which decides from it whether to take the replica out and whether a request
+ * may go to another replica:
+ * - `unreachable`: no connection could be made (refused, DNS, connect timeout);
+ * - `broken`: the connection broke, or the server sent something that is not an answer (a stream
+ *   cut before `[DONE]`, garbage, a malformed response);
+ * - `unavailable`: the server answered 503 or 429;
+ * - `rejected`: the server refused the gateway itself: its credentials (401/403) or the model
+ *   name (404 `model_not_found`) — a replica set up unlike the models file says;
+ * - `server_error`: the server answered with another 5xx error (or one in-band);
+ * - `none`: the request's own outcome (Inference refused the request, the caller went away, the
+ *   deadline passed): nothing wrong with the server.
+ * Works on the ApiErrors of {@link mapUpstreamError} and of the client (src/upstream/vllm); any
+ * other thrown value is `broken`.
+ */
+export type UpstreamFault = "unreachable" | "broken" | "unavailable" | "rejected" | "server_error" | "none";
+
+/** The {@link UpstreamFault} of an error thrown by a call to Inference. */
+export function upstreamFaultOf(err: unknown): UpstreamFault {
+  if (!(err instanceof ApiError)) return "broken";
+  switch (err.code) {
+    case "canceled":
+    case "deadline_exceeded":
+    case "invalid_request":
+    case "context_length_exceeded":
+      return "none";
+    case "model_not_found":
+      return "rejected";
+    default:
+      break;
+  }
+  const cause = err.cause;
+  // An answer of Inference's (mapErrorBody): its cause is the status and body.
+  if (isRecord(cause) && !(cause instanceof Error) && typeof cause.status === "number") {
+    if (err.code === "upstream_unavailable") return "unavailable";
+    const status = cause.status;
+    if (status === 401 || status === 403) return "rejected";
+    return "server_error";
+  }
+  if (err.code === "upstream_unavailable" || err.code === "upstream_error") {
+    const code = errorCode(cause);
+    return code !== undefined && transportTable[code] === unreachable ? "unreachable" : "broken";
+  }
+  return "broken";
+}

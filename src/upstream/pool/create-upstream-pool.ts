@@ -1,0 +1,493 @@
+import { ApiError } from "../../errors/index.js";
+import {
+  type CompleteOptions,
+  newUpstreamRequestId,
+  type StreamOptions,
+  type TokenizeResult,
+  type VllmClient,
+} from "../vllm/create-vllm-client.js";
+import { type UpstreamFault, upstreamFaultOf } from "../vllm/map-upstream-error.js";
+import type {
+  VllmCompletion,
+  VllmCompletionChunk,
+  VllmCompletionRequest,
+  VllmModelList,
+} from "../vllm/types.js";
+import { chooseReplica } from "./choose-replica.js";
+
+/**
+ * Where a replica stands: `starting` until its first check ends; `up` (requests go to it);
+ * `down` (taken out; checked again after a backoff, and put back when it answers).
+ */
+export type ReplicaState = "starting" | "up" | "down";
+
+/** Failure kinds counted per replica (see {@link UpstreamFault}). */
+export type ReplicaErrorKind = Exclude<UpstreamFault, "none"> | "health";
+
+/** One replica as the pool sees it now. */
+export interface ReplicaStatus {
+  /** Its base URL, as configured. */
+  readonly url: string;
+  readonly weight: number;
+  readonly state: ReplicaState;
+  /** Why it is down (the last failure, or why its check refused it); undefined otherwise. */
+  readonly reason: string | undefined;
+  /** Requests sent to it and not finished. */
+  readonly outstanding: number;
+  /** Requests sent to it since start (completions, tokenize, models). */
+  readonly requests: number;
+  /** Failures since start, by kind (`health`: a failed active check). */
+  readonly errors: Readonly<Record<ReplicaErrorKind, number>>;
+}
+
+/** One replica given to {@link createUpstreamPool}. */
+export interface PoolReplica {
+  /** Base URL, for logs and metrics. */
+  readonly url: string;
+  /** Share of requests relative to the other replicas (≥ 1). @default 1 */
+  readonly weight?: number;
+  /** The client of that one Inference server. */
+  readonly client: VllmClient;
+}
+
+/** The log lines of the pool (pino's Logger fits). */
+export interface PoolLogger {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+}
+
+/** Options of {@link createUpstreamPool}. Times in milliseconds. */
+export interface UpstreamPoolOptions {
+  /** The model the replicas run, for logs and messages. */
+  readonly model: string;
+  readonly replicas: readonly PoolReplica[];
+  /**
+   * Runs on a replica before it is put in (at start and each time it comes back), after its
+   * `/health` answered 200; throws an Error whose message says why it is kept out (e.g. it serves
+   * another model). @default none
+   */
+  readonly admit?: (client: VllmClient, signal: AbortSignal) => Promise<void>;
+  /** `GET /health` of each replica that is up, this often; 0 = only passive checks. @default 5000 */
+  readonly healthIntervalMs?: number;
+  /** Longest wait for a check (`/health`, then `admit`). @default 5000 */
+  readonly checkTimeoutMs?: number;
+  /** Wait before checking a replica that was taken out: doubles each time, up to maxMs. @default 1000, 30000 */
+  readonly backoff?: { readonly initialMs?: number; readonly maxMs?: number };
+  /** Failures in a row (no answer between them) that take a replica out without a check. @default 3 */
+  readonly failureThreshold?: number;
+  readonly logger?: PoolLogger;
+}
+
+/**
+ * The replicas of one model behind the interface of one Inference client ({@link VllmClient}), so
+ * the service does not know there are several. Knows nothing of completions.
+ */
+export interface UpstreamPool extends VllmClient {
+  /** True while at least one replica is up. */
+  serving(): boolean;
+  /** Every replica, in configuration order. */
+  replicas(): ReplicaStatus[];
+  /** Requests sent again to another replica since start. */
+  failovers(): number;
+  /** Resolves once every replica has had its first check, whatever its outcome. */
+  ready(): Promise<void>;
+}
+
+interface Replica {
+  readonly url: string;
+  readonly weight: number;
+  readonly client: VllmClient;
+  state: ReplicaState;
+  reason: string | undefined;
+  outstanding: number;
+  requests: number;
+  /** The choice's virtual clock (see ReplicaLoad.sent). */
+  sent: number;
+  errors: Record<ReplicaErrorKind, number>;
+  /** Failures since its last answer. */
+  failuresInARow: number;
+  /** Take-outs since its last answer: the backoff's exponent. */
+  backoffLevel: number;
+  timer: NodeJS.Timeout | undefined;
+  checking: Promise<void> | undefined;
+  /** Aborted when the replica is taken out: requests on it without output go elsewhere. */
+  takeOut: AbortController;
+}
+
+/** Per attempt: the caller's signal and the replica's take-out, as one signal. */
+interface AttemptSignal {
+  readonly signal: AbortSignal;
+  /** True when the replica was taken out (not the caller) while the attempt waited. */
+  takenOut(): boolean;
+  /** Output reached the caller: a take-out no longer aborts the attempt. */
+  keep(): void;
+  release(): void;
+}
+
+function attemptSignal(replica: Replica, caller: AbortSignal | undefined): AttemptSignal {
+  const controller = new AbortController();
+  const takeOut = replica.takeOut.signal;
+  let kept = false;
+  const onCaller = () => controller.abort(caller?.reason);
+  const onTakeOut = () => controller.abort(takeOut.reason);
+  if (caller?.aborted) onCaller();
+  caller?.addEventListener("abort", onCaller, { once: true });
+  takeOut.addEventListener("abort", onTakeOut, { once: true });
+  return {
+    signal: controller.signal,
+    takenOut: () => !kept && takeOut.aborted && caller?.aborted !== true,
+    keep() {
+      kept = true;
+      takeOut.removeEventListener("abort", onTakeOut);
+    },
+    release() {
+      caller?.removeEventListener("abort", onCaller);
+      takeOut.removeEventListener("abort", onTakeOut);
+    },
+  };
+}
+
+const zeroErrors = (): Record<ReplicaErrorKind, number> => ({
+  unreachable: 0,
+  broken: 0,
+  unavailable: 0,
+  rejected: 0,
+  server_error: 0,
+  health: 0,
+});
+
+/** Faults after which a request without output may go to another replica. */
+const retryableFaults: ReadonlySet<UpstreamFault> = new Set([
+  "unreachable",
+  "broken",
+  "unavailable",
+  "rejected",
+]);
+
+/**
+ * A pool over the replicas of one model.
+ *
+ * - Choice: the up replica with the fewest outstanding requests per unit of weight
+ *   ({@link chooseReplica}).
+ * - Health, active: each replica's `GET /health` every `healthIntervalMs` while up; a replica that
+ *   is starting or down must also pass `admit` (e.g. serve the right model) to be put in.
+ * - Health, passive: a replica that refuses connections, or refuses the gateway (401/403, unknown
+ *   model), is taken out at once; a broken connection, a 503 or a stream cut short trigger a check
+ *   at once (taken out if it fails); `failureThreshold` failures in a row of any kind (5xx
+ *   included) take it out. A taken-out replica is checked again after a backoff (doubling from
+ *   `backoff.initialMs` to `backoff.maxMs`) and put back when it answers; requests on it that had
+ *   no output yet are aborted and go to another replica.
+ * - Failover: a request whose call failed before any output (refused, reset, 503, a replica that
+ *   died or was taken out) goes once to another up replica, with a new upstream request id (an id
+ *   is never sent twice to a replica). For `stream` "before any output" means before its first
+ *   chunk is yielded; for `complete`, before Inference's response started. Never after.
+ * - Every replica down: `upstream_unavailable` (503) at once.
+ */
+export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
+  const { model, logger } = options;
+  const healthIntervalMs = options.healthIntervalMs ?? 5000;
+  const checkTimeoutMs = options.checkTimeoutMs ?? 5000;
+  const backoffInitialMs = options.backoff?.initialMs ?? 1000;
+  const backoffMaxMs = options.backoff?.maxMs ?? 30_000;
+  const failureThreshold = options.failureThreshold ?? 3;
+  if (options.replicas.length === 0) throw new RangeError(`model ${model}: a pool needs a replica`);
+  const closing = new AbortController();
+  let failoverCount = 0;
+
+  const replicas: Replica[] = options.replicas.map((r) => ({
+    url: r.url,
+    weight: r.weight ?? 1,
+    client: r.client,
+    state: "starting",
+    reason: undefined,
+    outstanding: 0,
+    requests: 0,
+    sent: 0,
+    errors: zeroErrors(),
+    failuresInARow: 0,
+    backoffLevel: 0,
+    timer: undefined,
+    checking: undefined,
+    takeOut: new AbortController(),
+  }));
+
+  const backoffMs = (level: number) => Math.min(backoffMaxMs, backoffInitialMs * 2 ** Math.min(level, 30));
+
+  function schedule(r: Replica): void {
+    if (r.timer !== undefined) clearTimeout(r.timer);
+    r.timer = undefined;
+    if (closing.signal.aborted) return;
+    const delay = r.state === "up" ? healthIntervalMs : backoffMs(Math.max(0, r.backoffLevel - 1));
+    if (delay <= 0) return;
+    r.timer = setTimeout(() => {
+      r.timer = undefined;
+      void check(r);
+    }, delay);
+    r.timer.unref();
+  }
+
+  function putIn(r: Replica): void {
+    if (r.state === "up") return;
+    const was = r.state;
+    // Level with the replicas already up: a returning replica does not take every request.
+    const up = replicas.filter((o) => o !== r && o.state === "up");
+    if (up.length > 0) r.sent = r.weight * Math.min(...up.map((o) => o.sent / o.weight));
+    r.state = "up";
+    r.reason = undefined;
+    r.failuresInARow = 0;
+    logger?.info({ model, replica: r.url, was }, `replica of ${model} at ${r.url} is up`);
+  }
+
+  function takeOut(r: Replica, reason: string): void {
+    if (r.state === "down") {
+      if (reason !== r.reason) {
+        r.reason = reason;
+        logger?.warn(
+          { model, replica: r.url, reason },
+          `replica of ${model} at ${r.url} is still down: ${reason}`,
+        );
+      }
+      return;
+    }
+    const was = r.state;
+    r.state = "down";
+    r.reason = reason;
+    r.backoffLevel++;
+    const controller = r.takeOut;
+    r.takeOut = new AbortController();
+    controller.abort(new ApiError("upstream_unavailable", `The replica was taken out: ${reason}`));
+    const retryInMs = backoffMs(r.backoffLevel - 1);
+    logger?.warn(
+      { model, replica: r.url, reason, retryInMs, was },
+      `replica of ${model} at ${r.url} is down: ${reason}`,
+    );
+    schedule(r);
+  }
+
+  /** The active check: `/health`, then `admit` unless the replica is up. One at a time. */
+  function check(r: Replica): Promise<void> {
+    if (r.checking !== undefined) return r.checking;
+    r.checking = (async () => {
+      // Per check, not AbortSignal.any over the pool's long-lived signal (which would keep every
+      // check's signal alive until the pool closes).
+      const controller = new AbortController();
+      const onClose = () => controller.abort();
+      closing.signal.addEventListener("abort", onClose, { once: true });
+      const timer = setTimeout(() => controller.abort(), checkTimeoutMs);
+      const signal = controller.signal;
+      try {
+        await runCheck(r, signal);
+      } finally {
+        clearTimeout(timer);
+        closing.signal.removeEventListener("abort", onClose);
+      }
+    })().finally(() => {
+      r.checking = undefined;
+    });
+    return r.checking;
+  }
+
+  /** One check of `r` (see {@link check}), then its next one scheduled. */
+  async function runCheck(r: Replica, signal: AbortSignal): Promise<void> {
+    let refusal: string | undefined;
+    if (!(await r.client.health(signal))) {
+      refusal = `GET /health failed (no 200 within ${checkTimeoutMs} ms)`;
+      r.errors.health++;
+    } else if (r.state !== "up" && options.admit !== undefined) {
+      try {
+        await options.admit(r.client, signal);
+      } catch (err) {
+        refusal = err instanceof Error ? err.message : String(err);
+        r.errors.health++;
+      }
+    }
+    if (closing.signal.aborted) return;
+    if (refusal === undefined) {
+      putIn(r);
+      schedule(r);
+    } else if (r.state === "down") {
+      // Still down: the reason may have changed; the next check waits longer.
+      takeOut(r, refusal);
+      r.backoffLevel++;
+      schedule(r);
+    } else {
+      takeOut(r, refusal);
+    }
+  }
+
+  /** The replica answered (whatever it answered): its failures in a row end. */
+  function answered(r: Replica): void {
+    r.failuresInARow = 0;
+    r.backoffLevel = 0;
+  }
+
+  /** Passive health: what a failed call says about its replica. */
+  function failed(r: Replica, fault: UpstreamFault, err: unknown): void {
+    if (fault === "none") {
+      answered(r);
+      return;
+    }
+    r.errors[fault]++;
+    r.failuresInARow++;
+    const reason = `${fault.replace("_", " ")}: ${err instanceof Error ? err.message : String(err)}`;
+    if (r.state !== "up") return;
+    if (fault === "unreachable" || fault === "rejected" || r.failuresInARow >= failureThreshold) {
+      takeOut(r, reason);
+    } else if (fault !== "server_error") {
+      void check(r);
+    }
+  }
+
+  /** The up replica for the next request, not one of `tried`; undefined when there is none. */
+  function pick(tried: ReadonlySet<Replica>): Replica | undefined {
+    const candidates = replicas.filter((r) => r.state === "up" && !tried.has(r));
+    const chosen = candidates[chooseReplica(candidates)];
+    if (chosen === undefined) return undefined;
+    chosen.outstanding++;
+    chosen.requests++;
+    chosen.sent++;
+    return chosen;
+  }
+
+  const noneUp = (cause?: unknown): ApiError =>
+    new ApiError("upstream_unavailable", `Inference is unavailable: no replica of ${model} is up.`, {
+      ...(cause === undefined ? {} : { cause }),
+    });
+
+  /**
+   * One call with failover: `call` runs on a chosen replica; when it fails before output with a
+   * fault that `mayRetry` allows, it runs once more on another replica (attempt 1).
+   */
+  async function withFailover<T>(
+    caller: AbortSignal | undefined,
+    mayRetry: (fault: UpstreamFault, err: unknown) => boolean,
+    call: (client: VllmClient, signal: AbortSignal, attempt: number) => Promise<T>,
+  ): Promise<T> {
+    const tried = new Set<Replica>();
+    for (let attempt = 0; ; attempt++) {
+      const r = pick(tried);
+      if (r === undefined) throw noneUp();
+      tried.add(r);
+      const link = attemptSignal(r, caller);
+      try {
+        const result = await call(r.client, link.signal, attempt);
+        answered(r);
+        return result;
+      } catch (err) {
+        if (caller?.aborted) throw err;
+        const takenOut = link.takenOut();
+        const fault = takenOut ? "broken" : upstreamFaultOf(err);
+        if (!takenOut) failed(r, fault, err);
+        if (attempt > 0 || !(takenOut || mayRetry(fault, err))) throw takenOut ? noneUp(err) : err;
+        if (!replicas.some((o) => o.state === "up" && !tried.has(o))) throw takenOut ? noneUp(err) : err;
+        failoverCount++;
+      } finally {
+        r.outstanding--;
+        link.release();
+      }
+    }
+  }
+
+  const idempotentRetry = (fault: UpstreamFault) => retryableFaults.has(fault);
+
+  async function* stream(body: VllmCompletionRequest, o: StreamOptions): AsyncGenerator<VllmCompletionChunk> {
+    const tried = new Set<Replica>();
+    for (let attempt = 0; ; attempt++) {
+      const r = pick(tried);
+      if (r === undefined) throw noneUp();
+      tried.add(r);
+      const link = attemptSignal(r, o.signal);
+      let yielded = false;
+      try {
+        const upstreamRequestId = attempt === 0 ? o.upstreamRequestId : newUpstreamRequestId();
+        for await (const chunk of r.client.stream(body, { signal: link.signal, upstreamRequestId })) {
+          if (!yielded) {
+            yielded = true;
+            link.keep();
+          }
+          yield chunk;
+        }
+        answered(r);
+        return;
+      } catch (err) {
+        if (o.signal.aborted) throw err;
+        const takenOut = link.takenOut();
+        const fault = takenOut ? "broken" : upstreamFaultOf(err);
+        if (!takenOut) failed(r, fault, err);
+        if (yielded || attempt > 0 || !(takenOut || retryableFaults.has(fault))) {
+          throw takenOut ? noneUp(err) : err;
+        }
+        if (!replicas.some((x) => x.state === "up" && !tried.has(x))) throw takenOut ? noneUp(err) : err;
+        failoverCount++;
+      } finally {
+        r.outstanding--;
+        link.release();
+      }
+    }
+  }
+
+  const firstChecks = Promise.all(replicas.map((r) => check(r))).then(() => undefined);
+
+  return {
+    complete(body: VllmCompletionRequest, o: CompleteOptions): Promise<VllmCompletion> {
+      const start = Date.now();
+      return withFailover(
+        o.signal,
+        // Before Inference's response started: a 503, a refusal, a connection that broke first.
+        (fault, err) =>
+          fault === "unreachable" ||
+          fault === "unavailable" ||
+          fault === "rejected" ||
+          (fault === "broken" && err instanceof ApiError && err.code === "upstream_unavailable"),
+        (client, signal, attempt) =>
+          client.complete(body, {
+            signal,
+            deadlineMs: Math.max(1, o.deadlineMs - (Date.now() - start)),
+            upstreamRequestId: attempt === 0 ? o.upstreamRequestId : newUpstreamRequestId(),
+          }),
+      );
+    },
+
+    stream,
+
+    tokenize(servedModel: string, prompt: string, addSpecialTokens: boolean, signal?: AbortSignal) {
+      return withFailover<TokenizeResult>(signal, idempotentRetry, (client, s) =>
+        client.tokenize(servedModel, prompt, addSpecialTokens, s),
+      );
+    },
+
+    listModels(signal?: AbortSignal): Promise<VllmModelList> {
+      return withFailover(signal, idempotentRetry, (client, s) => client.listModels(s));
+    },
+
+    async health() {
+      return replicas.some((r) => r.state === "up");
+    },
+
+    serving: () => replicas.some((r) => r.state === "up"),
+
+    replicas: () =>
+      replicas.map((r) => ({
+        url: r.url,
+        weight: r.weight,
+        state: r.state,
+        reason: r.reason,
+        outstanding: r.outstanding,
+        requests: r.requests,
+        errors: { ...r.errors },
+      })),
+
+    failovers: () => failoverCount,
+
+    ready: () => firstChecks,
+
+    async close() {
+      closing.abort();
+      for (const r of replicas) {
+        if (r.timer !== undefined) clearTimeout(r.timer);
+        r.timer = undefined;
+      }
+      await Promise.all(replicas.map((r) => r.client.close()));
+    },
+  };
+}
