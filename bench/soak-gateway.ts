@@ -98,6 +98,8 @@ export async function startGatewayChild(upstreamUrl: string, env: Record<string,
 export interface CompletionScript {
   /** Milliseconds to leave the request body unread before reading it. @default 0 */
   holdBodyMs?: number;
+  /** Which bodies to hold, by their Content-Length (undefined: chunked). @default every body */
+  holdWhen?: (contentLength: number | undefined) => boolean;
   /** Bytes per second to read the body at, after the hold (undefined = as fast as it comes). */
   readBytesPerSecond?: number;
   /** Told of each completion body once read: its byte length and text (kept only when asked). */
@@ -127,7 +129,9 @@ async function readBody(
   req: IncomingMessage,
   script: CompletionScript,
 ): Promise<{ bytes: number; text?: string }> {
-  if (script.holdBodyMs) {
+  const length = req.headers["content-length"];
+  const held = script.holdWhen?.(length === undefined ? undefined : Number(length)) ?? true;
+  if (script.holdBodyMs && held) {
     req.pause();
     await new Promise((r) => setTimeout(r, script.holdBodyMs));
   }

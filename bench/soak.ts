@@ -4,9 +4,11 @@
  * `npm run soak -- heap` runs only the named sections.
  */
 import { type SoakResult, soakHeap } from "./soak-heap.js";
+import { soakSteering } from "./soak-steering.js";
 
 const sections: Record<string, () => Promise<SoakResult>> = {
   heap: soakHeap,
+  steering: soakSteering,
 };
 
 const args = process.argv.slice(2);

@@ -48,6 +48,17 @@ export interface Config {
   readonly nonStreamDeadlineMs: number;
   /** pino level. @default "info" (env ACS_LOG_LEVEL) */
   readonly logLevel: string;
+  /**
+   * Most bytes of decoded steering tensors one request may hold (elements × 2 or 4 bytes, whatever
+   * the compression); more → 413 `request_too_large`. @default 33554432 (32 MiB: 2^23 float32)
+   * (env ACS_STEERING_REQUEST_BYTES)
+   */
+  readonly steeringRequestBytes: number;
+  /**
+   * Most bytes of decoded steering tensors all requests in flight may hold together; past it →
+   * 429 `rate_limited` with `Retry-After: 1`. @default 268435456 (256 MiB) (env ACS_STEERING_PROCESS_BYTES)
+   */
+  readonly steeringProcessBytes: number;
 }
 
 /** The limits and defaults of the API's contract (docs/API.md §3–§5): their one home. */
@@ -62,6 +73,13 @@ export const limits = {
   nonStreamDeadlineMs: 14 * 60 * 1000,
   /** Interval of a stream's `: keepalive` comments, ms (§5). */
   keepaliveIntervalMs: 5000,
+  /**
+   * Default bytes of decoded steering tensors one request may hold: 32 MiB, what the most numbers
+   * a request may send (2^23, MAX_STEERING_NUMBERS in src/lens) take as float32 (§6).
+   */
+  steeringRequestBytes: 2 ** 23 * 4,
+  /** Default bytes of decoded steering tensors all requests may hold at once: 256 MiB (§6). */
+  steeringProcessBytes: 256 * 2 ** 20,
 } as const;
 
 class ConfigError extends Error {
@@ -181,6 +199,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     keepaliveIntervalMs: int(env, "ACS_KEEPALIVE_MS", limits.keepaliveIntervalMs, 10, 3_600_000),
     nonStreamDeadlineMs: int(env, "ACS_DEADLINE_MS", limits.nonStreamDeadlineMs, 10, 24 * 3_600_000),
     logLevel: env.ACS_LOG_LEVEL ?? "info",
+    steeringRequestBytes: int(env, "ACS_STEERING_REQUEST_BYTES", limits.steeringRequestBytes, 1, 2 ** 40),
+    steeringProcessBytes: int(env, "ACS_STEERING_PROCESS_BYTES", limits.steeringProcessBytes, 1, 2 ** 40),
   };
   return Object.freeze(config);
 }

@@ -2,14 +2,19 @@ import type { FastifyInstance } from "fastify";
 import type { Logger } from "pino";
 import { type BudgetLedger, createBudgetLedger, DEFAULT_HOLD_TTL_MS } from "../budget/index.js";
 import type { Config } from "../config/index.js";
+import { createSteeringBudget } from "../lens/index.js";
 import { createCompletionsService, createModelRegistry, type ModelRegistry } from "../service/index.js";
 import { createVllmClient, type VllmClient } from "../upstream/index.js";
 import { buildServer } from "./build-server.js";
 import type { GatewayMetrics } from "./metrics.js";
 import type { OnePortTimeouts } from "./one-port-server.js";
 
-/** What {@link buildApp} reads of the configuration (src/config), models included. */
-export type AppConfig = Pick<Config, "models" | "dbPath" | "keepaliveIntervalMs" | "nonStreamDeadlineMs">;
+/**
+ * What {@link buildApp} reads of the configuration (src/config), models included; the steering
+ * budget's bounds default to the lens defaults (32 MiB per request, 256 MiB in all).
+ */
+export type AppConfig = Pick<Config, "models" | "dbPath" | "keepaliveIntervalMs" | "nonStreamDeadlineMs"> &
+  Partial<Pick<Config, "steeringRequestBytes" | "steeringProcessBytes">>;
 
 /** Options of {@link buildApp} beyond the configuration. */
 export interface AppOptions {
@@ -44,7 +49,8 @@ export interface App {
  * The one wiring of the gateway, used by src/main.ts and by the tests alike: an Inference client
  * per model, the model registry (max_model_len read from Inference where the models file leaves it
  * out), the Budget ledger when `dbPath` is set (its Holds outlive the longest non-streamed wait;
- * Holds left by an earlier run are released), the completions service, and the server with its
+ * Holds left by an earlier run are released), the steering budget (its gauges on /metrics), the
+ * completions service, and the server with its
  * REST, Connect, gRPC-Web, gRPC and ops routes. `app.close()` closes the clients and the ledger.
  * Readiness (`/readyz`, gRPC health) follows Inference's `/health` and `options.isReady`.
  *
@@ -112,11 +118,16 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
       : undefined;
   healthTimer?.unref();
 
+  const steeringBudget = createSteeringBudget({
+    ...(config.steeringRequestBytes === undefined ? {} : { requestBytes: config.steeringRequestBytes }),
+    ...(config.steeringProcessBytes === undefined ? {} : { processBytes: config.steeringProcessBytes }),
+  });
   const api = createCompletionsService({
     models: registry,
     ledger,
     nonStreamDeadlineMs: config.nonStreamDeadlineMs,
     onLedgerError: (err) => logger.error({ err }, "Budget ledger call failed"),
+    steeringBudget,
   });
   const isReady = options.isReady ?? (() => true);
   const { app, metrics } = await buildServer({
@@ -124,6 +135,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     api,
     logger,
     isReady: () => inferenceHealthy && isReady(),
+    steeringBudget,
     ...(options.timeouts ? { timeouts: options.timeouts } : {}),
     onClose: async () => {
       if (healthTimer) clearInterval(healthTimer);
