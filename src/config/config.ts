@@ -2,7 +2,10 @@ import { readFileSync } from "node:fs";
 import { checkDbPath } from "./check-db-path.js";
 import { ConfigError } from "./config-error.js";
 import { type LogLevel, parseEnv } from "./env-schema.js";
+import { limits } from "./limits.js";
 import { parseModelsFile } from "./models-file.js";
+
+export { limits };
 
 /** One replica of a model: an Inference server (vLLM's OpenAI-compatible server) that runs it. */
 export interface UpstreamConfig {
@@ -62,21 +65,18 @@ export interface Config {
   readonly nonStreamDeadlineMs: number;
   /** pino level. @default "info" (env ACS_LOG_LEVEL) */
   readonly logLevel: LogLevel;
+  /**
+   * Most bytes of decoded steering tensors one request may hold (elements × 2 or 4 bytes, whatever
+   * the compression); more → 413 `request_too_large`. @default 33554432 (32 MiB: 2^23 float32)
+   * (env ACS_STEERING_REQUEST_BYTES)
+   */
+  readonly steeringRequestBytes: number;
+  /**
+   * Most bytes of decoded steering tensors all requests in flight may hold together; past it →
+   * 429 `rate_limited` with `Retry-After: 1`. @default 268435456 (256 MiB) (env ACS_STEERING_PROCESS_BYTES)
+   */
+  readonly steeringProcessBytes: number;
 }
-
-/** The limits and defaults of the API's contract (docs/API.md §3–§5): their one home. */
-export const limits = {
-  /** prompts × n × max_tokens ≤ this, tokens (§3). */
-  maxGeneratedTokens: 32_000,
-  /** max_tokens above this needs `stream` (the 14-minute wait), tokens (§3). */
-  maxNonStreamTokens: 15_600,
-  /** Largest request body on every route, bytes: 8 MiB; larger → 413 (§4). */
-  bodyLimitBytes: 8 * 1024 * 1024,
-  /** Longest wait for a non-streamed answer, ms: 14 minutes, then 504 (§5). */
-  nonStreamDeadlineMs: 14 * 60 * 1000,
-  /** Interval of a stream's `: keepalive` comments, ms (§5). */
-  keepaliveIntervalMs: 5000,
-} as const;
 
 /** Why a file could not be read, in words (Node's errno codes). */
 function readError(err: unknown): string {
@@ -130,6 +130,8 @@ export function loadConfig(rawEnv: Record<string, string | undefined> = process.
     keepaliveIntervalMs: env.ACS_KEEPALIVE_MS,
     nonStreamDeadlineMs: env.ACS_DEADLINE_MS,
     logLevel: env.ACS_LOG_LEVEL,
+    steeringRequestBytes: env.ACS_STEERING_REQUEST_BYTES,
+    steeringProcessBytes: env.ACS_STEERING_PROCESS_BYTES,
   };
   return Object.freeze(config);
 }

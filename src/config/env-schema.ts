@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { ConfigError } from "./config-error.js";
 import { formatIssues } from "./format-issues.js";
+import { limits } from "./limits.js";
 
 /** pino's levels: the values ACS_LOG_LEVEL takes. */
 export const logLevels = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
@@ -31,13 +32,15 @@ const envSchema = z.object({
     })
     .default("llama-8b"),
   ACS_DB: z.string().optional(),
-  ACS_KEEPALIVE_MS: intText(10, 3_600_000, 5000),
-  ACS_DEADLINE_MS: intText(10, 24 * 3_600_000, 14 * 60 * 1000),
+  ACS_KEEPALIVE_MS: intText(10, 3_600_000, limits.keepaliveIntervalMs),
+  ACS_DEADLINE_MS: intText(10, 24 * 3_600_000, limits.nonStreamDeadlineMs),
   ACS_LOG_LEVEL: z
     .enum(logLevels, {
       error: (iss) => `must be one of ${logLevels.join(", ")}, got ${JSON.stringify(iss.input)}`,
     })
     .default("info"),
+  ACS_STEERING_REQUEST_BYTES: intText(1, 2 ** 40, limits.steeringRequestBytes),
+  ACS_STEERING_PROCESS_BYTES: intText(1, 2 ** 40, limits.steeringProcessBytes),
 });
 
 /** The checked environment. */

@@ -5,7 +5,8 @@ import { errorCatalogue, toApiError } from "../errors/index.js";
 
 /**
  * Any error as a ConnectError carrying the acs.v1.ErrorEnvelope detail (same message, type, code,
- * param and request id as the REST envelope), with the Connect code of the catalogue.
+ * param and request id as the REST envelope), with the Connect code of the catalogue, and a
+ * `retry-after` metadata entry (seconds) when the error has one (429 `rate_limited`).
  */
 export function toConnectError(err: unknown, requestId: string): ConnectError {
   const api = toApiError(err);
@@ -21,7 +22,8 @@ export function toConnectError(err: unknown, requestId: string): ConnectError {
   return new ConnectError(
     api.message,
     errorCatalogue[api.code].connectCode,
-    undefined, // X-Request-Id is already a response header (set before the handler runs)
+    // X-Request-Id is already a response header (set before the handler runs).
+    api.retryAfterSeconds === undefined ? undefined : { "retry-after": String(api.retryAfterSeconds) },
     [{ desc: ErrorEnvelopeSchema, value: envelope }],
     api,
   );

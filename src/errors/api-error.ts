@@ -16,11 +16,22 @@ export class ApiError extends Error {
   readonly code: ErrorCode;
   /** The request field at fault (`max_tokens`, `apply_steering_vectors[0].scale`), or null. */
   readonly param: string | null;
+  /**
+   * Seconds after which a retry may succeed, for a refusal that is about the moment, not the
+   * request (429 `rate_limited`): sent as `Retry-After` (REST) and `retry-after` metadata
+   * (Connect/gRPC). Undefined for every other error.
+   */
+  readonly retryAfterSeconds: number | undefined;
 
-  constructor(code: ErrorCode, message: string, options: { param?: string | null; cause?: unknown } = {}) {
+  constructor(
+    code: ErrorCode,
+    message: string,
+    options: { param?: string | null; cause?: unknown; retryAfterSeconds?: number } = {},
+  ) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
     this.param = options.param ?? null;
+    this.retryAfterSeconds = options.retryAfterSeconds;
   }
 
   /** HTTP status of the REST response. */

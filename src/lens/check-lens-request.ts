@@ -16,6 +16,7 @@
 import type { CreateCompletionRequest } from "../../gen/acs/v1/completions_pb.js";
 import { Compression, type SteeringVector, type Tensor } from "../../gen/acs/v1/lens_pb.js";
 import { type ApiError, invalidRequest } from "../errors/index.js";
+import type { SteeringBudget, SteeringLease } from "./steering-budget.js";
 import {
   dtypeWidth,
   firstNonFinite,
@@ -23,6 +24,7 @@ import {
   isTensorDtype,
   MAX_TENSOR_ELEMENTS,
   rawBytesToFloat32,
+  type TensorDtype,
   tensorElementCount,
   tensorRawBytes,
   unflattenIndex,
@@ -248,12 +250,19 @@ function checkVectorValues(param: string, tensor: Tensor): Uint8Array {
   return raw;
 }
 
-function checkSteering(request: CreateCompletionRequest, model: LensModelFacts): Uint8Array[] {
+function checkSteering(
+  request: CreateCompletionRequest,
+  model: LensModelFacts,
+  lease: Pick<SteeringLease, "reserve"> | undefined,
+): Uint8Array[] {
   const vectors = request.applySteeringVectors;
   if (vectors.length === 0) return [];
   let total = 0;
+  let bytes = 0;
   vectors.forEach((vector, i) => {
-    total += checkVectorShape(`apply_steering_vectors[${i}]`, vector, model);
+    const elements = checkVectorShape(`apply_steering_vectors[${i}]`, vector, model);
+    total += elements;
+    bytes += elements * dtypeWidth(vector.activations!.dtype as TensorDtype); // dtype checked
   });
   if (total > MAX_STEERING_NUMBERS) {
     throw invalid(
@@ -261,6 +270,7 @@ function checkSteering(request: CreateCompletionRequest, model: LensModelFacts):
       `the steering vectors hold ${total} numbers in all, more than the ${MAX_STEERING_NUMBERS} (2^23) one request may send.`,
     );
   }
+  lease?.reserve(bytes); // before a single byte is inflated
   return vectors.map((vector, i) =>
     checkVectorValues(`apply_steering_vectors[${i}].activations`, vector.activations!),
   );
@@ -272,8 +282,17 @@ function checkSteering(request: CreateCompletionRequest, model: LensModelFacts):
  * total of steering numbers. Throws ApiError 400 `invalid_request` naming the param path.
  * Returns each steering vector's raw bytes (inflated, in its dtype), for {@link lensVllmXargs}, so
  * that a tensor is decoded once per request.
+ *
+ * With a `lease` (of a {@link SteeringBudget}), the decoded size of all vectors (elements × the
+ * dtype's width) is reserved on it after the shape checks and before any tensor is decoded, so its
+ * 413 `request_too_large` / 429 `rate_limited` comes before the memory is taken. The caller
+ * releases the lease when the request is done.
  */
-export function checkLensShapes(request: CreateCompletionRequest, model: LensModelFacts): Uint8Array[] {
+export function checkLensShapes(
+  request: CreateCompletionRequest,
+  model: LensModelFacts,
+  lease?: Pick<SteeringLease, "reserve">,
+): Uint8Array[] {
   checkCaptureLayers(request, model);
-  return checkSteering(request, model);
+  return checkSteering(request, model, lease);
 }

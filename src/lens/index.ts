@@ -1,5 +1,6 @@
 // The lens module: acs.v1.Tensor codec (base64, zstd, bf16/f16/f32), the REST tensor forms of
-// API.md §6, the capture and steering checks, and the vllm_xargs of the lens fields.
+// API.md §6, the capture and steering checks, the budget of decoded steering bytes, and the
+// vllm_xargs of the lens fields.
 // Signatures agreed between its users (REST decoder, service, upstream).
 export { zstdCompress, zstdDecompressExact } from "./bounded-zstd.js";
 export {
@@ -20,6 +21,13 @@ export {
   numberFromF16,
 } from "./float-bits.js";
 export { lensVllmXargs } from "./lens-vllm-xargs.js";
+export {
+  createSteeringBudget,
+  STEERING_RETRY_AFTER_SECONDS,
+  type SteeringBudget,
+  type SteeringBudgetOptions,
+  type SteeringLease,
+} from "./steering-budget.js";
 export {
   decodeTensor,
   dtypeName,

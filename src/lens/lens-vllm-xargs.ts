@@ -2,38 +2,24 @@
 import type { CreateCompletionRequest } from "../../gen/acs/v1/completions_pb.js";
 import { Dtype, type Tensor } from "../../gen/acs/v1/lens_pb.js";
 import { invalidRequest } from "../errors/index.js";
+import { type Base64Source, type JsonText, type JsonTextPart, jsonText } from "../json-text/index.js";
 import type { LensModelFacts } from "./check-lens-request.js";
-import { encodeBase64 } from "./strict-base64.js";
-import { isTensorDtype, rawBytesToFloat32, tensorRawBytes } from "./tensor-codec.js";
+import { dtypeWidth, isTensorDtype, rawBytesToFloat32, tensorRawBytes } from "./tensor-codec.js";
 import { TensorRefusal } from "./tensor-refusal.js";
 
-/** The tensor dict sent to vllm-lens for steering: raw float32, the form every version decodes. */
-interface SteeringTensorWire {
-  data: string;
-  dtype: "float32";
-  shape: number[];
-}
-
-/** One entry of vllm-lens's `apply_steering_vectors` list, every default explicit. */
-interface SteeringVectorWire {
-  activations: SteeringTensorWire;
-  layer_indices: number[];
-  scale: number;
-  norm_match: boolean;
-  position_indices: number[] | null;
-}
+/** Elements widened to float32 per piece of a bf16/f16 tensor's base64 (48 KiB of float32). */
+const WIDEN_ELEMENTS = 12 * 1024;
 
 /**
- * Activations as vllm-lens's oldest decoder reads them: `{data, dtype: "float32", shape}`, raw
- * little-endian bytes, no `compression` and no `original_dtype` (the legacy form that newer
+ * Activations as vllm-lens's oldest decoder reads them: `{"data", "dtype": "float32", "shape"}`,
+ * raw little-endian bytes, no `compression` and no `original_dtype` (the legacy form that newer
  * decoders still accept; a bf16 dict would be read as plain int16 by versions without
  * original_dtype, and zstd by versions without compression). bf16/f16 widen exactly to float32.
+ * The JSON text holds the data as a {@link Base64Source} over the raw bytes: neither the float32
+ * copy of a bf16/f16 tensor nor the base64 text is ever made whole (both are written in pieces
+ * when the request body is sent).
  */
-function steeringTensorWire(
-  tensor: Tensor,
-  param: string,
-  decoded: Uint8Array | undefined,
-): SteeringTensorWire {
+function steeringTensorWire(tensor: Tensor, param: string, decoded: Uint8Array | undefined): JsonTextPart[] {
   let raw: Uint8Array;
   try {
     raw = decoded ?? tensorRawBytes(tensor);
@@ -44,17 +30,34 @@ function steeringTensorWire(
   }
   const dtype = tensor.dtype;
   if (!isTensorDtype(dtype)) throw invalidRequest(param, `Invalid value for '${param}': unknown dtype.`);
-  let bytes = raw;
-  if (dtype !== Dtype.FLOAT32) {
-    const values = rawBytesToFloat32(raw, dtype);
-    bytes = new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
-  }
-  return { data: encodeBase64(bytes), dtype: "float32", shape: [...tensor.shape] };
+  return [
+    '{"data":"',
+    float32Source(raw, dtype),
+    `","dtype":"float32","shape":${JSON.stringify([...tensor.shape])}}`,
+  ];
+}
+
+/** The float32 bytes of raw element bytes of `dtype`, widened piece by piece when not float32. */
+function float32Source(raw: Uint8Array, dtype: Dtype.BFLOAT16 | Dtype.FLOAT16 | Dtype.FLOAT32): Base64Source {
+  if (dtype === Dtype.FLOAT32) return { byteLength: raw.byteLength, chunks: () => [raw] };
+  const width = dtypeWidth(dtype);
+  const elements = raw.byteLength / width;
+  return {
+    byteLength: elements * 4,
+    *chunks() {
+      for (let at = 0; at < elements; at += WIDEN_ELEMENTS) {
+        const end = Math.min(at + WIDEN_ELEMENTS, elements);
+        const values = rawBytesToFloat32(raw.subarray(at * width, end * width), dtype);
+        yield new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
+      }
+    },
+  };
 }
 
 /**
- * The vllm_xargs entries for the lens fields of `request` (run checkLensShapes first),
- * each a JSON string, or an empty object when the request has none:
+ * The vllm_xargs entries for the lens fields of `request` (run checkLensShapes first), each a
+ * JSON text that is sent as a JSON string (vLLM parses it), or an empty object when the request
+ * has none:
  *
  * - `output_residual_stream`: the sorted layer list, e.g. `"[0, 5]"`; all layers are sent as the
  *   explicit list 0 … numLayers − 1 (vllm-lens reads any non-list as "all layers", even `false`).
@@ -62,16 +65,21 @@ function steeringTensorWire(
  *   "layer_indices", "scale" (default 1), "norm_match" (default false), "position_indices"
  *   (null when absent)}, …]`, activations as raw float32 (see above).
  *
+ * `output_residual_stream` is a plain string; `apply_steering_vectors` is a {@link JsonText}
+ * whose tensor data stays raw bytes until the body is written (see steeringTensorWire), e.g.
+ * `[{"activations":{"data":"<base64>","dtype":"float32","shape":[2,4]},"layer_indices":[4,1],…}]`.
+ *
  * `decoded` are the vectors' raw bytes as {@link checkLensShapes} returned them (each tensor is
- * then not decoded again); without them each tensor is decoded here. Throws ApiError 400
- * `invalid_request` if a tensor's bytes do not match its shape.
+ * then not decoded again, and the JSON text keeps a reference to them); without them each tensor
+ * is decoded here. Throws ApiError 400 `invalid_request` if a tensor's bytes do not match its
+ * shape.
  */
 export function lensVllmXargs(
   request: CreateCompletionRequest,
   model: LensModelFacts,
   decoded: readonly Uint8Array[] = [],
-): Record<string, string> {
-  const xargs: Record<string, string> = {};
+): Record<string, string | JsonText> {
+  const xargs: Record<string, string | JsonText> = {};
   const capture = request.outputResidualStream;
   if (capture !== undefined) {
     const layers = capture.allLayers
@@ -81,19 +89,27 @@ export function lensVllmXargs(
   }
   const vectors = request.applySteeringVectors;
   if (vectors.length > 0) {
-    const wire: SteeringVectorWire[] = vectors.map((vector, i) => {
+    // One entry per vector, keys in this order, every default explicit:
+    // {"activations", "layer_indices", "scale", "norm_match", "position_indices"}.
+    const parts: JsonTextPart[] = ["["];
+    vectors.forEach((vector, i) => {
       const param = `apply_steering_vectors[${i}].activations`;
       const tensor = vector.activations;
       if (tensor === undefined) throw invalidRequest(param, `Missing required parameter: '${param}'.`);
-      return {
-        activations: steeringTensorWire(tensor, param, decoded[i]),
+      const rest = {
         layer_indices: [...vector.layerIndices],
         scale: vector.scale ?? 1,
         norm_match: vector.normMatch ?? false,
         position_indices: vector.positionIndices.length > 0 ? [...vector.positionIndices] : null,
       };
+      parts.push(
+        i === 0 ? '{"activations":' : ',{"activations":',
+        ...steeringTensorWire(tensor, param, decoded[i]),
+        `,${JSON.stringify(rest).slice(1)}`,
+      );
     });
-    xargs.apply_steering_vectors = JSON.stringify(wire);
+    parts.push("]");
+    xargs.apply_steering_vectors = jsonText(parts);
   }
   return xargs;
 }

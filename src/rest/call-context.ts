@@ -4,22 +4,76 @@ import type { CallContext } from "../service/types.js";
 import { requestIdOf } from "./send-error.js";
 
 /**
+ * The calls a process-long shutdown signal cancels, through **one** `abort` listener on it however
+ * many calls are open: each call's AbortController is in a set from the call's start until its
+ * response closes, and nothing of a call stays behind after that.
+ *
+ * Why not per call: `AbortSignal.any([call, shutdown])` keeps ~64 B per call on the long-lived
+ * signal forever on Node 20 (nodejs/node#55351: +19 MB of heap over 300,000 requests); and a
+ * listener per call on one EventTarget costs O(open calls) per `addEventListener` (Node walks its
+ * listener list), which is quadratic under load.
+ */
+export interface ShutdownLink {
+  /** The process-long signal (aborted once, when the server starts closing). */
+  readonly signal: AbortSignal;
+  /** Calls tied to the signal now: those whose response has not closed yet. */
+  readonly openCalls: number;
+  /**
+   * Aborts `controller` with the shutdown signal's reason when it aborts (at once if it already
+   * has); returns the function that unties them (idempotent).
+   */
+  tie(controller: AbortController): () => void;
+}
+
+/** A {@link ShutdownLink} over `shutdown`: adds its one `abort` listener now. */
+export function createShutdownLink(shutdown: AbortSignal): ShutdownLink {
+  const calls = new Set<AbortController>();
+  shutdown.addEventListener(
+    "abort",
+    () => {
+      for (const controller of calls) controller.abort(shutdown.reason);
+      calls.clear();
+    },
+    { once: true },
+  );
+  return {
+    signal: shutdown,
+    get openCalls() {
+      return calls.size;
+    },
+    tie(controller) {
+      if (shutdown.aborted) {
+        controller.abort(shutdown.reason);
+        return () => {};
+      }
+      calls.add(controller);
+      return () => {
+        calls.delete(controller);
+      };
+    },
+  };
+}
+
+/**
  * The service's CallContext for one REST request:
  * - `requestId`: the `X-Request-Id` of the response (see requestIdOf);
  * - `signal`: aborted (reason: ApiError `canceled`) when the connection closes before the
  *   response finished — the response's 'close', not the request's, which fires once the body
- *   has been read;
+ *   has been read — or with the shutdown's reason when `shutdown` aborts first. The call is tied
+ *   to `shutdown` until its response closes, then untied (nothing of it stays on the link);
  * - `authorization`: the raw `Authorization` header;
  * - `setResponseHeader`: a header of this response (ignored once the response has started).
  */
 export function createCallContext(
   request: FastifyRequest,
   reply: FastifyReply,
-  shutdown?: AbortSignal,
+  shutdown?: ShutdownLink,
 ): CallContext {
   const controller = new AbortController();
+  const untie = shutdown?.tie(controller);
   const res = reply.raw;
   const onClose = (): void => {
+    untie?.();
     if (!res.writableEnded) {
       controller.abort(new ApiError("canceled", "The client closed the connection."));
     }
@@ -29,7 +83,7 @@ export function createCallContext(
   const authorization = request.headers.authorization;
   return {
     requestId: requestIdOf(reply),
-    signal: shutdown === undefined ? controller.signal : AbortSignal.any([controller.signal, shutdown]),
+    signal: controller.signal,
     authorization: typeof authorization === "string" ? authorization : undefined,
     setResponseHeader(name, value) {
       if (!res.headersSent) reply.header(name, value);

@@ -4,9 +4,9 @@ import {
   CreateCompletionRequestSchema,
 } from "../../gen/acs/v1/completions_pb.js";
 import type { SteeringVector, SteeringVectorSchema } from "../../gen/acs/v1/lens_pb.js";
-import { type ApiError, invalidRequest } from "../errors/index.js";
+import { type ApiError, clip, invalidRequest } from "../errors/index.js";
 import { parseTensorJson } from "../lens/index.js";
-import { clip, decodeUtf8Body, isJsonNumber, parseStrictJson, readExactInteger } from "./strict-json.js";
+import { decodeUtf8Body, isJsonNumber, parseStrictJson, readExactInteger } from "./strict-json.js";
 
 /** A REST completion request, decoded: the proto request, and whether `stream: true` was sent. */
 export interface DecodedCompletionRequest {

@@ -1,4 +1,4 @@
-export { createCallContext } from "./call-context.js";
+export { createCallContext, createShutdownLink, type ShutdownLink } from "./call-context.js";
 export {
   completionRequestFieldNames,
   type DecodedCompletionRequest,

@@ -10,7 +10,7 @@ import type { StreamCompletionResponse } from "../../gen/acs/v1/completions_pb.j
 import { limits } from "../config/index.js";
 import { ApiError, invalidRequest } from "../errors/index.js";
 import { type CompletionsApi, modelNotFound } from "../service/index.js";
-import { createCallContext } from "./call-context.js";
+import { createCallContext, createShutdownLink } from "./call-context.js";
 import { decodeCompletionRequest } from "./decode-completion-request.js";
 import { renderChunk, renderCompletion, renderModel, renderModelList } from "./render-completion.js";
 import {
@@ -163,8 +163,10 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
   app.addHook("preClose", async () => {
     closing.abort(new ApiError("upstream_unavailable", "The server is shutting down; retry the request."));
   });
+  // One listener on the process-long signal for all calls (see ShutdownLink).
+  const shutdown = createShutdownLink(closing.signal);
   const contextOf = (request: FastifyRequest, reply: FastifyReply) =>
-    createCallContext(request, reply, closing.signal);
+    createCallContext(request, reply, shutdown);
 
   app.addHook("onRequest", async (_request, reply) => {
     requestIdOf(reply);

@@ -85,7 +85,7 @@ export function apiErrorFrom(err: unknown): ApiError {
 /**
  * Sends `err` as the error envelope of API.md §7 (`{error: {message, type, param, code},
  * request_id}`, all four keys always present) with its catalogue status, the `X-Request-Id`
- * header and `Content-Type: application/json`. Does nothing when the response has already
+ * header, `Content-Type: application/json`, and `Retry-After` when the error has one. Does nothing when the response has already
  * started (the caller then has to end the stream its own way).
  */
 export function sendError(reply: FastifyReply, err: unknown, requestId: string): FastifyReply {
@@ -93,6 +93,8 @@ export function sendError(reply: FastifyReply, err: unknown, requestId: string):
   const apiError = apiErrorFrom(err);
   if (apiError.status >= 500)
     reply.log.error({ err: apiError.cause ?? apiError, requestId }, apiError.message);
+  if (apiError.retryAfterSeconds !== undefined)
+    reply.header("retry-after", String(apiError.retryAfterSeconds));
   return reply
     .code(apiError.status)
     .header(REQUEST_ID_HEADER, requestId)

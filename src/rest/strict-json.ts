@@ -1,5 +1,5 @@
 import { isLosslessNumber, LosslessNumber, parse } from "lossless-json";
-import { invalidRequest } from "../errors/index.js";
+import { clip, invalidRequest } from "../errors/index.js";
 
 /** A JSON number kept as its source text (lossless-json), so int64 values stay exact. */
 export { isLosslessNumber as isJsonNumber, LosslessNumber as JsonNumber };
@@ -45,14 +45,6 @@ export function parseStrictJson(body: string): unknown {
     const detail = err instanceof Error ? err.message : String(err);
     throw invalidRequest(null, `The request body is not valid JSON: ${clip(detail)}.`);
   }
-}
-
-/** Longest piece of caller text echoed in an error message or param. */
-const MAX_ECHO = 200;
-
-/** `text` cut to at most ~200 characters (an ellipsis marks the cut), for echoing caller input. */
-export function clip(text: string): string {
-  return text.length <= MAX_ECHO ? text : `${text.slice(0, MAX_ECHO)}…`;
 }
 
 /** What an exact reading of a JSON number as an integer gives. */

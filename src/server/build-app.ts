@@ -2,6 +2,7 @@ import type { FastifyInstance } from "fastify";
 import type { Logger } from "pino";
 import { type BudgetLedger, createBudgetLedger, DEFAULT_HOLD_TTL_MS } from "../budget/index.js";
 import type { Config } from "../config/index.js";
+import { createSteeringBudget } from "../lens/index.js";
 import { createCompletionsService, createModelRegistry, type ModelRegistry } from "../service/index.js";
 import {
   createTokenizeCache,
@@ -14,8 +15,12 @@ import { buildServer } from "./build-server.js";
 import { type GatewayMetrics, registerUpstreamMetrics } from "./metrics.js";
 import type { OnePortTimeouts } from "./one-port-server.js";
 
-/** What {@link buildApp} reads of the configuration (src/config), models included. */
-export type AppConfig = Pick<Config, "models" | "dbPath" | "keepaliveIntervalMs" | "nonStreamDeadlineMs">;
+/**
+ * What {@link buildApp} reads of the configuration (src/config), models included; the steering
+ * budget's bounds default to the lens defaults (32 MiB per request, 256 MiB in all).
+ */
+export type AppConfig = Pick<Config, "models" | "dbPath" | "keepaliveIntervalMs" | "nonStreamDeadlineMs"> &
+  Partial<Pick<Config, "steeringRequestBytes" | "steeringProcessBytes">>;
 
 /** Options of {@link buildApp} beyond the configuration. */
 export interface AppOptions {
@@ -48,7 +53,8 @@ export interface App {
  * model (src/upstream/pool: one Inference client per replica, sharing one /tokenize cache), the
  * model registry (max_model_len read from Inference where the models file leaves it out), the
  * Budget ledger when `dbPath` is set (its Holds outlive the longest non-streamed wait; Holds left by
- * an earlier run are released), the completions service, and the server with its REST, Connect,
+ * an earlier run are released), the steering budget (its gauges on
+ * /metrics), the completions service, and the server with its REST, Connect,
  * gRPC-Web, gRPC and ops routes. `app.close()` closes the pools and the ledger.
  *
  * Resolves once every replica has had its first check: a model none of whose replicas answers (or
@@ -110,11 +116,16 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     logger.info({ db: config.dbPath, reclaimed }, "keys and Budgets on");
   }
 
+  const steeringBudget = createSteeringBudget({
+    ...(config.steeringRequestBytes === undefined ? {} : { requestBytes: config.steeringRequestBytes }),
+    ...(config.steeringProcessBytes === undefined ? {} : { processBytes: config.steeringProcessBytes }),
+  });
   const api = createCompletionsService({
     models: registry,
     ledger,
     nonStreamDeadlineMs: config.nonStreamDeadlineMs,
     onLedgerError: (err) => logger.error({ err }, "Budget ledger call failed"),
+    steeringBudget,
   });
   const isReady = options.isReady ?? (() => true);
   const { app, metrics } = await buildServer({
@@ -123,6 +134,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     logger,
     isReady: () => isReady() && registry.status().some((m) => m.serving),
     modelStatus: () => registry.status(),
+    steeringBudget,
     ...(options.timeouts ? { timeouts: options.timeouts } : {}),
     onClose: async () => {
       await closePools();

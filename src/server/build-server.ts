@@ -21,6 +21,7 @@ import {
   writeProtocolError,
 } from "../connect/index.js";
 import { ApiError, invalidRequest, newRequestId } from "../errors/index.js";
+import type { SteeringBudget } from "../lens/index.js";
 import {
   handleUnmatchedRoute,
   renderMethodNotAllowed,
@@ -49,6 +50,8 @@ export interface ServerDeps {
   readonly timeouts?: Partial<OnePortTimeouts>;
   /** Runs last in app.close() (e.g. close upstream pools, the ledger, an embedded engine). */
   readonly onClose?: () => Promise<void>;
+  /** The service's steering budget, for its gauges on /metrics. */
+  readonly steeringBudget?: SteeringBudget;
 }
 
 /** Ops routes (GET/HEAD only); REST routes know their own methods (src/rest). */
@@ -110,7 +113,7 @@ function answerClientError(err: Error & { code?: string }, socket: Socket): void
 export async function buildServer(
   deps: ServerDeps,
 ): Promise<{ app: FastifyInstance; metrics: GatewayMetrics }> {
-  const metrics = createMetrics();
+  const metrics = createMetrics(deps.steeringBudget);
   const app = Fastify({
     loggerInstance: deps.logger as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: "requestId" }),

@@ -1,4 +1,5 @@
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
+import type { SteeringBudget } from "../lens/index.js";
 import type { ReplicaStatus, UpstreamPool } from "../upstream/index.js";
 
 /** The gateway's Prometheus metrics (served at GET /metrics). */
@@ -10,10 +11,43 @@ export interface GatewayMetrics {
   readonly duration: Histogram<"surface" | "route">;
 }
 
-/** A fresh registry (one per server, so tests can build several) with Node's default metrics. */
-export function createMetrics(): GatewayMetrics {
+/**
+ * A fresh registry (one per server, so tests can build several) with Node's default metrics, and
+ * gauges read from `steering` when given: `acs_steering_bytes_in_flight` (decoded steering bytes
+ * held now), `acs_steering_bytes_in_flight_peak` (the most held at once since start) and
+ * `acs_steering_bytes_limit` (the process-wide bound).
+ */
+export function createMetrics(
+  steering?: Pick<SteeringBudget, "inFlight" | "peak" | "processBytes">,
+): GatewayMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
+  if (steering !== undefined) {
+    const gauge = (name: string, help: string, read: () => number) =>
+      new Gauge({
+        name,
+        help,
+        registers: [registry],
+        collect() {
+          this.set(read());
+        },
+      });
+    gauge(
+      "acs_steering_bytes_in_flight",
+      "Decoded steering tensor bytes held by requests now.",
+      () => steering.inFlight,
+    );
+    gauge(
+      "acs_steering_bytes_in_flight_peak",
+      "The most decoded steering tensor bytes held at once since start.",
+      () => steering.peak,
+    );
+    gauge(
+      "acs_steering_bytes_limit",
+      "The most decoded steering tensor bytes all requests may hold at once.",
+      () => steering.processBytes,
+    );
+  }
   return {
     registry,
     requests: new Counter({

@@ -21,7 +21,10 @@ import {
   checkCaptureCap,
   checkLensCounts,
   checkLensShapes,
+  createSteeringBudget,
   lensVllmXargs,
+  type SteeringBudget,
+  type SteeringLease,
   tensorFromVllmLensJson,
 } from "../lens/index.js";
 import {
@@ -61,6 +64,8 @@ export interface CompletionsServiceDeps {
   readonly holdRenewIntervalMs?: number;
   /** Told of a ledger call that failed after the response was decided (renew, settle). @default process.emitWarning */
   readonly onLedgerError?: (err: unknown) => void;
+  /** Bytes of decoded steering tensors in flight (429/413 past it). @default createSteeringBudget() */
+  readonly steeringBudget?: SteeringBudget;
 }
 
 /** Header that reports a max_tokens lowered to what the Budget holds (docs/API.md §3). */
@@ -75,6 +80,8 @@ interface Prepared {
   readonly capture: boolean;
   /** The Hold on the key's Budget; undefined with keys off. */
   readonly hold: { readonly id: string; readonly tokens: number } | undefined;
+  /** The request's decoded steering bytes on the steering budget; released when the request is done. */
+  readonly steering: SteeringLease;
 }
 
 /** Ids shared by every chunk of one completion. */
@@ -97,16 +104,33 @@ function completionIds(model: string): CompletionIds {
 export function createCompletionsService(deps: CompletionsServiceDeps): CompletionsApi {
   const { models, ledger } = deps;
   const renewEveryMs = deps.holdRenewIntervalMs ?? 60_000;
+  const steeringBudget = deps.steeringBudget ?? createSteeringBudget();
   const onLedgerError =
     deps.onLedgerError ?? ((err: unknown) => process.emitWarning(`Budget ledger: ${String(err)}`));
 
   const authenticate = async (ctx: CallContext): Promise<KeyInfo | undefined> =>
     ledger === undefined ? undefined : await ledger.authenticate(ctx.authorization);
 
+  /** {@link prepareLeased} with a fresh steering lease, released when a check refuses the request. */
   async function prepare(
     request: CreateCompletionRequest,
     ctx: CallContext,
     stream: boolean,
+  ): Promise<Prepared> {
+    const steering = steeringBudget.lease();
+    try {
+      return await prepareLeased(request, ctx, stream, steering);
+    } catch (err) {
+      steering.release();
+      throw err;
+    }
+  }
+
+  async function prepareLeased(
+    request: CreateCompletionRequest,
+    ctx: CallContext,
+    stream: boolean,
+    steeringLease: SteeringLease,
   ): Promise<Prepared> {
     // The order of checks of docs/API.md §3: key; ranges and cross-field rules; the size caps;
     // deadline_infeasible; prompt length; then the Hold.
@@ -118,7 +142,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     checkLensCounts(request, shape); //                                          §6 one prompt, n = 1
     const model = models.resolve(request.model); //                             §2 model (404)
     if (key !== undefined) await ledger?.checkModel(key, model.id, model.aliases); // §9 allowed (403)
-    const steering = checkLensShapes(request, model); //                         §6 shapes, values
+    const steering = checkLensShapes(request, model, steeringLease); //          §6 shapes, values (429/413: bytes)
     checkGeneratedTokensCap(request, shape); //                                  §3 size cap: 32,000
     let lengths = await checkCaptureCapUncounted(request, model, ctx.signal); // §6 size cap: capture
     checkDeadlineFeasible(request, stream); //                                   §3 deadline_infeasible
@@ -154,7 +178,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         vllmXargs: lensVllmXargs(request, model, steering),
       });
       ctx.onPrepared?.();
-      return { model, body, promptTokens, capture, hold };
+      return { model, body, promptTokens, capture, hold, steering: steeringLease };
     } catch (err) {
       await settle(hold, 0);
       throw err;
@@ -374,6 +398,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       failure = err;
       throw toApiError(err);
     } finally {
+      prepared.steering.release();
       await settle(prepared.hold, meter.charge(failure, prepared.hold?.tokens ?? 0));
     }
   }
@@ -391,6 +416,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       failure = err;
       throw toApiError(err);
     } finally {
+      prepared.steering.release();
       // Also when the consumer stops early (a disconnect): charged what was generated so far.
       await settle(prepared.hold, meter.charge(failure, prepared.hold?.tokens ?? 0));
     }

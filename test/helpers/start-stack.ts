@@ -27,6 +27,9 @@ export interface StackOptions {
   keepaliveIntervalMs?: number;
   nonStreamDeadlineMs?: number;
   timeouts?: Partial<OnePortTimeouts>;
+  /** Bounds of the steering budget, bytes (default: the config's defaults). */
+  steeringRequestBytes?: number;
+  steeringProcessBytes?: number;
 }
 
 export interface Stack {
@@ -72,6 +75,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       dbPath: opts.dbPath,
       keepaliveIntervalMs: opts.keepaliveIntervalMs ?? limits.keepaliveIntervalMs,
       nonStreamDeadlineMs: opts.nonStreamDeadlineMs ?? limits.nonStreamDeadlineMs,
+      ...(opts.steeringRequestBytes === undefined ? {} : { steeringRequestBytes: opts.steeringRequestBytes }),
+      ...(opts.steeringProcessBytes === undefined ? {} : { steeringProcessBytes: opts.steeringProcessBytes }),
     },
     {
       logger: pino({ level: "silent" }),

@@ -66,6 +66,20 @@ function createFakeUpstream() {
             }),
           );
           return;
+        case "huge-400":
+          // vLLM's pydantic messages can echo a whole field: 200 KB of message and of param
+          res.writeHead(400, { "content-type": "application/json" });
+          res.end(
+            JSON.stringify({
+              error: {
+                message: `Input should be short [input_value='${"x".repeat(200_000)}']`,
+                type: "BadRequestError",
+                param: "p".repeat(200_000),
+                code: 400,
+              },
+            }),
+          );
+          return;
         case "inband-first":
           res.writeHead(200, { "content-type": "text/event-stream" });
           res.end(
@@ -197,6 +211,18 @@ describe("Inference faults become the right envelope", () => {
     });
     expect(chunks.slice(0, -1).every((c) => !("error" in c))).toBe(true);
     expect(chunks[0]).toMatchObject({ choices: [{ text: "a" }] });
+  });
+});
+
+describe("Inference's messages are clipped like caller text", () => {
+  it("a 200 KB message and param from Inference reach the caller as 1,024 and 200 characters + …", async () => {
+    const { res, text } = await call(stack, "huge-400");
+    expect(res.status).toBe(400);
+    const json = JSON.parse(text) as { error: { code: string; message: string; param: string } };
+    expect(json.error.code).toBe("invalid_request");
+    expect(json.error.message).toBe(`Input should be short [input_value='${"x".repeat(1024 - 36)}…`);
+    expect(json.error.param).toBe(`${"p".repeat(200)}…`);
+    expect(text.length).toBeLessThan(2000);
   });
 });
 

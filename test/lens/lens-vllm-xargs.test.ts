@@ -2,12 +2,14 @@ import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { Compression, Dtype } from "../../gen/acs/v1/lens_pb.js";
+import { isJsonText, type JsonText, jsonTextToString } from "../../src/json-text/index.js";
 import {
   decodeTensor,
   encodeTensor,
   type LensModelFacts,
   lensVllmXargs,
   parseTensorJson,
+  rawBytesToFloat32,
 } from "../../src/lens/index.js";
 import { expectApiError } from "./api-error-expect.js";
 
@@ -25,7 +27,7 @@ describe("lensVllmXargs: output_residual_stream", () => {
   it.each(cases)("%s", (_name, outputResidualStream, expected) => {
     const xargs = lensVllmXargs(request({ outputResidualStream }), model);
     expect(xargs).toEqual({ output_residual_stream: expected });
-    expect(Array.isArray(JSON.parse(xargs.output_residual_stream!))).toBe(true);
+    expect(Array.isArray(JSON.parse(xargs.output_residual_stream as string))).toBe(true);
   });
 
   it("a request without lens fields gives no entries", () => {
@@ -36,9 +38,10 @@ describe("lensVllmXargs: output_residual_stream", () => {
 describe("lensVllmXargs: apply_steering_vectors", () => {
   const values = [1, -2, 0.1, 3.5, 2 ** -20, -0, 65504, 7];
 
-  function decodeWire(xargs: Record<string, string>) {
-    expect(typeof xargs.apply_steering_vectors).toBe("string");
-    return JSON.parse(xargs.apply_steering_vectors!) as Array<Record<string, unknown>>;
+  function decodeWire(xargs: Record<string, string | JsonText>) {
+    const text = xargs.apply_steering_vectors;
+    if (!isJsonText(text)) throw new Error("apply_steering_vectors is not a JsonText");
+    return JSON.parse(jsonTextToString(text)) as Array<Record<string, unknown>>;
   }
 
   it("sends every default explicitly and activations as raw float32 {data, dtype, shape}", () => {
@@ -99,6 +102,45 @@ describe("lensVllmXargs: apply_steering_vectors", () => {
     ]);
     expect((wire[0]!.activations as { data: string }).data).toBe(Buffer.from(a.data).toString("base64"));
     expect((wire[1]!.activations as { shape: number[] }).shape).toEqual([1, 4]);
+  });
+
+  it("keeps the tensor as raw bytes (no base64 text made) until the body is written", () => {
+    const activations = encodeTensor(values, [2, 4], { dtype: Dtype.FLOAT16, compression: Compression.ZSTD });
+    const decoded = [new Uint8Array(16).fill(0x3c)]; // as checkLensShapes returned them: 8 × f16 1.0
+    const text = lensVllmXargs(
+      request({ applySteeringVectors: [{ activations, layerIndices: [0, 1] }] }),
+      model,
+      decoded,
+    ).apply_steering_vectors;
+    if (!isJsonText(text)) throw new Error("not a JsonText");
+    const sources = text.parts.filter((p) => typeof p !== "string");
+    expect(sources).toHaveLength(1);
+    expect(sources[0]!.byteLength).toBe(8 * 4); // float32, widened as it is written
+    expect(text.parts.filter((p) => typeof p === "string").join("").length).toBeLessThan(200);
+    // the decoded bytes given are the ones sent (not decoded again from the request)
+    const wire = JSON.parse(jsonTextToString(text)) as Array<{ activations: { data: string } }>;
+    const sent = Buffer.from(wire[0]!.activations.data, "base64");
+    expect(Array.from(new Float32Array(sent.buffer, sent.byteOffset, 8))).toEqual(
+      Array.from(rawBytesToFloat32(decoded[0]!, Dtype.FLOAT16)),
+    );
+    expect(sent.readFloatLE(0)).toBe(1.05859375); // f16 0x3c3c
+  });
+
+  it.each([
+    ["bf16", Dtype.BFLOAT16],
+    ["f16", Dtype.FLOAT16],
+    ["f32", Dtype.FLOAT32],
+  ] as const)("widens a %s tensor of many pieces exactly (30,001 numbers)", (_name, dtype) => {
+    const many = Float32Array.from({ length: 30_001 }, (_, i) => Math.sin(i) * 100);
+    const activations = encodeTensor(many, [1, 30_001], { dtype });
+    const wire = decodeWire(
+      lensVllmXargs(request({ applySteeringVectors: [{ activations, layerIndices: [2] }] }), model),
+    );
+    const sent = Buffer.from((wire[0]!.activations as { data: string }).data, "base64");
+    expect(sent.length).toBe(30_001 * 4);
+    expect(new Float32Array(sent.buffer.slice(sent.byteOffset, sent.byteOffset + sent.length))).toEqual(
+      decodeTensor(activations),
+    );
   });
 
   it("together with a capture", () => {

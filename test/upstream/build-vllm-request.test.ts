@@ -3,7 +3,13 @@ import { parse, parseNumberAndBigInt } from "lossless-json";
 import { describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { ApiError } from "../../src/errors/index.js";
-import { buildVllmRequest, serializeVllmRequest } from "../../src/upstream/index.js";
+import { jsonText, jsonTextByteLength, jsonTextChunks } from "../../src/json-text/index.js";
+import {
+  buildVllmRequest,
+  serializeVllmRequest,
+  vllmRequestBody,
+  vllmRequestJson,
+} from "../../src/upstream/index.js";
 
 const resolved = { servedModelName: "meta-llama/Llama-3.1-8B", maxTokens: 16, stream: false, vllmXargs: {} };
 type Init = MessageInitShape<typeof CreateCompletionRequestSchema>;
@@ -157,5 +163,73 @@ describe("buildVllmRequest", () => {
 
   it("never sends vllm_xargs when empty", () => {
     expect(buildVllmRequest(text(), resolved)).not.toHaveProperty("vllm_xargs");
+  });
+});
+
+describe("vllmRequestJson / vllmRequestBody: a steering list written in pieces", () => {
+  // A JsonText as lens builds it: JSON with a tensor's bytes left as a base64 source.
+  const bytes = Uint8Array.from({ length: 100_000 }, (_, i) => (i * 7919) & 0xff);
+  const steering = jsonText([
+    '[{"activations":{"data":"',
+    { byteLength: bytes.length, chunks: () => [bytes.subarray(0, 4), bytes.subarray(4)] },
+    '","dtype":"float32","shape":[1,25000]},"note":"quote \\" backslash \\\\ é"}]',
+  ]);
+  const body = () =>
+    buildVllmRequest(text({ seed: 9223372036854775807n }), {
+      ...resolved,
+      stream: true,
+      vllmXargs: { output_residual_stream: "[0, 1]", apply_steering_vectors: steering },
+    });
+
+  it("is the same JSON a whole serialization gives: vllm_xargs values are JSON strings holding JSON", () => {
+    const json = serializeVllmRequest(body());
+    const parsed = parse(json, null, parseNumberAndBigInt) as Record<string, unknown>;
+    expect(parsed.seed).toBe(9223372036854775807n);
+    const xargs = parsed.vllm_xargs as Record<string, string>;
+    expect(xargs.output_residual_stream).toBe("[0, 1]");
+    expect(typeof xargs.apply_steering_vectors).toBe("string");
+    const list = JSON.parse(xargs.apply_steering_vectors!) as Array<{
+      activations: { data: string; dtype: string; shape: number[] };
+      note: string;
+    }>;
+    expect(list[0]!.note).toBe('quote " backslash \\ é');
+    expect(list[0]!.activations.shape).toEqual([1, 25000]);
+    expect(Buffer.from(list[0]!.activations.data, "base64")).toEqual(Buffer.from(bytes));
+    expect(parsed.stream).toBe(true);
+  });
+
+  it("streams exactly that text, Content-Length bytes long, never one piece over 64 KiB", async () => {
+    const whole = serializeVllmRequest(body());
+    const { body: stream, contentLength } = vllmRequestBody(body());
+    expect(typeof stream).not.toBe("string");
+    const pieces: Buffer[] = [];
+    for await (const piece of stream as AsyncIterable<Buffer>) pieces.push(piece);
+    const sent = Buffer.concat(pieces);
+    expect(sent.toString("utf8")).toBe(whole);
+    expect(contentLength).toBe(sent.length);
+    const written = [...jsonTextChunks(vllmRequestJson(body()))];
+    expect(written.length).toBeGreaterThan(3);
+    expect(Math.max(...written.map((p) => p.length))).toBeLessThanOrEqual(64 * 1024);
+    expect(jsonTextByteLength(vllmRequestJson(body()))).toBe(Buffer.byteLength(whole));
+  });
+
+  it("every call gives a fresh stream (a body can be sent twice)", async () => {
+    const b = body();
+    const read = async () => {
+      const chunks: Buffer[] = [];
+      for await (const c of vllmRequestBody(b).body as AsyncIterable<Buffer>) chunks.push(c);
+      return Buffer.concat(chunks).toString("utf8");
+    };
+    expect(await read()).toBe(await read());
+  });
+
+  it("a body of plain strings is one string with its byte length", () => {
+    const plain = buildVllmRequest(text({ prompt: { case: "text", value: "é€😀" } }), {
+      ...resolved,
+      vllmXargs: { output_residual_stream: "[1]" },
+    });
+    const { body: b, contentLength } = vllmRequestBody(plain);
+    expect(b).toBe(serializeVllmRequest(plain));
+    expect(contentLength).toBe(Buffer.byteLength(b as string));
   });
 });

@@ -191,6 +191,51 @@ describe("mapUpstreamError: vLLM error bodies", () => {
   });
 });
 
+describe("mapUpstreamError: Inference's text is clipped (200 KB messages and params)", () => {
+  const huge = "x".repeat(200_000);
+  const body = (message: string, param: string | null) =>
+    JSON.stringify({ error: { message, type: "BadRequestError", param, code: 400 } });
+
+  it("a 400's message is cut to 1,024 characters + … and its param to 200 + …", () => {
+    const err = mapUpstreamError({ kind: "response", status: 400, body: body(huge, "p".repeat(200_000)) });
+    expect(err.code).toBe("invalid_request");
+    expect(err.message).toBe(`${"x".repeat(1024)}…`);
+    expect(err.param).toBe(`${"p".repeat(200)}…`);
+  });
+
+  it("the decoration is cut off the whole message before clipping", () => {
+    const err = mapUpstreamError({
+      kind: "response",
+      status: 400,
+      body: body(`${huge} (parameter=n, value=${huge})`, null),
+    });
+    expect(err.param).toBe("n");
+    expect(err.message).toBe(`${"x".repeat(1024)}…`);
+  });
+
+  it.each([
+    [
+      "context length (in-band)",
+      { kind: "event", body: JSON.parse(body(`context length ${huge}`, "input_tokens")) },
+    ],
+    [
+      "model not found",
+      { kind: "response", status: 404, body: body(`The model ${huge} does not exist`, null) },
+    ],
+  ] as const)("%s", (_name, failure) => {
+    const err = mapUpstreamError(failure);
+    expect(err.message).toHaveLength(1025);
+    expect(err.message.endsWith("…")).toBe(true);
+  });
+
+  it("a message within the bound is passed on whole", () => {
+    const message = "y".repeat(1024);
+    expect(mapUpstreamError({ kind: "response", status: 400, body: body(message, null) }).message).toBe(
+      message,
+    );
+  });
+});
+
 const withCode = (code: string, extra: Record<string, unknown> = {}) =>
   Object.assign(new Error("some message that must not matter"), { code, ...extra });
 

@@ -1,6 +1,17 @@
+import { Readable } from "node:stream";
 import type { CreateCompletionRequest } from "../../../gen/acs/v1/completions_pb.js";
 import { invalidRequest } from "../../errors/index.js";
-import type { VllmCompletionRequest, VllmPrompt } from "./types.js";
+import {
+  isJsonText,
+  type JsonText,
+  type JsonTextPart,
+  jsonStringOf,
+  jsonText,
+  jsonTextByteLength,
+  jsonTextChunks,
+  jsonTextToString,
+} from "../../json-text/index.js";
+import type { VllmCompletionRequest, VllmPrompt, VllmXargValue } from "./types.js";
 
 /** What the service has decided before the request goes to Inference. */
 export interface ResolvedCompletion {
@@ -10,8 +21,11 @@ export interface ResolvedCompletion {
   maxTokens: number;
   /** Whether the upstream request streams (SSE). */
   stream: boolean;
-  /** vllm-lens (and other) extra args, already JSON strings; sent only when non-empty. */
-  vllmXargs: Record<string, string>;
+  /**
+   * vllm-lens (and other) extra args, already JSON text (a string, or a JsonText written in pieces);
+   * sent only when non-empty.
+   */
+  vllmXargs: Record<string, VllmXargValue>;
 }
 
 /**
@@ -95,13 +109,65 @@ function promptOf(req: CreateCompletionRequest): VllmPrompt {
 }
 
 /**
- * The JSON text of a vLLM request body. `seed` (a bigint) is written as an exact JSON integer —
- * never through a double — so 2^63 − 1 and −2^63 reach Inference unchanged.
+ * The JSON text of a vLLM request body, as pieces: the fields in their order (JSON.stringify's),
+ * then `vllm_xargs` — each value a JSON string holding its JSON text; a {@link JsonText} value is
+ * doubly encoded piece by piece, its base64 left unwritten — then `seed`, written as an exact JSON
+ * integer (a bigint, never through a double), so 2^63 − 1 and −2^63 reach Inference unchanged.
  */
+export function vllmRequestJson(body: VllmCompletionRequest): JsonText {
+  const { seed, vllm_xargs: xargs, ...rest } = body;
+  const fields = JSON.stringify(rest);
+  const parts: JsonTextPart[] = [fields.slice(0, -1)];
+  let comma = fields !== "{}";
+  const field = (name: string): void => {
+    parts.push(`${comma ? "," : ""}${JSON.stringify(name)}:`);
+    comma = true;
+  };
+  if (xargs !== undefined) {
+    field("vllm_xargs");
+    parts.push("{");
+    Object.entries(xargs).forEach(([name, value], i) => {
+      parts.push(`${i > 0 ? "," : ""}${JSON.stringify(name)}:`);
+      if (isJsonText(value)) parts.push(...jsonStringOf(value).parts);
+      else parts.push(JSON.stringify(value));
+    });
+    parts.push("}");
+  }
+  if (seed !== undefined) {
+    field("seed");
+    parts.push(seed.toString());
+  }
+  parts.push("}");
+  return jsonText(parts);
+}
+
+/** The JSON text of a vLLM request body as one string (see {@link vllmRequestJson}). */
 export function serializeVllmRequest(body: VllmCompletionRequest): string {
-  const { seed, ...rest } = body;
-  const json = JSON.stringify(rest);
-  if (seed === undefined) return json;
-  // JSON.stringify of a non-empty object always ends with "}": insert the exact integer before it.
-  return `${json.slice(0, -1)},"seed":${seed.toString()}}`;
+  return jsonTextToString(vllmRequestJson(body));
+}
+
+/** A request body for undici: the text, or a stream of it, and its length in bytes. */
+export interface VllmRequestBody {
+  /** The whole JSON text, or — when it holds base64 pieces — a fresh stream that writes it. */
+  readonly body: string | Readable;
+  /** UTF-8 bytes of the JSON text (sent as Content-Length). */
+  readonly contentLength: number;
+}
+
+/**
+ * The body to send for `body`: one string when it is all literal JSON; otherwise a stream that
+ * writes the JSON around each tensor and the tensor's base64 in pieces of at most 64 KiB straight
+ * from its bytes, so a steering vector of 32 MiB never becomes a 45 MB string (nor three of them),
+ * and a slow reader holds up the writing (backpressure) instead of buffering it. A fresh stream on
+ * every call, so a body can be sent again.
+ */
+export function vllmRequestBody(body: VllmCompletionRequest): VllmRequestBody {
+  const json = vllmRequestJson(body);
+  const contentLength = jsonTextByteLength(json);
+  const [only, ...others] = json.parts;
+  if (typeof only === "string" && others.length === 0) return { body: only, contentLength };
+  return {
+    body: Readable.from(jsonTextChunks(json), { objectMode: false, highWaterMark: 64 * 1024 }),
+    contentLength,
+  };
 }

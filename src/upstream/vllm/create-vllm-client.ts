@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { Pool } from "undici";
 import { ApiError } from "../../errors/index.js";
-import { serializeVllmRequest } from "./build-vllm-request.js";
+import { type VllmRequestBody, vllmRequestBody } from "./build-vllm-request.js";
 import { createTokenizeCache, type TokenizeCache } from "./create-tokenize-cache.js";
 import { decodeSse } from "./decode-sse.js";
 import { isVllmErrorBody, mapUpstreamError } from "./map-upstream-error.js";
@@ -113,7 +113,8 @@ const canceled = (): ApiError => new ApiError("canceled", "The request was cance
 interface CallSpec {
   method: "GET" | "POST";
   path: string;
-  body?: string;
+  /** A small JSON body, or a completion's (streamed when it holds tensors). */
+  body?: string | VllmRequestBody;
   accept: string;
   signal: AbortSignal | undefined;
   deadlineMs?: number;
@@ -213,10 +214,15 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
   const headersFor = (spec: {
     accept: string;
     requestId: string;
-    hasBody: boolean;
+    /** A JSON body's length in bytes; undefined without a body. */
+    contentLength?: number | undefined;
   }): Record<string, string> => {
     const h: Record<string, string> = { accept: spec.accept, "x-request-id": spec.requestId };
-    if (spec.hasBody) h["content-type"] = "application/json";
+    if (spec.contentLength !== undefined) {
+      h["content-type"] = "application/json";
+      // Needed for a streamed body (undici would send it chunked); undici checks it either way.
+      h["content-length"] = String(spec.contentLength);
+    }
     if (opts.apiKey !== undefined) h.authorization = `Bearer ${opts.apiKey}`;
     return h;
   };
@@ -225,6 +231,10 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
   async function callJson(spec: CallSpec): Promise<unknown> {
     const link = linkAbort(spec.signal, spec.deadlineMs);
     let responseStarted = false;
+    const payload: VllmRequestBody | undefined =
+      typeof spec.body === "string"
+        ? { body: spec.body, contentLength: Buffer.byteLength(spec.body) }
+        : spec.body;
     try {
       const res = await pool.request({
         method: spec.method,
@@ -232,9 +242,9 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
         headers: headersFor({
           accept: spec.accept,
           requestId: spec.requestId,
-          hasBody: spec.body !== undefined,
+          contentLength: payload?.contentLength,
         }),
-        ...(spec.body === undefined ? {} : { body: spec.body }),
+        ...(payload === undefined ? {} : { body: payload.body }),
         signal: link.signal,
       });
       responseStarted = true;
@@ -262,11 +272,16 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
     let responseStarted = false;
     let finished = false;
     try {
+      const payload = vllmRequestBody(body);
       const res = await pool.request({
         method: "POST",
         path: `${prefix}/v1/completions`,
-        headers: headersFor({ accept: "text/event-stream", requestId: o.upstreamRequestId, hasBody: true }),
-        body: serializeVllmRequest(body),
+        headers: headersFor({
+          accept: "text/event-stream",
+          requestId: o.upstreamRequestId,
+          contentLength: payload.contentLength,
+        }),
+        body: payload.body,
         signal: link.signal,
       });
       responseStarted = true;
@@ -311,7 +326,7 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
       const json = await callJson({
         method: "POST",
         path: "/v1/completions",
-        body: serializeVllmRequest(body),
+        body: vllmRequestBody(body),
         accept: "application/json",
         signal: o.signal,
         deadlineMs: o.deadlineMs,
@@ -358,7 +373,7 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
         const res = await pool.request({
           method: "GET",
           path: `${prefix}/health`,
-          headers: headersFor({ accept: "*/*", requestId: newUpstreamRequestId(), hasBody: false }),
+          headers: headersFor({ accept: "*/*", requestId: newUpstreamRequestId() }),
           signal: signal === undefined ? timeout : AbortSignal.any([timeout, signal]),
         });
         await res.body.dump();

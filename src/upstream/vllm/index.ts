@@ -4,6 +4,9 @@ export {
   buildVllmRequest,
   type ResolvedCompletion,
   serializeVllmRequest,
+  type VllmRequestBody,
+  vllmRequestBody,
+  vllmRequestJson,
 } from "./build-vllm-request.js";
 export { createTokenizeCache, type TokenizeCache, type TokenizeEntry } from "./create-tokenize-cache.js";
 export {

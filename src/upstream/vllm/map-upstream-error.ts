@@ -1,4 +1,4 @@
-import { ApiError, type ErrorCode } from "../../errors/index.js";
+import { ApiError, clip, type ErrorCode, MAX_UPSTREAM_MESSAGE_CHARS } from "../../errors/index.js";
 import type { VllmErrorDetail } from "./types.js";
 
 /**
@@ -116,6 +116,9 @@ const statusTable: Readonly<Record<number, StatusRule>> = {
  *   the value is the caller's own); otherwise the message is kept as it is.
  * - Inference's integer `code` and class-name `type` never reach callers; 5xx messages are the
  *   gateway's own (Inference's internals stay in `cause`).
+ * - A message passed on is clipped to {@link MAX_UPSTREAM_MESSAGE_CHARS} (1,024) and a param to
+ *   200 characters (`clip`, the rule for echoed caller text too): vLLM's messages can echo a whole
+ *   request field.
  */
 export function mapUpstreamError(failure: UpstreamFailure): ApiError {
   switch (failure.kind) {
@@ -217,7 +220,7 @@ function mapErrorBody(httpStatus: number, json: unknown, raw: unknown): ApiError
     case "pass_on":
       return passOn(detail, cause);
     case "model_not_found":
-      return new ApiError("model_not_found", detail.message, { param: "model", cause });
+      return new ApiError("model_not_found", upstreamMessage(detail.message), { param: "model", cause });
     case "credentials":
       return credentials(status, cause);
     case "unavailable":
@@ -239,18 +242,29 @@ function credentials(status: number, cause: unknown): ApiError {
   });
 }
 
+/** Inference's message as a caller sees it: at most MAX_UPSTREAM_MESSAGE_CHARS (then `…`). */
+function upstreamMessage(message: string): string {
+  return clip(message, MAX_UPSTREAM_MESSAGE_CHARS);
+}
+
 function passOn(detail: VllmErrorDetail, cause: unknown): ApiError {
   const decorated = decoration.exec(detail.message);
   const decoratedParam = decorated?.[1] ?? null;
   if (detail.param === "input_tokens" || /context length/i.test(detail.message)) {
-    return new ApiError("context_length_exceeded", detail.message, { param: "prompt", cause });
+    return new ApiError("context_length_exceeded", upstreamMessage(detail.message), {
+      param: "prompt",
+      cause,
+    });
   }
   const param = detail.param ?? decoratedParam;
   const message =
     decorated !== null && param !== null && param === decoratedParam
       ? detail.message.slice(0, decorated.index)
       : detail.message;
-  return new ApiError("invalid_request", message, { param, cause });
+  return new ApiError("invalid_request", upstreamMessage(message), {
+    param: param === null ? null : clip(param),
+    cause,
+  });
 }
 
 function isRecord(v: unknown): v is Record<string, unknown> {

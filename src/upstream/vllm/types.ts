@@ -1,3 +1,4 @@
+import type { JsonText } from "../../json-text/index.js";
 // Wire types of Inference: vLLM's OpenAI-compatible HTTP API with the vllm-lens plugin
 // (docs/VLLM.md). These are vLLM's own JSON shapes (snake_case), not the proto messages.
 
@@ -53,9 +54,16 @@ export interface VllmCompletionRequest {
   /** Only when non-zero (fails unless Inference runs `--scheduling-policy priority`). */
   priority?: number;
   user?: string;
-  /** SamplingParams.extra_args; vllm-lens fields as JSON strings. Only when non-empty. */
-  vllm_xargs?: Record<string, string>;
+  /**
+   * SamplingParams.extra_args; vllm-lens fields as JSON strings. Only when non-empty. A value is a
+   * string, or a {@link JsonText} (a large steering list whose tensors are written as base64
+   * piece by piece when the body is sent); either is sent as a JSON string holding that JSON.
+   */
+  vllm_xargs?: Record<string, VllmXargValue>;
 }
+
+/** A vllm_xargs value: JSON text, sent as a JSON string (whole, or written in pieces). */
+export type VllmXargValue = string | JsonText;
 
 /** OpenAI's column-wise completion logprobs, as vLLM writes them. */
 export interface VllmLogprobs {

@@ -1,0 +1,20 @@
+/** The limits and defaults of the API's contract (docs/API.md §3–§5): their one home. */
+export const limits = {
+  /** prompts × n × max_tokens ≤ this, tokens (§3). */
+  maxGeneratedTokens: 32_000,
+  /** max_tokens above this needs `stream` (the 14-minute wait), tokens (§3). */
+  maxNonStreamTokens: 15_600,
+  /** Largest request body on every route, bytes: 8 MiB; larger → 413 (§4). */
+  bodyLimitBytes: 8 * 1024 * 1024,
+  /** Longest wait for a non-streamed answer, ms: 14 minutes, then 504 (§5). */
+  nonStreamDeadlineMs: 14 * 60 * 1000,
+  /** Interval of a stream's `: keepalive` comments, ms (§5). */
+  keepaliveIntervalMs: 5000,
+  /**
+   * Default bytes of decoded steering tensors one request may hold: 32 MiB, what the most numbers
+   * a request may send (2^23, MAX_STEERING_NUMBERS in src/lens) take as float32 (§6).
+   */
+  steeringRequestBytes: 2 ** 23 * 4,
+  /** Default bytes of decoded steering tensors all requests may hold at once: 256 MiB (§6). */
+  steeringProcessBytes: 256 * 2 ** 20,
+} as const;

@@ -1,0 +1,107 @@
+// How many bytes of decoded steering tensors the gateway holds at once. A zstd tensor of ~1.5 KB
+// inflates to 32 MiB: without a bound, a few small requests can make the process hold gigabytes.
+import { limits } from "../config/index.js";
+import { ApiError } from "../errors/index.js";
+
+/** Seconds a caller refused for a busy process is told to wait (`Retry-After`). */
+export const STEERING_RETRY_AFTER_SECONDS = 1;
+
+/** Options of {@link createSteeringBudget}. Bytes. */
+export interface SteeringBudgetOptions {
+  /** Most decoded steering bytes one request may hold. @default limits.steeringRequestBytes (32 MiB) */
+  readonly requestBytes?: number;
+  /** Most decoded steering bytes all requests in flight may hold together. @default limits.steeringProcessBytes (256 MiB) */
+  readonly processBytes?: number;
+}
+
+/** The bytes one request holds against a {@link SteeringBudget}. */
+export interface SteeringLease {
+  /**
+   * Takes `bytes` more for this request, before they are decoded. Throws ApiError: 413
+   * `request_too_large` (param `apply_steering_vectors`) when the request's bytes exceed what one
+   * request may hold (or the whole process budget): it can never be served; 429 `rate_limited`
+   * (param null, `retryAfterSeconds` 1) when they would exceed what is left now: retry later.
+   */
+  reserve(bytes: number): void;
+  /** Gives every byte of this lease back (idempotent); call when the request is done. */
+  release(): void;
+  /** Bytes held now. */
+  readonly bytes: number;
+}
+
+/** A process-wide count of in-flight decoded steering bytes, with a per-request and a total bound. */
+export interface SteeringBudget {
+  readonly requestBytes: number;
+  readonly processBytes: number;
+  /** Bytes held by all requests now. */
+  readonly inFlight: number;
+  /** The most bytes ever held at once since the budget was made. */
+  readonly peak: number;
+  /** A lease for one request, holding nothing yet. */
+  lease(): SteeringLease;
+}
+
+function checkBound(name: string, value: number): number {
+  if (!Number.isSafeInteger(value) || value < 1)
+    throw new RangeError(`${name} must be an integer ≥ 1, got ${value}`);
+  return value;
+}
+
+/**
+ * The budget of decoded steering bytes (API.md §6's tensors, counted in their dtype: elements ×
+ * 2 or 4 bytes, whatever their compression on the wire). A request reserves its total once its
+ * shapes are checked and before any tensor is decoded, and keeps it until its answer is complete
+ * (the bytes are sent to Inference, and again for a streamed capture's replay).
+ */
+export function createSteeringBudget(options: SteeringBudgetOptions = {}): SteeringBudget {
+  const requestBytes = checkBound("requestBytes", options.requestBytes ?? limits.steeringRequestBytes);
+  const processBytes = checkBound("processBytes", options.processBytes ?? limits.steeringProcessBytes);
+  let inFlight = 0;
+  let peak = 0;
+  const param = "apply_steering_vectors";
+
+  return {
+    requestBytes,
+    processBytes,
+    get inFlight() {
+      return inFlight;
+    },
+    get peak() {
+      return peak;
+    },
+    lease() {
+      let held = 0;
+      return {
+        get bytes() {
+          return held;
+        },
+        reserve(bytes) {
+          if (bytes <= 0) return;
+          const total = held + bytes;
+          const bound = Math.min(requestBytes, processBytes);
+          if (total > bound) {
+            throw new ApiError(
+              "request_too_large",
+              `The steering vectors of this request decode to ${total} bytes, more than the ${bound} bytes one request may hold.`,
+              { param },
+            );
+          }
+          if (inFlight + bytes > processBytes) {
+            throw new ApiError(
+              "rate_limited",
+              `The server is busy decoding the steering vectors of other requests (${inFlight} of ${processBytes} bytes in use); this request needs ${total}. Retry in ${STEERING_RETRY_AFTER_SECONDS} s.`,
+              { retryAfterSeconds: STEERING_RETRY_AFTER_SECONDS },
+            );
+          }
+          held = total;
+          inFlight += bytes;
+          peak = Math.max(peak, inFlight);
+        },
+        release() {
+          inFlight -= held;
+          held = 0;
+        },
+      };
+    },
+  };
+}
