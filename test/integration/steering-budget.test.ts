@@ -76,6 +76,12 @@ function startGatedUpstream() {
   };
   const server: Server = createServer((req, res) => {
     void (async () => {
+      if (req.method === "GET" && req.url === "/health") return void res.end();
+      if (req.method === "GET" && req.url === "/v1/models") {
+        res.setHeader("content-type", "application/json");
+        const data = [{ id: "acs/fake", object: "model", owned_by: "vllm", max_model_len: 1024 }];
+        return void res.end(JSON.stringify({ object: "list", data }));
+      }
       if (req.url === "/tokenize") {
         await read(req);
         res.setHeader("content-type", "application/json");
