@@ -139,6 +139,15 @@ export function writeProtocolError(
   res: ServerResponse | Http2ServerResponse,
 ): void {
   const parts = errorParts(contentType, error, httpStatus);
+  if (parts.trailer !== undefined && "stream" in res) {
+    // gRPC over HTTP/2: trailers-only, the status in one HEADERS frame that ends the stream (a
+    // HEADERS frame without END_STREAM holding grpc-status is read by gRPC C-core as headers only).
+    res.stream.respond(
+      { ...res.getHeaders(), ":status": parts.status, ...toRecord(parts.header), ...toRecord(parts.trailer) },
+      { endStream: true },
+    );
+    return;
+  }
   res.writeHead(parts.status, { ...toRecord(parts.header), ...toRecord(parts.trailer) });
   res.end(parts.body);
 }
