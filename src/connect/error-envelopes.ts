@@ -119,37 +119,98 @@ async function readAll(body: AsyncIterable<Uint8Array> | undefined): Promise<Uin
   return Buffer.concat(chunks);
 }
 
+/** True when `chunk` holds only whole frames, none of them one `isLast` picks. */
+function wholeFramesNoLast(chunk: Uint8Array, isLast: (flags: number) => boolean): boolean {
+  let offset = 0;
+  while (offset < chunk.byteLength) {
+    if (chunk.byteLength - offset < 5) return false;
+    if (isLast(chunk[offset] as number)) return false;
+    const length =
+      (chunk[offset + 1] as number) * 0x1000000 +
+      ((chunk[offset + 2] as number) << 16) +
+      ((chunk[offset + 3] as number) << 8) +
+      (chunk[offset + 4] as number);
+    offset += 5 + length;
+  }
+  return offset === chunk.byteLength;
+}
+
 /**
- * Passes an enveloped body through, frame by frame, replacing the last frame (the one `isLast`
- * says by its flags) with what `fix` returns. Frames are yielded as they complete; a chunk that
- * holds only whole frames and no last frame is passed on as it is.
+ * Passes an enveloped body through, replacing the last frame (the one `isLast` says by its flags)
+ * with what `fix` returns (undefined: kept). A chunk that holds only whole frames and no last
+ * frame — what connect-es yields for each message — is passed on as it is, with no copy and one
+ * await; other chunks are split into frames. `return` and `throw` reach the inner iterator, so a
+ * write error still reaches connect-es's handler.
  */
-async function* fixLastFrame(
+function fixLastFrame(
   body: AsyncIterable<Uint8Array>,
   isLast: (flags: number) => boolean,
   fix: (flags: number, data: Uint8Array) => Promise<Uint8Array | undefined>,
 ): AsyncIterable<Uint8Array> {
-  let pending: Uint8Array = new Uint8Array(0);
-  for await (const chunk of body) {
-    const buf = pending.byteLength === 0 ? chunk : Buffer.concat([pending, chunk]);
-    let offset = 0;
-    let passFrom = 0;
-    while (buf.byteLength - offset >= 5) {
-      const view = new DataView(buf.buffer, buf.byteOffset + offset, 5);
-      const end = offset + 5 + view.getUint32(1);
-      if (end > buf.byteLength) break;
-      const flags = view.getUint8(0);
-      if (isLast(flags)) {
-        if (offset > passFrom) yield buf.subarray(passFrom, offset);
-        yield (await fix(flags, buf.subarray(offset + 5, end))) ?? buf.subarray(offset, end);
-        passFrom = end;
-      }
-      offset = end;
-    }
-    if (offset > passFrom) yield buf.subarray(passFrom, offset);
-    pending = offset === buf.byteLength ? new Uint8Array(0) : buf.slice(offset);
-  }
-  if (pending.byteLength > 0) yield pending;
+  return {
+    [Symbol.asyncIterator](): AsyncIterator<Uint8Array> {
+      const it = body[Symbol.asyncIterator]();
+      let pending: Uint8Array = new Uint8Array(0);
+      const queue: Uint8Array[] = [];
+      let ended = false;
+      const split = async (chunk: Uint8Array): Promise<void> => {
+        const buf = pending.byteLength === 0 ? chunk : Buffer.concat([pending, chunk]);
+        let offset = 0;
+        let passFrom = 0;
+        while (buf.byteLength - offset >= 5) {
+          const view = new DataView(buf.buffer, buf.byteOffset + offset, 5);
+          const end = offset + 5 + view.getUint32(1);
+          if (end > buf.byteLength) break;
+          const flags = view.getUint8(0);
+          if (isLast(flags)) {
+            if (offset > passFrom) queue.push(buf.subarray(passFrom, offset));
+            queue.push((await fix(flags, buf.subarray(offset + 5, end))) ?? buf.subarray(offset, end));
+            passFrom = end;
+          }
+          offset = end;
+        }
+        if (offset > passFrom) queue.push(buf.subarray(passFrom, offset));
+        pending = offset === buf.byteLength ? new Uint8Array(0) : buf.slice(offset);
+      };
+      return {
+        async next(): Promise<IteratorResult<Uint8Array>> {
+          for (;;) {
+            const queued = queue.shift();
+            if (queued !== undefined) return { done: false, value: queued };
+            if (ended) return { done: true, value: undefined };
+            const r = await it.next();
+            if (r.done === true) {
+              ended = true;
+              if (pending.byteLength > 0) queue.push(pending);
+              continue;
+            }
+            if (pending.byteLength === 0 && wholeFramesNoLast(r.value, isLast)) return r;
+            await split(r.value);
+          }
+        },
+        return: (value?: unknown) => it.return?.(value) ?? Promise.resolve({ done: true, value: undefined }),
+        throw: (err?: unknown) => it.throw?.(err) ?? Promise.reject(err),
+      };
+    },
+  };
+}
+
+/** Passes `body` through and runs `atEnd` once it has ended, before reporting the end. */
+function thenAtEnd(body: AsyncIterable<Uint8Array>, atEnd: () => Promise<void>): AsyncIterable<Uint8Array> {
+  return {
+    [Symbol.asyncIterator](): AsyncIterator<Uint8Array> {
+      const it = body[Symbol.asyncIterator]();
+      return {
+        async next(): Promise<IteratorResult<Uint8Array>> {
+          const r = await it.next();
+          if (r.done === true) await atEnd();
+          return r;
+        },
+        return: (value?: unknown) => it.return?.(value) ?? Promise.resolve({ done: true, value: undefined }),
+        throw: (err?: unknown) => it.throw?.(err) ?? Promise.reject(err),
+      };
+    },
+  };
 }
 
 /** What an early refusal of connect-es (a bare 405, 415 or 505) means, in the API's words. */
@@ -309,14 +370,11 @@ function wrap(handler: UniversalHandler, opts: ErrorEnvelopeOptions): UniversalH
       case "grpc": {
         const trailer = res.trailer;
         if (res.body === undefined || trailer === undefined) return res;
-        const inner = res.body;
-        async function* thenFixTrailer(): AsyncIterable<Uint8Array> {
-          yield* inner;
-          const bare = findTrailerError(trailer as Headers);
-          if (bare !== undefined && !hasEnvelope(bare))
-            setTrailerStatus(trailer as Headers, await explain(bare));
-        }
-        return { ...res, body: thenFixTrailer() };
+        const fixed = thenAtEnd(res.body, async () => {
+          const bare = findTrailerError(trailer);
+          if (bare !== undefined && !hasEnvelope(bare)) setTrailerStatus(trailer, await explain(bare));
+        });
+        return { ...res, body: fixed };
       }
     }
   }
