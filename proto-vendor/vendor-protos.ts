@@ -4,7 +4,9 @@
  * @bufbuild/protovalidate, google/rpc/status.proto (google.rpc.Status, the message of gRPC's
  * `grpc-status-details-bin` trailer; generated for the Python client by `npm run
  * generate:clients`) from the descriptor embedded in @connectrpc/connect, and
- * grpc/health/v1/health.proto from the grpc-health-check package.
+ * grpc/health/v1/health.proto from the grpc-health-check package, and gRPC server reflection
+ * (grpc/reflection/v1/reflection.proto and its predecessor v1alpha, which older clients still ask
+ * for) from the @grpc/reflection package.
  *
  * Usage: `tsx proto-vendor/vendor-protos.ts` writes the file; `--check` exits 1 when the committed
  * file differs from what the installed package would produce (CI runs it to catch drift).
@@ -44,6 +46,15 @@ const vendored: Array<{ target: string; render: () => string }> = [
     render: () =>
       readFileSync(join(root, "node_modules/grpc-health-check/proto/health/v1/health.proto"), "utf8"),
   },
+  // gRPC server reflection, as shipped by the @grpc/reflection package (canonical paths).
+  ...(["v1", "v1alpha"] as const).map((version) => ({
+    target: `proto-vendor/grpc/reflection/${version}/reflection.proto`,
+    render: () =>
+      readFileSync(
+        join(root, `node_modules/@grpc/reflection/build/proto/grpc/reflection/${version}/reflection.proto`),
+        "utf8",
+      ),
+  })),
 ];
 
 function quote(s: string): string {

@@ -1,5 +1,5 @@
 import { hostname } from "node:os";
-import { ApiError } from "../errors/index.js";
+import { ApiError, type RetryAdvice } from "../errors/index.js";
 import {
   apiKeyHint,
   generateApiKey,
@@ -19,6 +19,26 @@ import { createSqliteBudgetStore } from "./sqlite-budget-store.js";
  * non-streamed answer plus one minute of margin, in milliseconds.
  */
 export const DEFAULT_HOLD_TTL_MS = 15 * 60_000;
+
+/**
+ * Seconds a caller refused only because of Holds in flight is told to wait (`Retry-After`): the
+ * ledger cannot know when they settle; one second lets a client try again soon, at no cost.
+ */
+export const HOLD_RETRY_AFTER_SECONDS = 1;
+
+/**
+ * Whether a request refused with `insufficient_quota` can succeed later: yes when the Budget less
+ * what is spent would hold it once the Holds in flight settle; no when the Budget is spent.
+ */
+export function quotaRetry(outcome: {
+  readonly budgetTokens: number;
+  readonly spentTokens: number;
+  readonly minimumTokens: number;
+}): RetryAdvice {
+  return outcome.budgetTokens - outcome.spentTokens >= outcome.minimumTokens
+    ? { retry: true, afterSeconds: HOLD_RETRY_AFTER_SECONDS }
+    : { retry: false };
+}
 
 /** How often the ledger reclaims stale Holds by default, in milliseconds. */
 export const DEFAULT_RECLAIM_INTERVAL_MS = 60_000;
@@ -298,6 +318,7 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
               `${demand.captureReplay === true ? ` + ${demand.n * demand.promptTokens} tokens of the capture's replay` : ""}), ` +
               `and the key's Budget has ${Math.max(0, available)} of ${outcome.budgetTokens} tokens left ` +
               `(${outcome.spentTokens} spent, ${outcome.heldTokens} held by requests in flight).`,
+            { retry: quotaRetry(outcome) },
           );
         }
         case "revoked":

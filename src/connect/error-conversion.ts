@@ -1,12 +1,13 @@
 import { create } from "@bufbuild/protobuf";
 import { ConnectError } from "@connectrpc/connect";
 import { ErrorEnvelopeSchema, ErrorSchema } from "../../gen/acs/v1/error_pb.js";
-import { errorCatalogue, toApiError } from "../errors/index.js";
+import { errorCatalogue, retryHeaders, toApiError } from "../errors/index.js";
 
 /**
  * Any error as a ConnectError carrying the acs.v1.ErrorEnvelope detail (same message, type, code,
- * param and request id as the REST envelope), with the Connect code of the catalogue, and a
- * `retry-after` metadata entry (seconds) when the error has one (429 `rate_limited`).
+ * param and request id as the REST envelope), with the Connect code of the catalogue. A 429's
+ * retry advice (`x-should-retry`, `retry-after`) is the error's metadata: Connect unary sends it
+ * as response headers, the streaming protocols in their trailers / end of stream.
  */
 export function toConnectError(err: unknown, requestId: string): ConnectError {
   const api = toApiError(err);
@@ -23,7 +24,7 @@ export function toConnectError(err: unknown, requestId: string): ConnectError {
     api.message,
     errorCatalogue[api.code].connectCode,
     // X-Request-Id is already a response header (set before the handler runs).
-    api.retryAfterSeconds === undefined ? undefined : { "retry-after": String(api.retryAfterSeconds) },
+    retryHeaders(api.retry),
     [{ desc: ErrorEnvelopeSchema, value: envelope }],
     api,
   );

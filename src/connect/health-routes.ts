@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
+import type { ConnectRouter } from "@connectrpc/connect";
 import { CompletionsService } from "../../gen/acs/v1/completions_pb.js";
 import {
   Health,
@@ -8,6 +8,9 @@ import {
   HealthListResponseSchema,
   HealthCheckResponse_ServingStatus as ServingStatus,
 } from "../../gen/grpc/health/v1/health_pb.js";
+import { ApiError, newRequestId } from "../errors/index.js";
+import { toConnectError } from "./error-conversion.js";
+import { requestIdKey } from "./routes.js";
 
 /** Services the health protocol reports on for the gateway as a whole ("" is the server). */
 const gatewayServices = ["", CompletionsService.typeName];
@@ -42,9 +45,14 @@ export function createHealthRoutes(
   };
   return (router) => {
     router.service(Health, {
-      check(request) {
+      check(request, ctx) {
         if (!known(request.service)) {
-          throw new ConnectError(`unknown service ${request.service}`, Code.NotFound);
+          const requestId = ctx.values.get(requestIdKey) ?? newRequestId();
+          const unknown = new ApiError(
+            "unknown_service",
+            `Unknown service '${request.service}': this server reports on '' (the server), ${CompletionsService.typeName} and each model id.`,
+          );
+          throw toConnectError(unknown, requestId);
         }
         return create(HealthCheckResponseSchema, { status: status(request.service) });
       },

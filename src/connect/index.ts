@@ -1,4 +1,12 @@
+export { compressionDeflate } from "./compression.js";
 export { toConnectError } from "./error-conversion.js";
+export { type ErrorEnvelopeOptions, releaseParsedBody, withErrorEnvelopes } from "./error-envelopes.js";
 export { createHealthRoutes } from "./health-routes.js";
-export { writeProtocolError } from "./protocol-error.js";
+export {
+  protocolErrorResponse,
+  type RpcErrorForm,
+  rpcErrorForm,
+  writeProtocolError,
+} from "./protocol-error.js";
+export { createReflectionIndex, createReflectionRoutes, type ReflectionIndex } from "./reflection-routes.js";
 export { createConnectRoutes, requestIdKey } from "./routes.js";

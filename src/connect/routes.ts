@@ -1,8 +1,15 @@
-import { type ConnectRouter, createContextKey, type HandlerContext } from "@connectrpc/connect";
+import {
+  Code,
+  ConnectError,
+  type ConnectRouter,
+  createContextKey,
+  type HandlerContext,
+} from "@connectrpc/connect";
 import { CompletionsService } from "../../gen/acs/v1/completions_pb.js";
-import { newRequestId } from "../errors/index.js";
+import { ApiError, callerDeadlineExceeded, newRequestId } from "../errors/index.js";
 import type { CallContext, CompletionsApi } from "../service/index.js";
 import { toConnectError } from "./error-conversion.js";
+import { callerTimeoutMs } from "./explain-protocol-error.js";
 
 /**
  * The request id the server gave the HTTP request (so the X-Request-Id header and the envelope
@@ -11,6 +18,26 @@ import { toConnectError } from "./error-conversion.js";
 export const requestIdKey = createContextKey<string | undefined>(undefined, {
   description: "acs request id",
 });
+
+/**
+ * The call's signal for the service, aborted with an ApiError reason: `deadline_exceeded` when the
+ * deadline the caller set (Connect-Timeout-Ms, grpc-timeout) passed — the service and the Inference
+ * client keep that reason, so the call ends 504 / DEADLINE_EXCEEDED — else `canceled`.
+ */
+function callSignal(ctx: HandlerContext): AbortSignal {
+  const controller = new AbortController();
+  const onAbort = (): void => {
+    const reason: unknown = ctx.signal.reason;
+    controller.abort(
+      reason instanceof ConnectError && reason.code === Code.DeadlineExceeded
+        ? callerDeadlineExceeded(callerTimeoutMs(ctx.requestHeader.get("content-type"), ctx.requestHeader))
+        : new ApiError("canceled", "The client canceled the call."),
+    );
+  };
+  if (ctx.signal.aborted) onAbort();
+  else ctx.signal.addEventListener("abort", onAbort, { once: true });
+  return controller.signal;
+}
 
 function callContext(ctx: HandlerContext): CallContext {
   let requestId = ctx.values.get(requestIdKey);
@@ -21,7 +48,7 @@ function callContext(ctx: HandlerContext): CallContext {
   }
   return {
     requestId,
-    signal: ctx.signal,
+    signal: callSignal(ctx),
     authorization: ctx.requestHeader.get("authorization") ?? undefined,
     setResponseHeader: (name, value) => ctx.responseHeader.set(name, value),
   };

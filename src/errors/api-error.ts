@@ -7,6 +7,26 @@ export interface ErrorEnvelopeJson {
 }
 
 /**
+ * Whether a refused request may be sent again (429s). `{retry: false}`: not before something
+ * changes (a spent Budget) — sent as `x-should-retry: false`, which the OpenAI SDKs honour.
+ * `{retry: true, afterSeconds}`: the same request can succeed later (Holds of requests in flight
+ * block it until they settle) — `x-should-retry: true` and `Retry-After: <afterSeconds>`.
+ */
+export type RetryAdvice =
+  | { readonly retry: false }
+  | { readonly retry: true /** Whole seconds, ≥ 1. */; readonly afterSeconds: number };
+
+/**
+ * The response headers (lower-case names) that carry `advice`: REST sends them as HTTP headers,
+ * Connect as response headers (unary) or trailers (streams, gRPC). Empty without advice.
+ */
+export function retryHeaders(advice: RetryAdvice | undefined): Record<string, string> {
+  if (advice === undefined) return {};
+  if (!advice.retry) return { "x-should-retry": "false" };
+  return { "x-should-retry": "true", "retry-after": String(Math.max(1, Math.ceil(advice.afterSeconds))) };
+}
+
+/**
  * The one error class of the gateway. Status, type and Connect code follow from `code` through
  * the closed catalogue; each edge converts it (REST: JSON envelope; Connect: ConnectError with
  * an acs.v1.ErrorEnvelope detail; SSE: one data event).
@@ -16,22 +36,18 @@ export class ApiError extends Error {
   readonly code: ErrorCode;
   /** The request field at fault (`max_tokens`, `apply_steering_vectors[0].scale`), or null. */
   readonly param: string | null;
-  /**
-   * Seconds after which a retry may succeed, for a refusal that is about the moment, not the
-   * request (429 `rate_limited`): sent as `Retry-After` (REST) and `retry-after` metadata
-   * (Connect/gRPC). Undefined for every other error.
-   */
-  readonly retryAfterSeconds: number | undefined;
+  /** Whether the caller may retry (see {@link retryHeaders}); undefined: no advice given. */
+  readonly retry: RetryAdvice | undefined;
 
   constructor(
     code: ErrorCode,
     message: string,
-    options: { param?: string | null; cause?: unknown; retryAfterSeconds?: number } = {},
+    options: { param?: string | null; cause?: unknown; retry?: RetryAdvice } = {},
   ) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
     this.param = options.param ?? null;
-    this.retryAfterSeconds = options.retryAfterSeconds;
+    this.retry = options.retry;
   }
 
   /** HTTP status of the REST response. */

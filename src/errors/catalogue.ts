@@ -15,6 +15,12 @@ export interface ErrorKind {
 /**
  * The closed catalogue of error codes (API.md §7). Every ApiError carries one of these codes;
  * the status, type and Connect code come from here and nowhere else.
+ *
+ * One choice differs from the contract's table: `unknown_route` is Connect/gRPC `unimplemented`
+ * (not `not_found`). gRPC defines UNIMPLEMENTED as "method not found on the server", and gRPC
+ * clients act on it (reflection clients fall back from v1 to v1alpha on it); the Connect protocol
+ * pairs `unimplemented` with HTTP 404. `unknown_route` only reaches the RPC surfaces as an unknown
+ * method; REST still answers it 404.
  */
 export const errorCatalogue = {
   invalid_request: { status: 400, type: "invalid_request_error", connectCode: Code.InvalidArgument },
@@ -23,7 +29,10 @@ export const errorCatalogue = {
   invalid_api_key: { status: 401, type: "invalid_request_error", connectCode: Code.Unauthenticated },
   model_not_allowed: { status: 403, type: "invalid_request_error", connectCode: Code.PermissionDenied },
   model_not_found: { status: 404, type: "invalid_request_error", connectCode: Code.NotFound },
-  unknown_route: { status: 404, type: "invalid_request_error", connectCode: Code.NotFound },
+  /** Connect/gRPC: `unimplemented`, gRPC's code for an unknown method (see above). */
+  unknown_route: { status: 404, type: "invalid_request_error", connectCode: Code.Unimplemented },
+  /** grpc.health.v1.Health/Check for a service the server does not serve (the protocol's NOT_FOUND). */
+  unknown_service: { status: 404, type: "invalid_request_error", connectCode: Code.NotFound },
   method_not_allowed: { status: 405, type: "invalid_request_error", connectCode: Code.Unimplemented },
   request_too_large: { status: 413, type: "invalid_request_error", connectCode: Code.ResourceExhausted },
   unsupported_media_type: { status: 415, type: "invalid_request_error", connectCode: Code.InvalidArgument },

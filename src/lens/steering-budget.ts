@@ -20,7 +20,7 @@ export interface SteeringLease {
    * Takes `bytes` more for this request, before they are decoded. Throws ApiError: 413
    * `request_too_large` (param `apply_steering_vectors`) when the request's bytes exceed what one
    * request may hold (or the whole process budget): it can never be served; 429 `rate_limited`
-   * (param null, `retryAfterSeconds` 1) when they would exceed what is left now: retry later.
+   * (param null, retry after 1 s) when they would exceed what is left now: retry later.
    */
   reserve(bytes: number): void;
   /** Gives every byte of this lease back (idempotent); call when the request is done. */
@@ -90,7 +90,7 @@ export function createSteeringBudget(options: SteeringBudgetOptions = {}): Steer
             throw new ApiError(
               "rate_limited",
               `The server is busy decoding the steering vectors of other requests (${inFlight} of ${processBytes} bytes in use); this request needs ${total}. Retry in ${STEERING_RETRY_AFTER_SECONDS} s.`,
-              { retryAfterSeconds: STEERING_RETRY_AFTER_SECONDS },
+              { retry: { retry: true, afterSeconds: STEERING_RETRY_AFTER_SECONDS } },
             );
           }
           held = total;

@@ -1,8 +1,16 @@
 export { createCallContext, createShutdownLink, type ShutdownLink } from "./call-context.js";
 export {
+  type BodyEncoding,
+  decodeContentEncoding,
+  inflateBounded,
+  parseContentEncoding,
+} from "./content-encoding.js";
+export {
   completionRequestFieldNames,
   type DecodedCompletionRequest,
   decodeCompletionRequest,
+  invalidType,
+  unknownField,
 } from "./decode-completion-request.js";
 export {
   type ActivationsJson,
@@ -34,9 +42,11 @@ export {
   requestIdOf,
   requestTooLarge,
   sendError,
+  unknownRoute,
 } from "./send-error.js";
 export {
   createSseWriter,
   type SseWriter,
   type SseWriterOptions,
 } from "./sse-writer.js";
+export { decodeUtf8Body, isJsonNumber, parseStrictJson, readExactInteger } from "./strict-json.js";

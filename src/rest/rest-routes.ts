@@ -11,6 +11,7 @@ import { limits } from "../config/index.js";
 import { ApiError, invalidRequest } from "../errors/index.js";
 import { type CompletionsApi, modelNotFound } from "../service/index.js";
 import { createCallContext, createShutdownLink } from "./call-context.js";
+import { decodeContentEncoding } from "./content-encoding.js";
 import { decodeCompletionRequest } from "./decode-completion-request.js";
 import { renderChunk, renderCompletion, renderModel, renderModelList } from "./render-completion.js";
 import {
@@ -194,7 +195,13 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
     // A bad key is 401 before the body is even looked at (OpenAI answers 401 before 400).
     await api.authenticate(ctx);
     assertJsonContentType(request.headers["content-type"]);
-    const { request: completionRequest, stream } = decodeCompletionRequest(bodyBytes(request.body));
+    // gzip, deflate and br bodies are decoded, the 8 MiB cap applied to the decoded size.
+    const body = await decodeContentEncoding(
+      bodyBytes(request.body),
+      request.headers["content-encoding"],
+      limits.bodyLimitBytes,
+    );
+    const { request: completionRequest, stream } = decodeCompletionRequest(body);
     if (!stream) {
       const response = await api.createCompletion(completionRequest, ctx);
       return reply.type("application/json; charset=utf-8").send(JSON.stringify(renderCompletion(response)));
@@ -270,7 +277,8 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
  * of the Connect plugin): `POST /v1/completions` (JSON, or SSE with `stream: true`),
  * `GET /v1/models`, `GET /v1/models/{id}` (id or alias; `/` URL-encoded or not) and
  * `POST /v1/chat/completions` (always 400). In its scope: an `X-Request-Id` on every response,
- * bodies up to 8 MiB (413 above), JSON only (415 otherwise), and every error rendered as the
- * API.md §7 envelope by {@link sendError}.
+ * bodies up to 8 MiB (413 above) — decoded when they carry `Content-Encoding: gzip`, `deflate` or
+ * `br`, the 8 MiB then applying to the decoded body (415 for another coding) —, JSON only (415
+ * otherwise), and every error rendered as the API.md §7 envelope by {@link sendError}.
  */
 export const restRoutes: FastifyPluginAsync<RestRoutesOptions> = registerRoutes;

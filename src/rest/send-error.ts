@@ -1,23 +1,18 @@
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { limits } from "../config/index.js";
-import { ApiError, type ErrorCode, isRequestId, newRequestId, toApiError } from "../errors/index.js";
+import {
+  ApiError,
+  type ErrorCode,
+  isRequestId,
+  newRequestId,
+  requestTooLarge,
+  retryHeaders,
+  toApiError,
+} from "../errors/index.js";
 
 const REQUEST_ID_HEADER = "x-request-id";
 
-const MIB = 1024 * 1024;
-
-/**
- * 413 `request_too_large` for a body over `limitBytes`: the one message of every 413 (the REST
- * routes' chunked bodies, and the server's early Content-Length check). E.g. for 8 MiB:
- * `The request body is too large: at most 8388608 bytes (8 MiB).`
- */
-export function requestTooLarge(limitBytes: number): ApiError {
-  const mib = limitBytes % MIB === 0 && limitBytes > 0 ? ` (${limitBytes / MIB} MiB)` : "";
-  return new ApiError(
-    "request_too_large",
-    `The request body is too large: at most ${limitBytes} bytes${mib}.`,
-  );
-}
+export { requestTooLarge };
 
 /**
  * The request id of this exchange, the one function that names it: the `X-Request-Id` response
@@ -85,7 +80,8 @@ export function apiErrorFrom(err: unknown): ApiError {
 /**
  * Sends `err` as the error envelope of API.md §7 (`{error: {message, type, param, code},
  * request_id}`, all four keys always present) with its catalogue status, the `X-Request-Id`
- * header, `Content-Type: application/json`, and `Retry-After` when the error has one. Does nothing when the response has already
+ * header, `Content-Type: application/json`, and the retry advice of a 429 (`x-should-retry`,
+ * `Retry-After`; see retryHeaders). Does nothing when the response has already
  * started (the caller then has to end the stream its own way).
  */
 export function sendError(reply: FastifyReply, err: unknown, requestId: string): FastifyReply {
@@ -93,8 +89,7 @@ export function sendError(reply: FastifyReply, err: unknown, requestId: string):
   const apiError = apiErrorFrom(err);
   if (apiError.status >= 500)
     reply.log.error({ err: apiError.cause ?? apiError, requestId }, apiError.message);
-  if (apiError.retryAfterSeconds !== undefined)
-    reply.header("retry-after", String(apiError.retryAfterSeconds));
+  for (const [name, value] of Object.entries(retryHeaders(apiError.retry))) reply.header(name, value);
   return reply
     .code(apiError.status)
     .header(REQUEST_ID_HEADER, requestId)
@@ -109,12 +104,19 @@ function pathOf(request: FastifyRequest): string {
 }
 
 /**
- * 404 `unknown_route` for a route the API does not have (`Invalid URL (POST /v1/foo)`, OpenAI's
- * wording), with `X-Request-Id`. Usable as a fastify not-found handler.
+ * 404 `unknown_route` for a route (or RPC method) the API does not have, in OpenAI's wording:
+ * `Invalid URL (POST /v1/foo)`, `Invalid URL (POST /acs.v1.CompletionsService/Nope)`.
+ */
+export function unknownRoute(request: FastifyRequest): ApiError {
+  return new ApiError("unknown_route", `Invalid URL (${request.method} ${pathOf(request)})`);
+}
+
+/**
+ * 404 `unknown_route` for a route the API does not have (see {@link unknownRoute}), with
+ * `X-Request-Id`. Usable as a fastify not-found handler.
  */
 export function renderNotFound(request: FastifyRequest, reply: FastifyReply): FastifyReply {
-  const error = new ApiError("unknown_route", `Invalid URL (${request.method} ${pathOf(request)})`);
-  return sendError(reply, error, requestIdOf(reply));
+  return sendError(reply, unknownRoute(request), requestIdOf(reply));
 }
 
 /**

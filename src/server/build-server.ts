@@ -2,6 +2,7 @@ import { type Server, STATUS_CODES } from "node:http";
 import type { Socket } from "node:net";
 import { createContextValues } from "@connectrpc/connect";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
+import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import cors from "@fastify/cors";
 import Fastify, {
   type FastifyBaseLogger,
@@ -12,23 +13,31 @@ import Fastify, {
   LogController,
 } from "fastify";
 import type { Logger } from "pino";
+import { CompletionsService } from "../../gen/acs/v1/completions_pb.js";
+import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { type Config, limits } from "../config/index.js";
 import {
+  compressionDeflate,
   createConnectRoutes,
   createHealthRoutes,
+  createReflectionRoutes,
+  releaseParsedBody,
   requestIdKey,
   toConnectError,
+  withErrorEnvelopes,
   writeProtocolError,
 } from "../connect/index.js";
 import { ApiError, invalidRequest, newRequestId } from "../errors/index.js";
 import type { SteeringBudget } from "../lens/index.js";
 import {
+  apiErrorFrom,
   handleUnmatchedRoute,
   renderMethodNotAllowed,
   requestIdOf,
   requestTooLarge,
   restRoutes,
   sendError,
+  unknownRoute,
 } from "../rest/index.js";
 import type { CompletionsApi } from "../service/index.js";
 import { createMetrics, type GatewayMetrics } from "./metrics.js";
@@ -64,9 +73,45 @@ const oneServerFactory =
   (handler) =>
     createOnePortServer(handler as Parameters<typeof createOnePortServer>[0], timeouts) as unknown as Server;
 
-/** Connect, gRPC and gRPC-Web paths: /<package>.<Service>/<Method>. */
-function isConnectPath(url: string): boolean {
-  return url.startsWith("/acs.v1.") || url.startsWith("/grpc.health.v1.");
+/** The path of an RPC: /<package>.<Service>/<Method> (Connect, gRPC and gRPC-Web). */
+const rpcPath = /^\/[A-Za-z_][\w.]*\.[A-Za-z_]\w*\/[A-Za-z_]\w*$/;
+
+/** True for an RPC path (a query string is ignored). */
+function isRpcPath(url: string): boolean {
+  return rpcPath.test(url.split("?", 1)[0] ?? "");
+}
+
+/**
+ * True when a request is an RPC and gets its errors in its protocol's form (see
+ * `writeProtocolError`): an RPC path, or a gRPC, gRPC-Web or Connect streaming Content-Type on
+ * any path (such a client cannot read a REST body).
+ */
+function isRpcRequest(request: FastifyRequest): boolean {
+  const type = (request.headers["content-type"] ?? "").toLowerCase();
+  return (
+    isRpcPath(request.url) || type.startsWith("application/grpc") || type.startsWith("application/connect+")
+  );
+}
+
+/**
+ * Answers an RPC request with `err` in its protocol's form (Connect JSON, gRPC trailers, gRPC-Web
+ * trailer frame, Connect end-stream), with the envelope detail, the X-Request-Id and the headers
+ * already set on the reply (CORS).
+ */
+function sendRpcError(request: FastifyRequest, reply: FastifyReply, err: ApiError): FastifyReply {
+  const id = requestIdOf(reply);
+  reply.hijack();
+  for (const [name, value] of Object.entries(reply.getHeaders())) {
+    if (value !== undefined) reply.raw.setHeader(name, value);
+  }
+  writeProtocolError(request.headers["content-type"], toConnectError(err, id), err.status, reply.raw);
+  return reply;
+}
+
+/** Any error as its surface's error: the REST envelope, or the RPC form for an RPC request. */
+function sendAnyError(request: FastifyRequest, reply: FastifyReply, err: unknown): FastifyReply {
+  if (isRpcRequest(request)) return sendRpcError(request, reply, apiErrorFrom(err));
+  return sendError(reply, err, requestIdOf(reply));
 }
 
 function routeLabel(request: FastifyRequest): string {
@@ -141,7 +186,7 @@ export async function buildServer(
   });
   app.addHook("onResponse", async (request, reply) => {
     const url = request.url;
-    const surface = isConnectPath(url) ? "connect" : url.startsWith("/v1/") ? "rest" : "ops";
+    const surface = isRpcPath(url) ? "connect" : url.startsWith("/v1/") ? "rest" : "ops";
     metrics.requests.inc({ surface, route: routeLabel(request), status: String(reply.statusCode) });
     metrics.duration.observe({ surface, route: routeLabel(request) }, reply.elapsedTime / 1000);
   });
@@ -163,27 +208,43 @@ export async function buildServer(
   app.addHook("onRequest", async (request, reply) => {
     const length = Number(request.headers["content-length"] ?? 0);
     if (!(length > limits.bodyLimitBytes)) return;
-    const id = requestIdOf(reply);
-    const err = requestTooLarge(limits.bodyLimitBytes);
-    if (!isConnectPath(request.url)) return sendError(reply, err, id);
-    reply.hijack();
-    reply.raw.setHeader("x-request-id", id);
-    writeProtocolError(request.headers["content-type"], toConnectError(err, id), err.status, reply.raw);
-    return reply;
+    return sendAnyError(request, reply, requestTooLarge(limits.bodyLimitBytes));
   });
 
-  await app.register(fastifyConnectPlugin, {
-    routes: (router) => {
-      createConnectRoutes(deps.api)(router);
-      createHealthRoutes(deps.isReady, deps.modelStatus)(router);
-    },
-    readMaxBytes: limits.bodyLimitBytes,
-    // Strict like REST: an unknown field in Connect JSON is an error, not silently dropped.
-    jsonOptions: { ignoreUnknownFields: false },
-    contextValues: (request) => createContextValues().set(requestIdKey, request.id),
-    grpc: true,
-    grpcWeb: true,
-    connect: true,
+  // Errors raised before a route's own handler (fastify's, or an unknown route) in each surface's
+  // form. Set before the plugins register: routes keep the error handler of their registration.
+  app.setErrorHandler((error, request, reply) => sendAnyError(request, reply, error));
+
+  // The Connect plugin in a scope of its own that reads no body: any Content-Type reaches
+  // connect-es, which refuses the ones it does not serve (415, answered with the envelope).
+  await app.register(async (rpc) => {
+    rpc.removeAllContentTypeParsers();
+    rpc.addContentTypeParser("*", (_request, _payload, done) => done(null, undefined));
+    await rpc.register(fastifyConnectPlugin, {
+      // Every error of every RPC carries the envelope, whoever raises it (src/connect/error-envelopes.ts).
+      routes: withErrorEnvelopes(
+        (router) => {
+          createConnectRoutes(deps.api)(router);
+          createHealthRoutes(deps.isReady, deps.modelStatus)(router);
+          createReflectionRoutes([CompletionsService, Health])(router);
+        },
+        {
+          readMaxBytes: limits.bodyLimitBytes,
+          onInternalError: (err, requestId) =>
+            deps.logger.error({ err, requestId }, "RPC failed in connect-es"),
+        },
+      ),
+      interceptors: [releaseParsedBody],
+      readMaxBytes: limits.bodyLimitBytes,
+      // The request compressions REST accepts too (gzip, deflate, br, identity).
+      acceptCompression: [compressionGzip, compressionBrotli, compressionDeflate],
+      // Strict like REST: an unknown field in Connect JSON is an error, not silently dropped.
+      jsonOptions: { ignoreUnknownFields: false },
+      contextValues: (request) => createContextValues().set(requestIdKey, request.id),
+      grpc: true,
+      grpcWeb: true,
+      connect: true,
+    });
   });
   await app.register(restRoutes, { api: deps.api, keepaliveIntervalMs: deps.config.keepaliveIntervalMs });
 
@@ -204,9 +265,10 @@ export async function buildServer(
     if (opsPaths.has(request.url.split("?", 1)[0] ?? "")) {
       return renderMethodNotAllowed(request, reply, ["GET", "HEAD"]);
     }
+    // An unknown method answers in its protocol: gRPC UNIMPLEMENTED, Connect 404 unimplemented.
+    if (isRpcRequest(request)) return sendRpcError(request, reply, unknownRoute(request));
     return handleUnmatchedRoute(request, reply);
   });
-  app.setErrorHandler((error, _request, reply) => sendError(reply, error, requestIdOf(reply)));
 
   if (deps.onClose) {
     const onClose = deps.onClose;

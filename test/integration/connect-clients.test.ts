@@ -178,6 +178,7 @@ describe("gRPC health (grpc.health.v1.Health)", () => {
     );
     const err = await connectError(health.check({ service: "nope" }));
     expect(err.code).toBe(Code.NotFound);
+    expect(err.findDetails(ErrorEnvelopeSchema)[0]?.error?.code).toBe("unknown_service");
   });
 
   it("Watch sends the current status first", async () => {

@@ -45,7 +45,7 @@ describe("createSteeringBudget", () => {
     const third = budget.lease();
     const err = expectApiError(() => third.reserve(6), { code: "rate_limited", param: null, status: 429 });
     expect(err.type).toBe("rate_limit_error");
-    expect(err.retryAfterSeconds).toBe(1);
+    expect(err.retry).toEqual({ retry: true, afterSeconds: 1 });
     expect(err.message).toBe(
       "The server is busy decoding the steering vectors of other requests (20 of 25 bytes in use); this request needs 6. Retry in 1 s.",
     );
@@ -63,7 +63,7 @@ describe("createSteeringBudget", () => {
       message:
         "The steering vectors of this request decode to 11 bytes, more than the 10 bytes one request may hold.",
     });
-    expect(err.retryAfterSeconds).toBeUndefined();
+    expect(err.retry).toBeUndefined();
     const small = createSteeringBudget({ requestBytes: 100, processBytes: 50 });
     expectApiError(() => small.lease().reserve(51), {
       code: "request_too_large",

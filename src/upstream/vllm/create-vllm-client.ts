@@ -45,7 +45,10 @@ export interface VllmClientOptions {
 
 /** Per-call options of {@link VllmClient.complete}. */
 export interface CompleteOptions {
-  /** Aborted when the caller goes away: the upstream request is aborted, ApiError `canceled`. */
+  /**
+   * Aborted when the caller goes away: the upstream request is aborted, ApiError `canceled` (or
+   * the signal's reason when it is a `deadline_exceeded` ApiError: the caller's deadline).
+   */
   signal: AbortSignal;
   /** Milliseconds to wait for the whole response: then the upstream request is aborted, 504. */
   deadlineMs: number;
@@ -55,7 +58,10 @@ export interface CompleteOptions {
 
 /** Per-call options of {@link VllmClient.stream}. */
 export interface StreamOptions {
-  /** Aborted when the caller goes away: the upstream request is aborted, ApiError `canceled`. */
+  /**
+   * Aborted when the caller goes away: the upstream request is aborted, ApiError `canceled` (or
+   * the signal's reason when it is a `deadline_exceeded` ApiError: the caller's deadline).
+   */
   signal: AbortSignal;
   /** Sent as `X-Request-Id`: unique per upstream request. */
   upstreamRequestId: string;
@@ -110,6 +116,16 @@ export function newUpstreamRequestId(): string {
 
 const canceled = (): ApiError => new ApiError("canceled", "The request was canceled.");
 
+/**
+ * Why the caller's signal aborted, as the error the call ends with: the signal's own reason when
+ * it is a `deadline_exceeded` ApiError (a deadline the caller set, e.g. Connect-Timeout-Ms), else
+ * `canceled`.
+ */
+const callerAbort = (signal: AbortSignal): ApiError =>
+  signal.reason instanceof ApiError && signal.reason.code === "deadline_exceeded"
+    ? signal.reason
+    : canceled();
+
 interface CallSpec {
   method: "GET" | "POST";
   path: string;
@@ -155,8 +171,9 @@ function follow(signal: AbortSignal, onAbort: () => void): () => void {
 /** Ties a caller signal and an optional deadline to one AbortController; aborts carry ApiErrors. */
 function linkAbort(signal: AbortSignal | undefined, deadlineMs?: number) {
   const controller = new AbortController();
-  if (signal?.aborted) throw canceled();
-  const unfollow = signal === undefined ? undefined : follow(signal, () => controller.abort(canceled()));
+  if (signal?.aborted) throw callerAbort(signal);
+  const unfollow =
+    signal === undefined ? undefined : follow(signal, () => controller.abort(callerAbort(signal)));
   const timer =
     deadlineMs === undefined
       ? undefined

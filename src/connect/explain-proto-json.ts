@@ -1,0 +1,248 @@
+import {
+  type DescEnum,
+  type DescField,
+  type DescMessage,
+  type DescOneof,
+  fromJson,
+  type JsonValue,
+  ScalarType,
+} from "@bufbuild/protobuf";
+import { base64Decode } from "@bufbuild/protobuf/wire";
+import { ApiError, invalidRequest } from "../errors/index.js";
+import {
+  decodeUtf8Body,
+  invalidType,
+  isJsonNumber,
+  parseStrictJson,
+  readExactInteger,
+  unknownField,
+} from "../rest/index.js";
+
+/** Longest piece of caller or library text echoed in a message. */
+const MAX_ECHO = 200;
+
+function clip(text: string): string {
+  return text.length <= MAX_ECHO ? text : `${text.slice(0, MAX_ECHO)}…`;
+}
+
+type JsonObject = Record<string, unknown>;
+
+function isObject(value: unknown): value is JsonObject {
+  return typeof value === "object" && value !== null && !Array.isArray(value) && !isJsonNumber(value);
+}
+
+interface IntRange {
+  readonly min: bigint;
+  readonly max: bigint;
+  readonly name: string;
+}
+
+const INT32: IntRange = { min: -(2n ** 31n), max: 2n ** 31n - 1n, name: "int32" };
+const UINT32: IntRange = { min: 0n, max: 2n ** 32n - 1n, name: "uint32" };
+const INT64: IntRange = { min: -(2n ** 63n), max: 2n ** 63n - 1n, name: "int64" };
+const UINT64: IntRange = { min: 0n, max: 2n ** 64n - 1n, name: "uint64" };
+
+const FLOAT_MAX = 3.4028234663852886e38;
+
+function intRange(scalar: ScalarType): IntRange | undefined {
+  switch (scalar) {
+    case ScalarType.INT32:
+    case ScalarType.SINT32:
+    case ScalarType.SFIXED32:
+      return INT32;
+    case ScalarType.UINT32:
+    case ScalarType.FIXED32:
+      return UINT32;
+    case ScalarType.INT64:
+    case ScalarType.SINT64:
+    case ScalarType.SFIXED64:
+      return INT64;
+    case ScalarType.UINT64:
+    case ScalarType.FIXED64:
+      return UINT64;
+    default:
+      return undefined;
+  }
+}
+
+/** The source text of a JSON number, or of a string protobuf JSON reads as one. */
+function numberText(value: unknown): string | undefined {
+  if (isJsonNumber(value)) return value.value;
+  if (typeof value === "string" && value !== "" && value.trim() === value) return value;
+  return undefined;
+}
+
+function checkInteger(value: unknown, param: string, range: IntRange): ApiError | undefined {
+  const text = numberText(value);
+  if (text === undefined) return invalidType(param, "a number");
+  const read = readExactInteger(text);
+  if (read.kind === "fraction") {
+    return invalidType(param, Number.isNaN(Number(text)) ? "a number" : "an integer");
+  }
+  if (read.kind === "huge" || read.value < range.min || read.value > range.max) {
+    return invalidRequest(
+      param,
+      `Invalid value for '${param}': expected an integer from ${range.min} to ${range.max} (${range.name}).`,
+    );
+  }
+  return undefined;
+}
+
+function checkFloat(value: unknown, param: string, scalar: ScalarType): ApiError | undefined {
+  if (value === "NaN" || value === "Infinity" || value === "-Infinity") return undefined;
+  const text = numberText(value);
+  const number = text === undefined ? Number.NaN : Number(text);
+  if (Number.isNaN(number)) return invalidType(param, "a number");
+  const max = scalar === ScalarType.FLOAT ? FLOAT_MAX : Number.MAX_VALUE;
+  if (!Number.isFinite(number) || Math.abs(number) > max) {
+    return invalidRequest(param, `Invalid value for '${param}': the number is too large.`);
+  }
+  return undefined;
+}
+
+function checkScalar(scalar: ScalarType, value: unknown, param: string): ApiError | undefined {
+  const range = intRange(scalar);
+  if (range !== undefined) return checkInteger(value, param, range);
+  switch (scalar) {
+    case ScalarType.DOUBLE:
+    case ScalarType.FLOAT:
+      return checkFloat(value, param, scalar);
+    case ScalarType.BOOL:
+      return typeof value === "boolean" ? undefined : invalidType(param, "a boolean");
+    case ScalarType.STRING:
+      return typeof value === "string" ? undefined : invalidType(param, "a string");
+    case ScalarType.BYTES:
+      if (typeof value !== "string") return invalidType(param, "a base64 string");
+      try {
+        base64Decode(value);
+        return undefined;
+      } catch {
+        return invalidRequest(param, `Invalid value for '${param}': expected a base64 string.`);
+      }
+    default:
+      return undefined;
+  }
+}
+
+function checkEnum(desc: DescEnum, value: unknown, param: string): ApiError | undefined {
+  if (typeof value === "string" && desc.values.some((v) => v.name === value)) return undefined;
+  if (isJsonNumber(value)) {
+    const read = readExactInteger(value.value);
+    if (read.kind === "integer" && read.value >= INT32.min && read.value <= INT32.max) return undefined;
+  }
+  const names = desc.values.map((v) => v.name).join(", ");
+  return invalidRequest(param, `Invalid value for '${param}': expected one of ${names}.`);
+}
+
+/** One value of a field (a list item, a map value, or the field's own value). */
+function checkValue(field: DescField, value: unknown, param: string): ApiError | undefined {
+  if (field.message !== undefined) return checkMessage(field.message, value, param);
+  if (field.enum !== undefined) return checkEnum(field.enum, value, param);
+  if (field.scalar !== undefined) return checkScalar(field.scalar, value, param);
+  return undefined;
+}
+
+function checkField(field: DescField, value: unknown, param: string): ApiError | undefined {
+  if (value === null) return undefined; // null is "left out" in protobuf JSON
+  switch (field.fieldKind) {
+    case "list": {
+      if (!Array.isArray(value)) return invalidType(param, "an array");
+      for (const [i, item] of value.entries()) {
+        const at = `${param}[${i}]`;
+        if (item === null)
+          return invalidRequest(at, `Invalid value for '${at}': a list item cannot be null.`);
+        const err = checkValue(field, item, at);
+        if (err !== undefined) return err;
+      }
+      return undefined;
+    }
+    case "map": {
+      if (!isObject(value)) return invalidType(param, "an object");
+      for (const [key, item] of Object.entries(value)) {
+        const at = `${param}.${key}`;
+        if (item === null)
+          return invalidRequest(at, `Invalid value for '${at}': a map value cannot be null.`);
+        const err = checkValue(field, item, at);
+        if (err !== undefined) return err;
+      }
+      return undefined;
+    }
+    default:
+      return checkValue(field, value, param);
+  }
+}
+
+/**
+ * The first fault of `value` as the JSON of `desc`, in the REST decoder's words: unknown keys
+ * first (all of an object's keys before any of its values, as REST does), then each field's type
+ * and range, depth first. Params are proto field names with `.` and `[i]` (REST's names).
+ */
+function checkMessage(desc: DescMessage, value: unknown, path: string): ApiError | undefined {
+  // Well-known types have JSON forms of their own; protobuf-es explains those (fallback below).
+  if (desc.typeName.startsWith("google.protobuf.")) return undefined;
+  if (!isObject(value)) {
+    return path === ""
+      ? invalidRequest(null, "The request body must be a JSON object.")
+      : invalidType(path, "an object");
+  }
+  const prefix = path === "" ? "" : `${path}.`;
+  const byName = new Map<string, DescField>();
+  for (const f of desc.fields) byName.set(f.name, f).set(f.jsonName, f);
+  for (const key of Object.keys(value)) {
+    if (!byName.has(key)) return unknownField(prefix + key);
+  }
+  const seen = new Map<DescField, string>();
+  const oneofs = new Map<DescOneof, DescField>();
+  for (const [key, item] of Object.entries(value)) {
+    const field = byName.get(key) as DescField;
+    const param = prefix + field.name;
+    const before = seen.get(field);
+    if (before !== undefined) {
+      return invalidRequest(param, `'${param}' is set twice: as '${before}' and as '${key}'.`);
+    }
+    seen.set(field, key);
+    if (field.oneof !== undefined && item !== null) {
+      const other = oneofs.get(field.oneof);
+      if (other !== undefined) {
+        const members = field.oneof.fields.map((f) => f.name).join(", ");
+        return invalidRequest(
+          prefix + field.oneof.name,
+          `Only one of ${members} may be set ('${field.oneof.name}'); got ${other.name} and ${field.name}.`,
+        );
+      }
+      oneofs.set(field.oneof, field);
+    }
+    const err = checkField(field, item, param);
+    if (err !== undefined) return err;
+  }
+  return undefined;
+}
+
+/**
+ * Explains why `bytes` is not a `desc` message in protobuf JSON, for a request connect-es refused
+ * while parsing it (connect-es's own message names no field). Same words as the REST decoder for
+ * the same faults — invalid UTF-8, malformed JSON (REST's parser), an unknown field, a wrong type,
+ * an integer out of range — with `param` the proto field path (`max_tokens`,
+ * `apply_steering_vectors[0].scale`). Returns undefined when it finds no fault.
+ */
+export function explainProtoJson(desc: DescMessage, bytes: Uint8Array): ApiError | undefined {
+  let json: unknown;
+  try {
+    json = parseStrictJson(decodeUtf8Body(bytes));
+  } catch (err) {
+    if (err instanceof ApiError) return err;
+    throw err;
+  }
+  const fault = checkMessage(desc, json, "");
+  if (fault !== undefined) return fault;
+  try {
+    fromJson(desc, JSON.parse(new TextDecoder().decode(bytes)) as JsonValue);
+    return undefined;
+  } catch (err) {
+    const detail = err instanceof Error ? err.message : String(err);
+    return invalidRequest(
+      null,
+      `The request body is not a valid ${desc.typeName} in protobuf JSON: ${clip(detail)}.`,
+    );
+  }
+}

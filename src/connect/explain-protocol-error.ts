@@ -1,0 +1,232 @@
+import { type DescMethod, fromBinary } from "@bufbuild/protobuf";
+import { base64Decode } from "@bufbuild/protobuf/wire";
+import { Code, type ConnectError } from "@connectrpc/connect";
+import {
+  ApiError,
+  callerDeadlineExceeded,
+  invalidRequest,
+  requestTooLarge,
+  unsupportedEncoding,
+} from "../errors/index.js";
+import { type BodyEncoding, inflateBounded } from "../rest/index.js";
+import { explainProtoJson } from "./explain-proto-json.js";
+import { type RpcErrorForm, rpcErrorForm } from "./protocol-error.js";
+
+/** What is known of an RPC request that connect-es refused. */
+export interface RefusedRequest {
+  /** The RPC it was for. */
+  readonly method: DescMethod;
+  /** HTTP method (`POST`, `GET`). */
+  readonly httpMethod: string;
+  /** The request URL (Connect GET carries its message in the query). */
+  readonly url: string;
+  readonly header: Headers;
+  /** The body as received, when it was kept; undefined otherwise. */
+  readonly body: Uint8Array | undefined;
+  /** The router's limit on a message, in bytes (before and after decompression). */
+  readonly readMaxBytes: number;
+}
+
+/** Longest piece of library text echoed in a message. */
+const MAX_ECHO = 200;
+
+function clip(text: string): string {
+  return text.length <= MAX_ECHO ? text : `${text.slice(0, MAX_ECHO)}…`;
+}
+
+const grpcTimeoutUnitMs: Readonly<Record<string, number>> = {
+  H: 3_600_000,
+  M: 60_000,
+  S: 1000,
+  m: 1,
+  u: 0.001,
+  n: 0.000_001,
+};
+
+/** The timeout header of `form` and its value, if sent. */
+function timeoutHeader(form: RpcErrorForm, header: Headers): { name: string; value: string } | undefined {
+  const name = form === "grpc" || form === "grpc-web" ? "grpc-timeout" : "connect-timeout-ms";
+  const value = header.get(name);
+  return value === null ? undefined : { name, value };
+}
+
+/**
+ * The deadline a caller set, in milliseconds: `Connect-Timeout-Ms: 800` (Connect) or
+ * `grpc-timeout: 800m` (gRPC, gRPC-Web; units H, M, S, m, u, n). Undefined when none or malformed.
+ */
+export function callerTimeoutMs(contentType: string | null, header: Headers): number | undefined {
+  const sent = timeoutHeader(rpcErrorForm(contentType), header);
+  if (sent === undefined) return undefined;
+  if (sent.name === "connect-timeout-ms")
+    return /^\d{1,10}$/.test(sent.value) ? Number(sent.value) : undefined;
+  const match = /^(\d{1,8})([HMSmun])$/.exec(sent.value);
+  if (match === null) return undefined;
+  return Number(match[1]) * (grpcTimeoutUnitMs[match[2] as string] ?? 1);
+}
+
+/** 400 for a timeout header that is not in its protocol's form, else undefined. */
+function badTimeout(form: RpcErrorForm, header: Headers): ApiError | undefined {
+  const sent = timeoutHeader(form, header);
+  if (sent === undefined) return undefined;
+  const ok =
+    sent.name === "connect-timeout-ms" ? /^\d{1,10}$/.test(sent.value) : /^\d{1,8}[HMSmun]$/.test(sent.value);
+  if (ok) return undefined;
+  const form_ =
+    sent.name === "connect-timeout-ms"
+      ? "a whole number of milliseconds, at most 10 digits"
+      : "at most 8 digits and a unit (H, M, S, m, u or n), e.g. 800m";
+  return invalidRequest(null, `Invalid ${sent.name} header '${clip(sent.value)}': send ${form_}.`);
+}
+
+/** The compression a request names for its messages: header per protocol, query for Connect GET. */
+function requestEncodingName(form: RpcErrorForm, req: RefusedRequest): string | undefined {
+  if (form === "connect" && req.httpMethod === "GET") {
+    return new URL(req.url).searchParams.get("compression") ?? undefined;
+  }
+  const name =
+    form === "grpc" || form === "grpc-web"
+      ? "grpc-encoding"
+      : form === "connect-stream"
+        ? "connect-content-encoding"
+        : "content-encoding";
+  return req.header.get(name) ?? undefined;
+}
+
+/** The coding of an RPC message (one exact name, as RPC protocols send it), or an ApiError 415. */
+function messageCoding(name: string | undefined): BodyEncoding | undefined | ApiError {
+  if (name === undefined || name === "identity") return undefined;
+  if (name === "gzip" || name === "deflate" || name === "br") return name;
+  return unsupportedEncoding(name);
+}
+
+/** The frames of an enveloped body (gRPC, gRPC-Web, Connect streaming), or that it is cut short. */
+function splitFrames(bytes: Uint8Array): { flags: number; data: Uint8Array }[] | "incomplete" {
+  const frames: { flags: number; data: Uint8Array }[] = [];
+  let offset = 0;
+  while (offset < bytes.byteLength) {
+    if (bytes.byteLength - offset < 5) return "incomplete";
+    const view = new DataView(bytes.buffer, bytes.byteOffset + offset, 5);
+    const length = view.getUint32(1);
+    const end = offset + 5 + length;
+    if (end > bytes.byteLength) return "incomplete";
+    frames.push({ flags: view.getUint8(0), data: bytes.subarray(offset + 5, end) });
+    offset = end;
+  }
+  return frames;
+}
+
+function isJsonRequest(form: RpcErrorForm, req: RefusedRequest): boolean {
+  if (form === "connect" && req.httpMethod === "GET") {
+    return new URL(req.url).searchParams.get("encoding") === "json";
+  }
+  return /^application\/(?:json|(?:grpc|grpc-web|connect)\+json)\b/i.test(
+    req.header.get("content-type") ?? "",
+  );
+}
+
+/** The request message's bytes as sent (framing and compression undone), or the fault found. */
+async function messageBytes(
+  form: RpcErrorForm,
+  req: RefusedRequest,
+  coding: BodyEncoding | undefined,
+): Promise<Uint8Array | ApiError | undefined> {
+  const typeName = req.method.input.typeName;
+  let bytes = req.body;
+  if (form === "connect" && req.httpMethod === "GET") {
+    const query = new URL(req.url).searchParams;
+    const message = query.get("message") ?? "";
+    try {
+      bytes = query.get("base64") === "1" ? base64Decode(message) : new TextEncoder().encode(message);
+    } catch {
+      return invalidRequest(null, "The 'message' query parameter is not valid base64.");
+    }
+  }
+  if (bytes === undefined) return undefined;
+  try {
+    if (form === "connect")
+      return coding === undefined ? bytes : await inflateBounded(bytes, coding, req.readMaxBytes);
+    const frames = splitFrames(bytes);
+    if (frames === "incomplete") {
+      return invalidRequest(
+        null,
+        "The request body ends inside a message frame: each message is a 5-byte header (flags, length) and as many bytes as the length says.",
+      );
+    }
+    const [first] = frames;
+    if (first === undefined) return invalidRequest(null, `The request has no message: send one ${typeName}.`);
+    if (frames.length > 1) {
+      return invalidRequest(null, `The request has ${frames.length} messages: send exactly one ${typeName}.`);
+    }
+    if ((first.flags & 0b1) === 0) return first.data;
+    if (coding === undefined) {
+      return invalidRequest(
+        null,
+        "The message is flagged as compressed, but the request names no compression.",
+      );
+    }
+    return await inflateBounded(first.data, coding, req.readMaxBytes);
+  } catch (err) {
+    if (err instanceof ApiError) return err;
+    throw err;
+  }
+}
+
+/** Why the request's message cannot be read (framing, compression, protobuf or JSON), if it cannot. */
+async function explainBody(
+  form: RpcErrorForm,
+  req: RefusedRequest,
+  coding: BodyEncoding | undefined,
+): Promise<ApiError | undefined> {
+  const message = await messageBytes(form, req, coding);
+  if (message === undefined || message instanceof ApiError) return message;
+  const schema = req.method.input;
+  if (isJsonRequest(form, req)) return explainProtoJson(schema, message);
+  try {
+    fromBinary(schema, message);
+    return undefined;
+  } catch (err) {
+    const detail = err instanceof Error ? err.message : String(err);
+    return invalidRequest(
+      null,
+      `The request body is not a valid protobuf encoding of ${schema.typeName}: ${clip(detail)}.`,
+    );
+  }
+}
+
+/**
+ * The API's error for an RPC request that connect-es refused on its own (before or around our
+ * handler), decided from what the request was rather than from connect-es's wording:
+ * - DeadlineExceeded → 504 `deadline_exceeded` (the caller's deadline); Canceled → `canceled`;
+ *   ResourceExhausted → 413 `request_too_large` (connect-es's read limit, before or after
+ *   decompression);
+ * - a compression other than identity, gzip, deflate, br → 415 `unsupported_media_type`;
+ * - a malformed timeout header → 400;
+ * - a body that cannot be read → 400 `invalid_request`: cut-short frames, no or several messages,
+ *   corrupt compression (413 for a bomb), bytes that are not protobuf (protobuf-es's reason), or
+ *   JSON that is not the message — in the REST decoder's words, with the field as `param`;
+ * - else 400 with connect-es's own message for InvalidArgument/Unimplemented, 500 otherwise.
+ */
+export async function explainProtocolError(err: ConnectError, req: RefusedRequest): Promise<ApiError> {
+  const contentType = req.header.get("content-type");
+  const form = rpcErrorForm(contentType);
+  switch (err.code) {
+    case Code.DeadlineExceeded:
+      return callerDeadlineExceeded(callerTimeoutMs(contentType, req.header));
+    case Code.Canceled:
+      return new ApiError("canceled", "The client canceled the call.", { cause: err });
+    case Code.ResourceExhausted:
+      return requestTooLarge(req.readMaxBytes, err);
+  }
+  const coding = messageCoding(requestEncodingName(form, req));
+  if (coding instanceof ApiError) return coding;
+  const timeout = badTimeout(form, req.header);
+  if (timeout !== undefined) return timeout;
+  const fault = await explainBody(form, req, coding);
+  if (fault !== undefined) return fault;
+  if (err.code === Code.InvalidArgument || err.code === Code.Unimplemented) {
+    return invalidRequest(null, `The request was refused: ${clip(err.rawMessage)}.`);
+  }
+  return new ApiError("internal_error", "The server had an error while processing your request.", {
+    cause: err,
+  });
+}
