@@ -13,19 +13,23 @@ import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.j
 import { type ErrorCode, errorCatalogue } from "../../src/errors/index.js";
 import { decodeError, type ErrorForm, exchange, frame, type WireRequest } from "../helpers/rpc-wire.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
-import { type FakeUpstream, startFakeUpstream } from "../upstream/fake-upstream.js";
+import { type FakeUpstream, startFakeUpstream, withVllmOps } from "../upstream/fake-upstream.js";
 
 let upstream: FakeUpstream;
 let stack: Stack;
 beforeAll(async () => {
   // Inference that counts tokens and never answers a completion: the caller's deadline fires.
-  upstream = await startFakeUpstream((req, res, body) => {
-    if (req.url === "/tokenize") {
-      const { prompt } = JSON.parse(body) as { prompt: string };
-      res.setHeader("content-type", "application/json");
-      res.end(JSON.stringify({ count: prompt.length, max_model_len: 512, tokens: [...prompt].map(() => 1) }));
-    }
-  });
+  upstream = await startFakeUpstream(
+    withVllmOps((req, res, body) => {
+      if (req.url === "/tokenize") {
+        const { prompt } = JSON.parse(body) as { prompt: string };
+        res.setHeader("content-type", "application/json");
+        res.end(
+          JSON.stringify({ count: prompt.length, max_model_len: 512, tokens: [...prompt].map(() => 1) }),
+        );
+      }
+    }),
+  );
   stack = await startStack({ upstreamUrl: upstream.url });
 });
 afterAll(async () => {

@@ -9,7 +9,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { decodeError, type ErrorForm, exchange, frame, type WireRequest } from "../helpers/rpc-wire.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
-import { type FakeUpstream, startFakeUpstream } from "../upstream/fake-upstream.js";
+import { type FakeUpstream, startFakeUpstream, withVllmOps } from "../upstream/fake-upstream.js";
 
 let upstream: FakeUpstream;
 let stack: Stack;
@@ -17,45 +17,47 @@ let dir: string;
 
 /** Inference: a token per character; the prompt "hold" is never answered, others get one token. */
 beforeAll(async () => {
-  upstream = await startFakeUpstream((req, res, body) => {
-    const json = JSON.parse(body) as { prompt: string };
-    if (req.url === "/tokenize") {
-      res.setHeader("content-type", "application/json");
+  upstream = await startFakeUpstream(
+    withVllmOps((req, res, body) => {
+      const json = JSON.parse(body) as { prompt: string };
+      if (req.url === "/tokenize") {
+        res.setHeader("content-type", "application/json");
+        res.end(
+          JSON.stringify({
+            count: json.prompt.length,
+            max_model_len: 512,
+            tokens: [...json.prompt].map(() => 1),
+          }),
+        );
+        return;
+      }
+      if (json.prompt === "hold") return;
+      const event = (choices: unknown[], usage: unknown) =>
+        `data: ${JSON.stringify({ id: "cmpl-x", object: "text_completion", created: 1, model: "acs/fake", choices, usage })}\n\n`;
+      res.writeHead(200, { "content-type": "text/event-stream" });
       res.end(
-        JSON.stringify({
-          count: json.prompt.length,
-          max_model_len: 512,
-          tokens: [...json.prompt].map(() => 1),
-        }),
+        event(
+          [
+            {
+              index: 0,
+              text: "ok",
+              logprobs: null,
+              finish_reason: "length",
+              stop_reason: null,
+              token_ids: [1],
+            },
+          ],
+          null,
+        ) +
+          event([], {
+            prompt_tokens: json.prompt.length,
+            completion_tokens: 1,
+            total_tokens: json.prompt.length + 1,
+          }) +
+          "data: [DONE]\n\n",
       );
-      return;
-    }
-    if (json.prompt === "hold") return;
-    const event = (choices: unknown[], usage: unknown) =>
-      `data: ${JSON.stringify({ id: "cmpl-x", object: "text_completion", created: 1, model: "acs/fake", choices, usage })}\n\n`;
-    res.writeHead(200, { "content-type": "text/event-stream" });
-    res.end(
-      event(
-        [
-          {
-            index: 0,
-            text: "ok",
-            logprobs: null,
-            finish_reason: "length",
-            stop_reason: null,
-            token_ids: [1],
-          },
-        ],
-        null,
-      ) +
-        event([], {
-          prompt_tokens: json.prompt.length,
-          completion_tokens: 1,
-          total_tokens: json.prompt.length + 1,
-        }) +
-        "data: [DONE]\n\n",
-    );
-  });
+    }),
+  );
   dir = mkdtempSync(join(tmpdir(), "acs-retry-"));
   stack = await startStack({ upstreamUrl: upstream.url, dbPath: join(dir, "acs.db") });
 });
