@@ -409,7 +409,9 @@ export type TokenLogprob = Message<"acs.v1.TokenLogprob"> & {
   topLogprobs?: TopLogprobs | undefined;
 
   /**
-   * Offset of the token in the choice's text, in characters.
+   * Where the token starts in the choice's text (in a stream: the text so far), in Unicode code
+   * points (Python str indices). A token that is not in the text (the echoed prompt's BOS, a skipped
+   * special token) has zero width; never past the end of the text.
    *
    * @generated from field: int32 text_offset = 4;
    */
