@@ -22,10 +22,7 @@ function createSilentUpstream() {
       usage: null,
     })}\n\n`;
   const server = http.createServer((req, res) => {
-    let body = "";
-    req.on("data", (d) => {
-      body += d;
-    });
+    req.resume(); // the body is not read: every completion gets the same script
     req.on("end", () => {
       if (req.url === "/tokenize") {
         res.setHeader("content-type", "application/json");
