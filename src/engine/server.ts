@@ -26,6 +26,8 @@ const VLLM_VERSION = "0.19.0";
 
 /** Counters of the engine's requests (completions only). */
 export interface EngineStats {
+  /** Every `POST /v1/completions` that reached the server, counted before its body is read: refused or not. */
+  received: number;
   aborted: number;
   completed: number;
   active: number;
@@ -66,7 +68,7 @@ export function createEngineServer(deps: ServerDeps): EngineServer {
   const { model, tokenizer: tok, servedModelName, maxModelLen, preset } = deps;
   const created = Math.floor(Date.now() / 1000);
   const scheduler = new Scheduler(model, tok, preset.prefillChunk);
-  const stats: EngineStats = { aborted: 0, completed: 0, active: 0 };
+  const stats: EngineStats = { received: 0, aborted: 0, completed: 0, active: 0 };
   const events = new EventEmitter();
   const app = Fastify({
     logger: false,
@@ -154,9 +156,17 @@ export function createEngineServer(deps: ServerDeps): EngineServer {
     return { prompt: tok.decode(t as number[], true) };
   });
 
-  app.post("/v1/completions", async (req, reply) => {
-    await handleCompletion(req, reply);
-  });
+  app.post(
+    "/v1/completions",
+    {
+      onRequest: async () => {
+        stats.received++;
+      },
+    },
+    async (req, reply) => {
+      await handleCompletion(req, reply);
+    },
+  );
 
   interface Choice {
     index: number;

@@ -29,7 +29,10 @@ export type PromptLogprobsJson = (Record<
   { logprob: number; rank: number; decoded_token: string }
 > | null)[];
 
-/** A choice as OpenAI's and vLLM's completions return it (openai-node `CompletionChoice` plus vLLM). */
+/**
+ * A choice of a non-streamed completion, with every key vLLM's `CompletionResponseChoice` writes
+ * (openai-node `CompletionChoice` plus vLLM's); a key whose option was not asked for is null.
+ */
 export interface CompletionChoiceJson {
   index: number;
   text: string;
@@ -37,25 +40,45 @@ export interface CompletionChoiceJson {
   finish_reason: "stop" | "length" | null;
   /** The stop string, the stop token id, or null (EOS, length, or not finished). */
   stop_reason: string | number | null;
-  /** Only when prompt_logprobs was asked for. */
-  prompt_logprobs?: PromptLogprobsJson;
-  /** Only with return_token_ids. */
-  prompt_token_ids?: number[];
-  /** Only with return_token_ids (in a stream: the next ids). */
-  token_ids?: number[];
+  /** With return_token_ids; else null. */
+  token_ids: number[] | null;
+  /** With prompt_logprobs; else null. */
+  prompt_logprobs: PromptLogprobsJson | null;
+  /** With return_token_ids; else null. */
+  prompt_token_ids: number[] | null;
 }
 
+/** A choice of a stream chunk, with every key vLLM's `CompletionResponseStreamChoice` writes. */
+export interface CompletionStreamChoiceJson {
+  index: number;
+  /** The next text of the choice (may be ""). */
+  text: string;
+  logprobs: LogprobsJson | null;
+  /** Null until the choice's last chunk. */
+  finish_reason: "stop" | "length" | null;
+  stop_reason: string | number | null;
+  /** With return_token_ids, on the first chunk of each choice; else null. */
+  prompt_token_ids: number[] | null;
+  /** With return_token_ids, the ids of this chunk's tokens; else null. */
+  token_ids: number[] | null;
+}
+
+/** Token counts; `prompt_tokens_details` is null where vLLM writes it (it has no cached-token count here). */
 export interface UsageJson {
   prompt_tokens: number;
-  completion_tokens: number;
   total_tokens: number;
+  completion_tokens: number;
+  prompt_tokens_details?: null;
 }
 
 export interface ActivationsJson {
   residual_stream: VllmLensTensorJson;
 }
 
-/** `object: "text_completion"` as openai-node's `Completion` parses it, plus `activations`. */
+/**
+ * `object: "text_completion"` with every key of vLLM's `CompletionResponse` (so clients written
+ * for vLLM, and openai-node's `Completion`, read it unchanged), plus `activations` (vllm-lens).
+ */
 export interface CompletionJson {
   id: string;
   object: "text_completion";
@@ -63,19 +86,29 @@ export interface CompletionJson {
   created: number;
   model: string;
   choices: CompletionChoiceJson[];
+  /** Always null. */
+  service_tier: null;
+  /** Always null. */
+  system_fingerprint: null;
   usage: UsageJson | null;
+  /** vLLM's disaggregated-serving parameters: always null. */
+  kv_transfer_params: null;
   /** Only when output_residual_stream was asked for. */
   activations?: ActivationsJson;
 }
 
-/** One SSE chunk: like a completion; `usage` is present (null or counts) only with include_usage. */
+/**
+ * One SSE chunk, with every key of vLLM's `CompletionStreamResponse`: `usage` is null on every
+ * chunk but the usage chunk (and, with continuous_usage_stats, the text chunks).
+ */
 export interface CompletionChunkJson {
   id: string;
   object: "text_completion";
   created: number;
   model: string;
-  choices: CompletionChoiceJson[];
-  usage?: UsageJson | null;
+  choices: CompletionStreamChoiceJson[];
+  usage: UsageJson | null;
+  /** Only on the activations chunk. */
   activations?: ActivationsJson;
 }
 
@@ -144,26 +177,52 @@ function renderFinishReason(reason: FinishReason): CompletionChoiceJson["finish_
   }
 }
 
-function renderChoice(choice: CompletionChoice): CompletionChoiceJson {
-  const json: CompletionChoiceJson = {
+/** What the caller asked for that decides whether a key is null. */
+export interface RenderOptions {
+  /** `return_token_ids`: `prompt_token_ids` and `token_ids` are lists, not null. */
+  readonly returnTokenIds: boolean;
+}
+
+function renderChoice(choice: CompletionChoice, opts: RenderOptions): CompletionChoiceJson {
+  return {
     index: choice.index,
     text: choice.text,
     logprobs: renderLogprobs(choice.logprobs),
     finish_reason: renderFinishReason(choice.finishReason),
-    stop_reason: choice.stopReason.case === undefined ? null : choice.stopReason.value,
+    stop_reason: renderStopReason(choice),
+    token_ids: opts.returnTokenIds ? [...choice.tokenIds] : null,
+    prompt_logprobs: choice.promptLogprobs.length > 0 ? renderPromptLogprobs(choice.promptLogprobs) : null,
+    prompt_token_ids: opts.returnTokenIds ? [...choice.promptTokenIds] : null,
   };
-  if (choice.promptLogprobs.length > 0) json.prompt_logprobs = renderPromptLogprobs(choice.promptLogprobs);
-  if (choice.promptTokenIds.length > 0) json.prompt_token_ids = [...choice.promptTokenIds];
-  if (choice.tokenIds.length > 0 || choice.promptTokenIds.length > 0) json.token_ids = [...choice.tokenIds];
-  return json;
 }
 
-function renderUsage(usage: Usage): UsageJson {
+function renderStreamChoice(choice: CompletionChoice, opts: RenderOptions): CompletionStreamChoiceJson {
   return {
-    prompt_tokens: usage.promptTokens,
-    completion_tokens: usage.completionTokens,
-    total_tokens: usage.totalTokens,
+    index: choice.index,
+    text: choice.text,
+    logprobs: renderLogprobs(choice.logprobs),
+    finish_reason: renderFinishReason(choice.finishReason),
+    stop_reason: renderStopReason(choice),
+    // As vLLM: the prompt's ids on the first chunk of a choice only.
+    prompt_token_ids:
+      opts.returnTokenIds && choice.promptTokenIds.length > 0 ? [...choice.promptTokenIds] : null,
+    token_ids: opts.returnTokenIds ? [...choice.tokenIds] : null,
   };
+}
+
+function renderStopReason(choice: CompletionChoice): string | number | null {
+  return choice.stopReason.case === undefined ? null : choice.stopReason.value;
+}
+
+/** Usage as vLLM writes it: with `prompt_tokens_details: null`, except on the usage chunk (vLLM drops nulls there). */
+function renderUsage(usage: Usage, details: boolean): UsageJson {
+  const json: UsageJson = {
+    prompt_tokens: usage.promptTokens,
+    total_tokens: usage.totalTokens,
+    completion_tokens: usage.completionTokens,
+  };
+  if (details) json.prompt_tokens_details = null;
+  return json;
 }
 
 function renderActivations(activations: Activations | undefined): ActivationsJson | undefined {
@@ -172,19 +231,23 @@ function renderActivations(activations: Activations | undefined): ActivationsJso
 }
 
 /**
- * A whole completion in OpenAI's JSON (`object: "text_completion"`, API.md §5).
- * `created` becomes a number (Unix seconds); a choice's `logprobs` is column-wise or null;
- * `prompt_logprobs`, `prompt_token_ids`/`token_ids` and `activations` appear only when the proto
- * carries them (i.e. when they were asked for). `usage` is null only if the proto has none.
+ * A whole completion in OpenAI's JSON (`object: "text_completion"`, API.md §5), with every key
+ * vLLM writes: `created` becomes a number (Unix seconds); a choice's `logprobs` is column-wise or
+ * null; `prompt_logprobs` is null unless asked for, `prompt_token_ids`/`token_ids` null without
+ * return_token_ids; `service_tier`, `system_fingerprint` and `kv_transfer_params` are null;
+ * `activations` appears only when asked for. `usage` is null only if the proto has none.
  */
-export function renderCompletion(res: CreateCompletionResponse): CompletionJson {
+export function renderCompletion(res: CreateCompletionResponse, opts: RenderOptions): CompletionJson {
   const json: CompletionJson = {
     id: res.id,
     object: "text_completion",
     created: Number(res.created),
     model: res.model,
-    choices: res.choices.map(renderChoice),
-    usage: res.usage === undefined ? null : renderUsage(res.usage),
+    choices: res.choices.map((c) => renderChoice(c, opts)),
+    service_tier: null,
+    system_fingerprint: null,
+    usage: res.usage === undefined ? null : renderUsage(res.usage, true),
+    kv_transfer_params: null,
   };
   const activations = renderActivations(res.activations);
   if (activations !== undefined) json.activations = activations;
@@ -192,27 +255,21 @@ export function renderCompletion(res: CreateCompletionResponse): CompletionJson 
 }
 
 /**
- * One chunk of a stream in OpenAI's JSON (API.md §5): the next text of one choice
- * (finish_reason/stop_reason null until its last chunk), the usage chunk (`choices: []`), or the
- * activations chunk (`choices: []`, `activations`).
- *
- * @param opts.includeUsage `stream_options.include_usage` was set: chunks without usage carry
- *   `usage: null` (as OpenAI sends them); without it, `usage` appears only on chunks that have one
- *   (`continuous_usage_stats`).
+ * One chunk of a stream in OpenAI's JSON (API.md §5), with every key vLLM writes: the next text of
+ * one choice (finish_reason/stop_reason null until its last chunk; `usage` null, or the usage so
+ * far with continuous_usage_stats), the usage chunk (`choices: []`), or the activations chunk
+ * (`choices: []`, `usage: null`, `activations`).
  */
-export function renderChunk(
-  chunk: StreamCompletionResponse,
-  opts: { includeUsage: boolean },
-): CompletionChunkJson {
+export function renderChunk(chunk: StreamCompletionResponse, opts: RenderOptions): CompletionChunkJson {
+  const usageChunk = chunk.choices.length === 0 && chunk.activations === undefined;
   const json: CompletionChunkJson = {
     id: chunk.id,
     object: "text_completion",
     created: Number(chunk.created),
     model: chunk.model,
-    choices: chunk.choices.map(renderChoice),
+    choices: chunk.choices.map((c) => renderStreamChoice(c, opts)),
+    usage: chunk.usage === undefined ? null : renderUsage(chunk.usage, !usageChunk),
   };
-  if (chunk.usage !== undefined) json.usage = renderUsage(chunk.usage);
-  else if (opts.includeUsage) json.usage = null;
   const activations = renderActivations(chunk.activations);
   if (activations !== undefined) json.activations = activations;
   return json;

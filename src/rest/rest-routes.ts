@@ -13,7 +13,13 @@ import { type CompletionsApi, modelNotFound } from "../service/index.js";
 import { createCallContext, createShutdownLink } from "./call-context.js";
 import { decodeContentEncoding } from "./content-encoding.js";
 import { decodeCompletionRequest } from "./decode-completion-request.js";
-import { renderChunk, renderCompletion, renderModel, renderModelList } from "./render-completion.js";
+import {
+  type RenderOptions,
+  renderChunk,
+  renderCompletion,
+  renderModel,
+  renderModelList,
+} from "./render-completion.js";
 import {
   apiErrorFrom,
   renderMethodNotAllowed,
@@ -99,13 +105,13 @@ async function pumpChunks(
   first: Promise<IteratorResult<StreamCompletionResponse>>,
   chunks: AsyncIterator<StreamCompletionResponse>,
   writer: SseWriter,
-  opts: { includeUsage: boolean; requestId: string; shutdown: AbortSignal; log: FastifyBaseLogger },
+  opts: { render: RenderOptions; requestId: string; shutdown: AbortSignal; log: FastifyBaseLogger },
 ): Promise<void> {
   let finished = false;
   try {
     let next = await first;
     while (next.done !== true) {
-      if (!(await writer.send(renderChunk(next.value, { includeUsage: opts.includeUsage })))) return;
+      if (!(await writer.send(renderChunk(next.value, opts.render)))) return;
       next = await chunks.next();
     }
     finished = true;
@@ -202,9 +208,12 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
       limits.bodyLimitBytes,
     );
     const { request: completionRequest, stream } = decodeCompletionRequest(body);
+    const render: RenderOptions = { returnTokenIds: completionRequest.returnTokenIds === true };
     if (!stream) {
       const response = await api.createCompletion(completionRequest, ctx);
-      return reply.type("application/json; charset=utf-8").send(JSON.stringify(renderCompletion(response)));
+      return reply
+        .type("application/json; charset=utf-8")
+        .send(JSON.stringify(renderCompletion(response, render)));
     }
     let prepared: () => void = () => {};
     const checked = new Promise<"checked">((resolve) => {
@@ -236,7 +245,7 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
       .header("x-accel-buffering", "no")
       .send(out);
     void pumpChunks(first, chunks, writer, {
-      includeUsage: completionRequest.streamOptions?.includeUsage === true,
+      render,
       requestId: ctx.requestId,
       shutdown: closing.signal,
       log: request.log,

@@ -31,6 +31,7 @@ import {
   buildVllmRequest,
   newCompletionId,
   newUpstreamRequestId,
+  TextOffsets,
   toCompletionResponse,
   toStreamChunk,
   type VllmClient,
@@ -273,8 +274,9 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
 
   /**
    * Inference's stream as proto chunks of the caller's completion, metered: every chunk (usage
-   * chunks included, token ids kept) in Inference's order. The upstream always streams token ids
-   * and usage, so that what was generated is known at every moment.
+   * chunks included, token ids kept) in Inference's order, with `text_offset` that point into each
+   * choice's text (one TextOffsets per stream). The upstream always streams token ids and usage,
+   * so that what was generated is known at every moment.
    */
   async function* upstreamChunks(
     prepared: Prepared,
@@ -283,11 +285,12 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     meter: UsageMeter,
     body: VllmCompletionRequest,
   ): AsyncGenerator<StreamCompletionResponse> {
+    const offsets = new TextOffsets();
     for await (const upstreamChunk of prepared.model.client.stream(
       { ...body, stream: true, return_token_ids: true },
       { signal, upstreamRequestId: newUpstreamRequestId() },
     )) {
-      const chunk = toStreamChunk(upstreamChunk, ids);
+      const chunk = toStreamChunk(upstreamChunk, ids, offsets);
       for (const choice of chunk.choices) meter.addGenerated(choice.tokenIds.length);
       if (chunk.choices.length === 0 && chunk.usage !== undefined) meter.report(chunk.usage.totalTokens);
       yield chunk;

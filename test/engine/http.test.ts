@@ -351,6 +351,22 @@ describe("completions", () => {
   });
 });
 
+describe("stats", () => {
+  it("received counts every completion request that reached the server, refused or not; completed only those served", async () => {
+    const before = { ...engine.stats };
+    expect((await postJson(url, { ...base, top_p: 0 })).status).toBe(400);
+    const bad = await fetch(url, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: "{",
+    });
+    expect(bad.status).toBe(400);
+    expect((await postJson(url, { ...base, max_tokens: 1 })).status).toBe(200);
+    expect(engine.stats.received).toBe(before.received + 3);
+    expect(engine.stats.completed).toBe(before.completed + 1);
+  });
+});
+
 describe("client disconnect aborts generation", () => {
   const abortWith = async (stream: boolean) => {
     const before = engine.stats.aborted;

@@ -87,7 +87,10 @@ describe("charging without usage from Inference", () => {
 describe("a streamed capture", () => {
   it("is charged its replay prefill (prompt + generated − 1) as prompt tokens, within its Hold", async () => {
     const ledger = engine.ledger!;
-    const { id, key } = ledger.createKey({ budgetTokens: 10_000 });
+    // The Hold: "Hi" is 3 tokens, + 4 generated, + the replay of 3 + 4 − 1 = 13 tokens; a Budget of
+    // exactly that is not clamped, and the charge must fit it.
+    const hold = 3 + 4 + (3 + 4 - 1);
+    const { id, key } = ledger.createKey({ budgetTokens: hold });
     const res = await post(engine, key, {
       prompt: "Hi",
       max_tokens: 4,
@@ -98,6 +101,7 @@ describe("a streamed capture", () => {
       output_residual_stream: [0],
     });
     expect(res.status).toBe(200);
+    expect(res.headers.get("x-acs-max-tokens-clamped")).toBeNull();
     const chunks = sseChunks(await res.text()) as Array<{
       usage?: { prompt_tokens: number; completion_tokens: number; total_tokens: number } | null;
       activations?: unknown;
@@ -107,6 +111,8 @@ describe("a streamed capture", () => {
     expect(chunks.at(-1)?.activations).toBeDefined();
     const replay = usage!.prompt_tokens + usage!.completion_tokens - 1;
     expect(ledger.usage(id).spentTokens).toBe(usage!.total_tokens + replay);
+    expect(ledger.usage(id).spentTokens).toBeLessThanOrEqual(hold);
+    expect(ledger.usage(id).openHolds).toBe(0);
   });
 
   it("holds the replay too: a Budget that fits the text but not the replay is clamped", async () => {

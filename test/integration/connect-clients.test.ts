@@ -182,12 +182,19 @@ describe("gRPC health (grpc.health.v1.Health)", () => {
   });
 
   it("Watch sends the current status first", async () => {
+    expect.assertions(2);
     const health = createClient(Health, transports.grpc as Transport);
-    const controller = new AbortController();
-    for await (const res of health.watch({ service: "" }, { signal: controller.signal })) {
-      expect(res.status).toBe(HealthCheckResponse_ServingStatus.SERVING);
-      controller.abort();
-      break;
-    }
+    /** The first message of a Watch (undefined when the stream ends without one). */
+    const firstStatus = async (service: string) => {
+      const controller = new AbortController();
+      try {
+        for await (const res of health.watch({ service }, { signal: controller.signal })) return res.status;
+        return undefined;
+      } finally {
+        controller.abort();
+      }
+    };
+    expect(await firstStatus("")).toBe(HealthCheckResponse_ServingStatus.SERVING);
+    expect(await firstStatus("nope")).toBe(HealthCheckResponse_ServingStatus.SERVICE_UNKNOWN);
   });
 });

@@ -1,14 +1,29 @@
 // Faults of Inference seen through the gateway: each gives the right envelope, nothing hangs,
 // disconnects abort the upstream request at once.
+import { EventEmitter } from "node:events";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sseChunks } from "../helpers/parse-sse.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 
-/** A scripted misbehaving Inference: the prompt text picks the behaviour. */
+/**
+ * A scripted misbehaving Inference: the prompt text picks the behaviour (`slow…`: never answers).
+ * `whenAborted(prompt)` resolves once the gateway has dropped the request with that prompt.
+ */
 function createFakeUpstream() {
   const aborted: string[] = [];
+  const abortEvents = new EventEmitter();
+  const whenAborted = (prompt: string) =>
+    new Promise<void>((resolve) => {
+      if (aborted.includes(prompt)) return resolve();
+      const listener = (p: string) => {
+        if (p !== prompt) return;
+        abortEvents.off("aborted", listener);
+        resolve();
+      };
+      abortEvents.on("aborted", listener);
+    });
   const server = http.createServer((req, res) => {
     let body = "";
     req.on("data", (d) => {
@@ -42,8 +57,11 @@ function createFakeUpstream() {
       const chunk = (text: string, finish: string | null = null) =>
         `data: ${JSON.stringify({ id: "cmpl-x", object: "text_completion", created: 1, model: "acs/fake", choices: [{ index: 0, text, logprobs: null, finish_reason: finish, stop_reason: null, token_ids: [1] }], usage: null })}\n\n`;
       req.socket.on("close", () => {
-        if (!res.writableEnded) aborted.push(script);
+        if (res.writableEnded) return;
+        aborted.push(script);
+        abortEvents.emit("aborted", script);
       });
+      if (script.startsWith("slow")) return; // never answers; the gateway's deadline must fire
       switch (script) {
         case "http500":
           res.writeHead(500, { "content-type": "application/json" });
@@ -101,9 +119,6 @@ function createFakeUpstream() {
           res.writeHead(200, { "content-type": "text/event-stream" });
           res.end(`${chunk("a")}data: {not json\n\ndata: [DONE]\n\n`);
           return;
-        case "slow":
-          // never answers; the gateway's deadline must fire
-          return;
         case "echo-max-tokens": {
           // answers with the max_tokens the gateway sent, as the text
           const text = String(json.max_tokens);
@@ -131,7 +146,7 @@ function createFakeUpstream() {
       }
     });
   });
-  return { server, aborted };
+  return { server, whenAborted };
 }
 
 let fake: ReturnType<typeof createFakeUpstream>;
@@ -187,7 +202,11 @@ describe("Inference faults become the right envelope", () => {
   });
 
   it("aborts the upstream request when the deadline passes", async () => {
-    await expect.poll(() => fake.aborted.includes("slow"), { timeout: 2000 }).toBe(true);
+    const prompt = "slow, then aborted";
+    const aborted = fake.whenAborted(prompt);
+    const { res } = await call(stack, prompt);
+    expect(res.status).toBe(504);
+    await aborted;
   });
 
   it("connection refused → 503 upstream_unavailable", async () => {

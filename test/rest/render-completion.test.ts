@@ -30,11 +30,19 @@ const head = { id: "cmpl-0123456789abcdef0123456789abcdef", created: 1_700_000_0
 const headJson = { id: head.id, object: "text_completion", created: 1_700_000_000, model: "llama-8b" };
 type ChoiceInit = NonNullable<Parameters<typeof create<typeof CompletionChoiceSchema>>[1]>;
 
-const choiceCases: { name: string; choice: ChoiceInit; json: Record<string, unknown> }[] = [
+// Every key of vLLM's CompletionResponseChoice, null unless asked for.
+const nulls = { token_ids: null, prompt_logprobs: null, prompt_token_ids: null };
+
+const choiceCases: {
+  name: string;
+  choice: ChoiceInit;
+  returnTokenIds?: boolean;
+  json: Record<string, unknown>;
+}[] = [
   {
     name: "plain choice finished by length",
     choice: { index: 0, text: " blue", finishReason: FinishReason.LENGTH },
-    json: { index: 0, text: " blue", logprobs: null, finish_reason: "length", stop_reason: null },
+    json: { index: 0, text: " blue", logprobs: null, finish_reason: "length", stop_reason: null, ...nulls },
   },
   {
     name: "stopped by a stop string",
@@ -44,7 +52,7 @@ const choiceCases: { name: string; choice: ChoiceInit; json: Record<string, unkn
       finishReason: FinishReason.STOP,
       stopReason: { case: "stopString", value: "\n" },
     },
-    json: { index: 3, text: "a", logprobs: null, finish_reason: "stop", stop_reason: "\n" },
+    json: { index: 3, text: "a", logprobs: null, finish_reason: "stop", stop_reason: "\n", ...nulls },
   },
   {
     name: "stopped by a stop token id",
@@ -54,12 +62,12 @@ const choiceCases: { name: string; choice: ChoiceInit; json: Record<string, unkn
       finishReason: FinishReason.STOP,
       stopReason: { case: "stopTokenId", value: 128009 },
     },
-    json: { index: 1, text: "", logprobs: null, finish_reason: "stop", stop_reason: 128009 },
+    json: { index: 1, text: "", logprobs: null, finish_reason: "stop", stop_reason: 128009, ...nulls },
   },
   {
     name: "stopped by EOS",
     choice: { text: "x", finishReason: FinishReason.STOP },
-    json: { index: 0, text: "x", logprobs: null, finish_reason: "stop", stop_reason: null },
+    json: { index: 0, text: "x", logprobs: null, finish_reason: "stop", stop_reason: null, ...nulls },
   },
   {
     name: "logprobs rows become columns; an echoed first token has nulls",
@@ -94,6 +102,7 @@ const choiceCases: { name: string; choice: ChoiceInit; json: Record<string, unkn
       },
       finish_reason: "length",
       stop_reason: null,
+      ...nulls,
     },
   },
   {
@@ -105,6 +114,7 @@ const choiceCases: { name: string; choice: ChoiceInit; json: Record<string, unkn
       logprobs: { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] },
       finish_reason: "length",
       stop_reason: null,
+      ...nulls,
     },
   },
   {
@@ -124,6 +134,7 @@ const choiceCases: { name: string; choice: ChoiceInit; json: Record<string, unkn
       promptTokenIds: [128000, 791],
       tokenIds: [0],
     },
+    returnTokenIds: true,
     json: {
       index: 0,
       text: "!",
@@ -142,30 +153,38 @@ const choiceCases: { name: string; choice: ChoiceInit; json: Record<string, unkn
     },
   },
   {
-    name: "stream chunk of an unfinished choice: finish_reason and stop_reason null",
-    choice: { index: 2, text: " next", tokenIds: [5, 6] },
+    name: "return_token_ids with no token generated: an empty list, not null",
+    choice: { text: "", finishReason: FinishReason.LENGTH, promptTokenIds: [1] },
+    returnTokenIds: true,
     json: {
-      index: 2,
-      text: " next",
+      index: 0,
+      text: "",
       logprobs: null,
-      finish_reason: null,
+      finish_reason: "length",
       stop_reason: null,
-      token_ids: [5, 6],
+      token_ids: [],
+      prompt_logprobs: null,
+      prompt_token_ids: [1],
     },
   },
 ];
 
 describe("renderCompletion", () => {
-  it.each(choiceCases)("$name", ({ choice, json }) => {
+  it.each(choiceCases)("$name", ({ choice, returnTokenIds, json }) => {
     const res = create(CreateCompletionResponseSchema, {
       ...head,
       choices: [choice],
       usage: { promptTokens: 4, completionTokens: 1, totalTokens: 5 },
     });
-    expect(JSON.parse(JSON.stringify(renderCompletion(res)))).toEqual({
+    expect(
+      JSON.parse(JSON.stringify(renderCompletion(res, { returnTokenIds: returnTokenIds ?? false }))),
+    ).toStrictEqual({
       ...headJson,
       choices: [json],
-      usage: { prompt_tokens: 4, completion_tokens: 1, total_tokens: 5 },
+      service_tier: null,
+      system_fingerprint: null,
+      usage: { prompt_tokens: 4, completion_tokens: 1, total_tokens: 5, prompt_tokens_details: null },
+      kv_transfer_params: null,
     });
   });
 
@@ -175,7 +194,7 @@ describe("renderCompletion", () => {
       usage: { promptTokens: 1, completionTokens: 1, totalTokens: 2 },
       activations: { residualStream: { dtype: Dtype.BFLOAT16, shape: [2, 3, 4], data: new Uint8Array(48) } },
     });
-    expect(renderCompletion(withActivations).activations).toEqual({
+    expect(renderCompletion(withActivations, { returnTokenIds: false }).activations).toEqual({
       residual_stream: {
         data: "stub",
         dtype: "float32",
@@ -184,8 +203,18 @@ describe("renderCompletion", () => {
         seenDtype: Dtype.BFLOAT16,
       },
     });
-    const without = renderCompletion(create(CreateCompletionResponseSchema, head));
-    expect(Object.keys(without).sort()).toEqual(["choices", "created", "id", "model", "object", "usage"]);
+    const without = renderCompletion(create(CreateCompletionResponseSchema, head), { returnTokenIds: false });
+    expect(Object.keys(without).sort()).toEqual([
+      "choices",
+      "created",
+      "id",
+      "kv_transfer_params",
+      "model",
+      "object",
+      "service_tier",
+      "system_fingerprint",
+      "usage",
+    ]);
     expect(without.usage).toBeNull();
   });
 });
@@ -194,41 +223,53 @@ describe("renderChunk", () => {
   const usage = { promptTokens: 3, completionTokens: 7, totalTokens: 10 };
   const usageJson = { prompt_tokens: 3, completion_tokens: 7, total_tokens: 10 };
   const choice = { index: 0, text: "a" };
-  const choiceJson = { index: 0, text: "a", logprobs: null, finish_reason: null, stop_reason: null };
+  // Every key of vLLM's CompletionResponseStreamChoice, null unless asked for.
+  const choiceJson = {
+    index: 0,
+    text: "a",
+    logprobs: null,
+    finish_reason: null,
+    stop_reason: null,
+    prompt_token_ids: null,
+    token_ids: null,
+  };
 
   it.each([
     {
-      name: "text chunk without include_usage",
+      name: "text chunk: usage null (as vLLM writes every chunk)",
       chunk: { choices: [choice] },
-      includeUsage: false,
-      json: { choices: [choiceJson] },
-    },
-    {
-      name: "text chunk with include_usage: usage null",
-      chunk: { choices: [choice] },
-      includeUsage: true,
       json: { choices: [choiceJson], usage: null },
     },
     {
-      name: "usage chunk",
+      name: "usage chunk: no prompt_tokens_details (vLLM drops nulls there)",
       chunk: { choices: [], usage },
-      includeUsage: true,
       json: { choices: [], usage: usageJson },
     },
     {
-      name: "continuous usage on a text chunk",
+      name: "continuous usage on a text chunk, with prompt_tokens_details null",
       chunk: { choices: [choice], usage },
-      includeUsage: false,
-      json: { choices: [choiceJson], usage: usageJson },
+      json: { choices: [choiceJson], usage: { ...usageJson, prompt_tokens_details: null } },
+    },
+    {
+      name: "return_token_ids: the first chunk of a choice carries the prompt's ids",
+      chunk: { choices: [{ ...choice, promptTokenIds: [1, 2], tokenIds: [3] }] },
+      returnTokenIds: true,
+      json: { choices: [{ ...choiceJson, prompt_token_ids: [1, 2], token_ids: [3] }], usage: null },
+    },
+    {
+      name: "return_token_ids: later chunks have prompt_token_ids null, token_ids a list (maybe empty)",
+      chunk: { choices: [{ ...choice, tokenIds: [] }] },
+      returnTokenIds: true,
+      json: { choices: [{ ...choiceJson, token_ids: [] }], usage: null },
     },
     {
       name: "activations chunk",
       chunk: {
         activations: { residualStream: { dtype: Dtype.FLOAT32, shape: [1, 2, 3], data: new Uint8Array(24) } },
       },
-      includeUsage: false,
       json: {
         choices: [],
+        usage: null,
         activations: {
           residual_stream: {
             data: "stub",
@@ -252,14 +293,16 @@ describe("renderChunk", () => {
           },
         ],
       },
-      includeUsage: false,
-      json: { choices: [{ index: 1, text: "", logprobs: null, finish_reason: "stop", stop_reason: "." }] },
+      json: {
+        choices: [{ ...choiceJson, index: 1, text: "", finish_reason: "stop", stop_reason: "." }],
+        usage: null,
+      },
     },
-  ])("$name", ({ chunk, includeUsage, json }) => {
+  ])("$name", ({ chunk, returnTokenIds, json }) => {
     const rendered = renderChunk(create(StreamCompletionResponseSchema, { ...head, ...chunk }), {
-      includeUsage,
+      returnTokenIds: returnTokenIds ?? false,
     });
-    expect(JSON.parse(JSON.stringify(rendered))).toEqual({ ...headJson, ...json });
+    expect(JSON.parse(JSON.stringify(rendered))).toStrictEqual({ ...headJson, ...json });
   });
 });
 

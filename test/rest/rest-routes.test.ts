@@ -49,11 +49,25 @@ describe("POST /v1/completions (JSON)", () => {
     expect(res.headers["content-type"]).toBe("application/json; charset=utf-8");
     const requestId = res.headers["x-request-id"];
     expect(typeof requestId === "string" && isRequestId(requestId)).toBe(true);
-    expect(res.json()).toEqual({
+    expect(res.json()).toStrictEqual({
       ...headJson,
       model: "llama-8b",
-      choices: [{ index: 0, text: " blue.", logprobs: null, finish_reason: "stop", stop_reason: "\n" }],
-      usage: { prompt_tokens: 4, completion_tokens: 2, total_tokens: 6 },
+      choices: [
+        {
+          index: 0,
+          text: " blue.",
+          logprobs: null,
+          finish_reason: "stop",
+          stop_reason: "\n",
+          token_ids: null,
+          prompt_logprobs: null,
+          prompt_token_ids: null,
+        },
+      ],
+      service_tier: null,
+      system_fingerprint: null,
+      usage: { prompt_tokens: 4, total_tokens: 6, completion_tokens: 2, prompt_tokens_details: null },
+      kv_transfer_params: null,
     });
     expect(calls).toHaveLength(1);
     const [call] = calls;
@@ -520,12 +534,22 @@ describe("POST /v1/completions with stream: true (SSE)", () => {
     expect(res.headers["x-acs-max-tokens-clamped"]).toBe("7");
     expect(isRequestId(String(res.headers["x-request-id"]))).toBe(true);
     const chunkHead = { ...headJson, model: "clamp" };
-    expect(withoutKeepalives(parseSse(res.body))).toEqual([
+    expect(withoutKeepalives(parseSse(res.body))).toStrictEqual([
       {
         kind: "data",
         data: {
           ...chunkHead,
-          choices: [{ index: 0, text: " blue", logprobs: null, finish_reason: null, stop_reason: null }],
+          choices: [
+            {
+              index: 0,
+              text: " blue",
+              logprobs: null,
+              finish_reason: null,
+              stop_reason: null,
+              prompt_token_ids: null,
+              token_ids: null,
+            },
+          ],
           usage: null,
         },
       },
@@ -533,7 +557,17 @@ describe("POST /v1/completions with stream: true (SSE)", () => {
         kind: "data",
         data: {
           ...chunkHead,
-          choices: [{ index: 0, text: ".", logprobs: null, finish_reason: "length", stop_reason: null }],
+          choices: [
+            {
+              index: 0,
+              text: ".",
+              logprobs: null,
+              finish_reason: "length",
+              stop_reason: null,
+              prompt_token_ids: null,
+              token_ids: null,
+            },
+          ],
           usage: null,
         },
       },

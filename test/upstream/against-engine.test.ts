@@ -8,6 +8,7 @@ import {
   buildVllmRequest,
   createVllmClient,
   newUpstreamRequestId,
+  TextOffsets,
   toCompletionResponse,
   toStreamChunk,
   type VllmClient,
@@ -69,8 +70,9 @@ describe("against the reference engine", () => {
     const ids = { id: "cmpl-x", created: 1n, model: "tiny" };
     let text = "";
     let usage: number | undefined;
+    const offsets = new TextOffsets();
     for await (const c of client.stream(buildVllmRequest(req, resolved(true)), opts())) {
-      const s = toStreamChunk(c, ids);
+      const s = toStreamChunk(c, ids, offsets);
       text += s.choices.map((x) => x.text).join("");
       if (s.usage !== undefined) usage = s.usage.totalTokens;
     }

@@ -8,6 +8,7 @@ import {
   parseVllmCompletion,
   parseVllmCompletionChunk,
   parseVllmJson,
+  TextOffsets,
   toCompletionResponse,
   toStreamChunk,
 } from "../../src/upstream/index.js";
@@ -147,7 +148,7 @@ describe("toStreamChunk", () => {
       ],
       usage: null,
     });
-    const s = toStreamChunk(c, ids);
+    const s = toStreamChunk(c, ids, new TextOffsets());
     expect([s.id, s.created, s.model]).toStrictEqual([ids.id, ids.created, ids.model]);
     expect(s.choices[0]).toMatchObject({
       index: 3,
@@ -168,7 +169,7 @@ describe("toStreamChunk", () => {
       choices: [],
       usage: { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 },
     });
-    const s = toStreamChunk(c, ids);
+    const s = toStreamChunk(c, ids, new TextOffsets());
     expect(s.choices).toStrictEqual([]);
     expect(s.usage).toMatchObject({ promptTokens: 1, completionTokens: 2, totalTokens: 3 });
   });
@@ -181,7 +182,7 @@ describe("toStreamChunk", () => {
       model: "m",
       choices: [{ index: 0, text: "", logprobs: null, finish_reason: "stop", stop_reason: 128009 }],
     });
-    const s = toStreamChunk(c, ids);
+    const s = toStreamChunk(c, ids, new TextOffsets());
     expect(s.choices[0]?.finishReason).toBe(FinishReason.STOP);
     expect(s.choices[0]?.stopReason).toStrictEqual({ case: "stopTokenId", value: 128009 });
   });

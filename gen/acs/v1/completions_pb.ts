@@ -473,10 +473,11 @@ export type TokenLogprob = Message<"acs.v1.TokenLogprob"> & {
   topLogprobs?: TopLogprobs | undefined;
 
   /**
-   * Where the token starts in this choice's own `text`, in characters (REST `text_offset[i]`).
-   * With echo the text starts with the prompt, so the prompt's rows come first and point into the
-   * echoed prompt. In a stream, offsets count from the start of the choice's whole text, not of
-   * the chunk.
+   * Where the token starts in this choice's own `text` (REST `text_offset[i]`), in Unicode code
+   * points (Python str indices). With echo the text starts with the prompt, so the prompt's rows
+   * come first and point into the echoed prompt. In a stream, offsets count from the start of the
+   * choice's whole text, not of the chunk. A token that is not in the text (the echoed prompt's
+   * BOS, a skipped special token) has zero width; never past the end of the text.
    *
    * @generated from field: int32 text_offset = 4;
    */

@@ -35,5 +35,6 @@ export {
   parseVllmModelList,
   parseVllmTokenizeResponse,
 } from "./parse-vllm-response.js";
+export { ChoiceTextOffsets, TextOffsets } from "./text-offsets.js";
 export { newCompletionId, toCompletionResponse, toStreamChunk } from "./to-completion-response.js";
 export type * from "./types.js";

@@ -17,6 +17,7 @@ import {
 } from "../../../gen/acs/v1/completions_pb.js";
 import { ApiError } from "../../errors/index.js";
 import { orderedEntries } from "./parse-json-ordered.js";
+import { type ChoiceTextOffsets, TextOffsets } from "./text-offsets.js";
 import type {
   VllmCompletion,
   VllmCompletionChoice,
@@ -34,16 +35,18 @@ export function newCompletionId(): string {
 /**
  * A non-streamed vLLM completion → the proto response. `model` is the model as the caller asked
  * for it (an alias stays an alias); the id is a fresh `cmpl-` + 32 hex (upstream ids never
- * leak); `created` is Inference's (Unix seconds). `activations` is left unset: the service
- * decodes `v.activations` with src/lens. Throws ApiError 502 `upstream_error` when a choice
- * ended with finish_reason `abort`.
+ * leak); `created` is Inference's (Unix seconds). Each choice's `text_offset` is recomputed to
+ * point into its own text ({@link ChoiceTextOffsets}; vLLM's are sums of token lengths).
+ * `activations` is left unset: the service decodes `v.activations` with src/lens. Throws ApiError
+ * 502 `upstream_error` when a choice ended with finish_reason `abort`.
  */
 export function toCompletionResponse(v: VllmCompletion, model: string): CreateCompletionResponse {
+  const offsets = new TextOffsets();
   return create(CreateCompletionResponseSchema, {
     id: newCompletionId(),
     created: BigInt(v.created),
     model,
-    choices: v.choices.map(toChoice),
+    choices: v.choices.map((c) => toChoice(c, offsets.of(c.index))),
     ...(v.usage === null ? {} : { usage: toUsage(v.usage) }),
   });
 }
@@ -53,17 +56,20 @@ export function toCompletionResponse(v: VllmCompletion, model: string): CreateCo
  * same on every chunk of a stream). Choices carry the next text; finish_reason is UNSPECIFIED
  * until a choice's last chunk. `usage` is copied when the chunk has one (the upstream always
  * asks for `include_usage`: the service drops the usage chunk when the caller did not ask).
+ * `offsets` is the stream's one {@link TextOffsets} (every chunk of a stream goes through the
+ * same one): it records each choice's text and gives `text_offset` that point into it.
  * Throws ApiError 502 `upstream_error` for finish_reason `abort`.
  */
 export function toStreamChunk(
   c: VllmCompletionChunk,
   ids: { id: string; created: bigint; model: string },
+  offsets: TextOffsets,
 ): StreamCompletionResponse {
   return create(StreamCompletionResponseSchema, {
     id: ids.id,
     created: ids.created,
     model: ids.model,
-    choices: c.choices.map(toChoice),
+    choices: c.choices.map((choice) => toChoice(choice, offsets.of(choice.index))),
     ...(c.usage === null ? {} : { usage: toUsage(c.usage) }),
   });
 }
@@ -89,8 +95,9 @@ function finishReasonOf(c: VllmCompletionChoice): FinishReason {
   }
 }
 
-function toChoice(c: VllmCompletionChoice): CompletionChoice {
+function toChoice(c: VllmCompletionChoice, offsets: ChoiceTextOffsets): CompletionChoice {
   const finishReason = finishReasonOf(c);
+  const textOffsets = offsets.next(c.text, c.logprobs?.tokens ?? []);
   const stopReason: CompletionChoice["stopReason"] =
     typeof c.stop_reason === "string"
       ? { case: "stopString", value: c.stop_reason }
@@ -100,7 +107,7 @@ function toChoice(c: VllmCompletionChoice): CompletionChoice {
   return create(CompletionChoiceSchema, {
     index: c.index,
     text: c.text,
-    ...(c.logprobs === null ? {} : { logprobs: toLogprobs(c.logprobs) }),
+    ...(c.logprobs === null ? {} : { logprobs: toLogprobs(c.logprobs, textOffsets) }),
     finishReason,
     stopReason,
     promptLogprobs: c.prompt_logprobs === null ? [] : toPromptLogprobs(c.prompt_logprobs),
@@ -109,8 +116,11 @@ function toChoice(c: VllmCompletionChoice): CompletionChoice {
   });
 }
 
-/** OpenAI's column-wise logprobs → one proto row per token (columns are checked equal on parse). */
-function toLogprobs(l: VllmLogprobs): Logprobs {
+/**
+ * OpenAI's column-wise logprobs → one proto row per token (columns are checked equal on parse),
+ * with `textOffsets` in place of vLLM's `text_offset`.
+ */
+function toLogprobs(l: VllmLogprobs, textOffsets: readonly number[]): Logprobs {
   return create(LogprobsSchema, {
     content: l.tokens.map((token, i) => {
       const logprob = l.token_logprobs[i];
@@ -121,7 +131,7 @@ function toLogprobs(l: VllmLogprobs): Logprobs {
         ...(top === null || top === undefined
           ? {}
           : { topLogprobs: { values: orderedEntries(top).map(([t, lp]) => ({ token: t, logprob: lp })) } }),
-        textOffset: l.text_offset[i] ?? 0,
+        textOffset: textOffsets[i] ?? 0,
       };
     }),
   });

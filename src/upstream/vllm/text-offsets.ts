@@ -1,0 +1,197 @@
+// `text_offset` that point into the choice's own text.
+//
+// vLLM computes a choice's `text_offset` by adding up the lengths of the token strings before each
+// token. Those strings are not the text: an echoed prompt starts with `<|begin_of_text|>`, which
+// the echoed text does not contain; a skipped special token is in `tokens` but not in the text; the
+// bytes of a character split over several tokens are each shown as U+FFFD; text held back for a
+// possible stop string arrives in a later chunk; a stop string cut out of the text leaves its
+// tokens. From the first such token on, every offset vLLM gives is too high. The gateway recomputes
+// the offsets here from the token strings and the text itself.
+
+/** How far ahead (UTF-16 code units) a token is looked for after tokens that were not found. */
+const maxLookahead = 4096;
+
+const replacementChar = "\uFFFD";
+
+/** True for a token string that stands for bytes of a character split over tokens (or invalid bytes). */
+const holdsBytes = (token: string): boolean => token.includes(replacementChar);
+
+/**
+ * The offsets of one choice, as its text and tokens arrive (a stream: one call per chunk; a whole
+ * answer: one call). Offsets are Unicode code points (Python `str` indices, as vLLM and OpenAI
+ * count), never past the end of the text received so far, and never decreasing.
+ *
+ * The tracker keeps the position after the last token it placed, and the tokens since then that
+ * it could not place yet. A token is placed where its string is in the text: at the position, or —
+ * after tokens holding bytes of split characters (U+FFFD in their strings) — at the first place
+ * within their length that leaves room for their bytes; the last token of a chunk also where the
+ * text ends with the start of its string (the rest still to come). A token not placed gets the
+ * position (not before its chunk's text: what earlier chunks carried is earlier tokens' text; for
+ * the last token of a chunk, unless it holds bytes, the end of the text) and waits:
+ * - its text may still arrive (held back for a possible stop string): it is placed when it does;
+ * - it is absent from the text (a skipped special token, a token cut by a stop string, an empty
+ *   string): it is dropped, at zero width, once the text shows it;
+ * - it holds bytes: the next token placed skips the characters it stands for.
+ * Tokens are looked for at most 4096 code units ahead of the position.
+ */
+export class ChoiceTextOffsets {
+  private text = "";
+  /** UTF-16 index after the last token placed. */
+  private pos = 0;
+  /** `pos` in code points. */
+  private posCodePoints = 0;
+  /** Tokens since `pos` that are not placed, in order (never empty strings). */
+  private waiting: string[] = [];
+
+  /**
+   * Appends `textDelta` (the choice's next text) and returns one offset per token of that text.
+   *
+   * @param tokens the token strings of `logprobs.tokens` that came with `textDelta` (empty when
+   *   the request has no logprobs: the text is still recorded).
+   */
+  next(textDelta: string, tokens: readonly string[]): number[] {
+    const chunkStart = this.text.length;
+    this.text += textDelta;
+    const offsets: number[] = [];
+    for (const [i, token] of tokens.entries()) {
+      const lastOfChunk = i === tokens.length - 1;
+      this.placeWaiting();
+      const found = this.locate(token, this.waiting.length, chunkStart, lastOfChunk);
+      if (found === undefined) {
+        const floor =
+          lastOfChunk && token !== "" && !holdsBytes(token)
+            ? this.text.length
+            : Math.max(this.pos, chunkStart);
+        offsets.push(this.posCodePoints + codePoints(this.text, this.pos, floor));
+        if (token !== "") this.waiting.push(token);
+        continue;
+      }
+      this.moveTo(found.at);
+      offsets.push(this.posCodePoints);
+      if (found.whole) {
+        this.moveTo(found.at + token.length);
+        this.waiting = [];
+      } else {
+        this.waiting = [token]; // the rest of its text is still to come
+      }
+    }
+    return offsets;
+  }
+
+  /**
+   * Places waiting tokens whose text has arrived (in order) and drops those the text shows absent;
+   * stops at a token whose text may still arrive, or that cannot be placed after a run of tokens
+   * holding bytes.
+   */
+  private placeWaiting(): void {
+    let run = 0; // waiting[0, run) hold bytes
+    while (run < this.waiting.length) {
+      const token = this.waiting[run] as string;
+      if (holdsBytes(token)) {
+        run++;
+        continue;
+      }
+      const found = this.locate(token, run, this.pos, false);
+      if (found !== undefined) {
+        this.moveTo(found.at + token.length);
+        this.waiting.splice(0, run + 1);
+        run = 0;
+      } else if (run > 0 || this.mayStillArrive(token)) {
+        return;
+      } else {
+        this.waiting.shift();
+      }
+    }
+  }
+
+  /** True when the text after the position is the start of `token` (the rest may still come). */
+  private mayStillArrive(token: string): boolean {
+    return this.text.length - this.pos < token.length && token.startsWith(this.text.slice(this.pos));
+  }
+
+  /**
+   * Where `token` is in the text, after the first `run` waiting tokens (which hold bytes or wait)
+   * and not before `from`: the whole string, or (when `tail`) the start of it at the end of the
+   * text. Undefined when it is not found, and for tokens that hold bytes (their U+FFFD may be
+   * several tokens' bytes).
+   */
+  private locate(
+    token: string,
+    run: number,
+    from: number,
+    tail: boolean,
+  ): { at: number; whole: boolean } | undefined {
+    if (token === "" || holdsBytes(token)) return undefined;
+    const start = Math.max(this.pos, from);
+    let ahead = 0;
+    let runBytes = 0;
+    for (const t of this.waiting.slice(0, run)) {
+      ahead += t.length;
+      if (holdsBytes(t)) runBytes += utf8Length(t, 1);
+    }
+    const last = Math.max(start, this.pos + Math.min(ahead, maxLookahead));
+    const candidates: { at: number; whole: boolean }[] = [];
+    for (
+      let at = this.text.indexOf(token, start);
+      at >= 0 && at <= last;
+      at = this.text.indexOf(token, at + 1)
+    ) {
+      candidates.push({ at, whole: true });
+    }
+    const tailEnd = tail ? Math.min(last, this.text.length - 1) : -1;
+    for (let at = Math.max(start, this.text.length - token.length + 1); at <= tailEnd; at++) {
+      if (token.startsWith(this.text.slice(at))) candidates.push({ at, whole: false });
+    }
+    candidates.sort((a, b) => a.at - b.at);
+    // The first place that leaves room for the run's bytes: the run's bytes are counted low
+    // (U+FFFD as 1 byte), the text's high (U+FFFD as 3), so the true place qualifies.
+    return (
+      candidates.find((c) => utf8Length(this.text.slice(this.pos, c.at), 3) >= runBytes) ?? candidates[0]
+    );
+  }
+
+  private moveTo(to: number): void {
+    this.posCodePoints += codePoints(this.text, this.pos, to);
+    this.pos = to;
+  }
+}
+
+/** UTF-8 bytes of `s`, counting each U+FFFD as `replacementBytes` (it stands for 1 to 3 bytes). */
+function utf8Length(s: string, replacementBytes: number): number {
+  let n = 0;
+  for (const ch of s) {
+    const c = ch.codePointAt(0) as number;
+    n += c === 0xfffd ? replacementBytes : c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+  }
+  return n;
+}
+
+/** Code points of `s` in [from, to) (UTF-16 indices on code point boundaries). */
+function codePoints(s: string, from: number, to: number): number {
+  let n = 0;
+  for (let i = from; i < to; i++) {
+    const c = s.charCodeAt(i);
+    // The low half of a surrogate pair is not a code point of its own.
+    if (c >= 0xdc00 && c <= 0xdfff && i > from) {
+      const h = s.charCodeAt(i - 1);
+      if (h >= 0xd800 && h <= 0xdbff) continue;
+    }
+    n++;
+  }
+  return n;
+}
+
+/** The offset trackers of every choice of one completion, by choice index. */
+export class TextOffsets {
+  private readonly choices = new Map<number, ChoiceTextOffsets>();
+
+  /** The tracker of choice `index` (created on first use). */
+  of(index: number): ChoiceTextOffsets {
+    let tracker = this.choices.get(index);
+    if (tracker === undefined) {
+      tracker = new ChoiceTextOffsets();
+      this.choices.set(index, tracker);
+    }
+    return tracker;
+  }
+}
