@@ -11,7 +11,7 @@ import { limits } from "../config/index.js";
 import { ApiError, invalidRequest } from "../errors/index.js";
 import { type CompletionsApi, modelNotFound } from "../service/index.js";
 import { createCallContext, createShutdownLink } from "./call-context.js";
-import { decodeCompletionRequest } from "./decode-completion-request.js";
+import { decodeCompletionRequestAsync } from "./decode-completion-request.js";
 import { renderChunk, renderCompletion, renderModel, renderModelList } from "./render-completion.js";
 import {
   apiErrorFrom,
@@ -194,7 +194,9 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
     // A bad key is 401 before the body is even looked at (OpenAI answers 401 before 400).
     await api.authenticate(ctx);
     assertJsonContentType(request.headers["content-type"]);
-    const { request: completionRequest, stream } = decodeCompletionRequest(bodyBytes(request.body));
+    const { request: completionRequest, stream } = await decodeCompletionRequestAsync(
+      bodyBytes(request.body),
+    );
     if (!stream) {
       const response = await api.createCompletion(completionRequest, ctx);
       return reply.type("application/json; charset=utf-8").send(JSON.stringify(renderCompletion(response)));
