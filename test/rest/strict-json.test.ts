@@ -224,9 +224,11 @@ describe("objects, strings and the rest of the grammar", () => {
   });
 
   it(`nests at most ${MAX_JSON_DEPTH} arrays and objects`, () => {
-    const deep = (depth: number) => `${'{"a":['.repeat(depth / 2)}1${"]}".repeat(depth / 2)}`;
+    const deep = (depth: number) =>
+      `${"[".repeat(depth % 2)}${'{"a":['.repeat(depth >> 1)}1${"]}".repeat(depth >> 1)}${"]".repeat(depth % 2)}`;
     expect(() => parseStrictJson(deep(MAX_JSON_DEPTH))).not.toThrow();
-    expect(parseError(deep(MAX_JSON_DEPTH + 2)).message).toBe(
+    expect(() => parseStrictJson(deep(MAX_JSON_DEPTH - 1))).not.toThrow();
+    expect(parseError(deep(MAX_JSON_DEPTH + 1)).message).toBe(
       "The request body is not valid JSON: it is nested too deeply.",
     );
     expect(parseError("[".repeat(1_000_000)).message).toBe(
