@@ -384,9 +384,12 @@ function scanNumberRun(bytes: Buffer, start: number, array: unknown[], limit: nu
   }
 }
 
-/** Whether two parsed JSON values are the same value (objects: the same keys, in any order). */
+/**
+ * Whether two parsed JSON values are the same value: numbers by Object.is (`1` and `1.0` are the
+ * same, `0` and `-0` are not) or the same text, objects by the same keys in any order.
+ */
 function sameJsonValue(a: unknown, b: unknown): boolean {
-  if (a === b) return true;
+  if (Object.is(a, b)) return true;
   if (a instanceof JsonNumberText) return b instanceof JsonNumberText && a.text === b.text;
   if (Array.isArray(a)) {
     if (!Array.isArray(b) || a.length !== b.length) return false;

@@ -174,6 +174,7 @@ describe("objects, strings and the rest of the grammar", () => {
     ['{"a": [1, 2], "a": [1]}', 'repeated key "a" has a different value'],
     ['{"s": 9223372036854775807, "s": 9223372036854775806}', 'repeated key "s" has a different value'],
     ['{"a": null, "a": false}', 'repeated key "a" has a different value'],
+    ['{"a": 0, "a": -0}', 'repeated key "a" has a different value'],
   ])("refuses a key repeated with a different value: %s", (text, message) => {
     const err = parseError(text);
     expect([err.status, err.code, err.param]).toEqual([400, "invalid_request", null]);
