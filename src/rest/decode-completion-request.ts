@@ -114,10 +114,12 @@ function readInt32Array(value: unknown, param: string, expected = "an array of i
 }
 
 /**
- * What a string holds, read by one scan: `-?digits` is an integer (its magnitude's digit count
- * without leading zeros); `-?digits(.digits)?([eE][+-]?digits)?` is some other decimal numeral.
+ * What a string holds, read by one scan: `-?digits` is an integer (its sign and its digits without
+ * leading zeros); `-?digits(.digits)?([eE][+-]?digits)?` is some other decimal numeral.
  */
-function classifyNumeral(text: string): { kind: "integer"; digits: number } | { kind: "decimal" | "none" } {
+function classifyNumeral(
+  text: string,
+): { kind: "integer"; negative: boolean; digits: string } | { kind: "decimal" | "none" } {
   const n = text.length;
   let i = text.charCodeAt(0) === 0x2d ? 1 : 0;
   const isDigit = (at: number) => at < n && text.charCodeAt(at) >= 0x30 && text.charCodeAt(at) <= 0x39;
@@ -126,7 +128,7 @@ function classifyNumeral(text: string): { kind: "integer"; digits: number } | { 
   const significant = i;
   while (isDigit(i)) i++;
   if (i === start) return { kind: "none" };
-  if (i === n) return { kind: "integer", digits: i - significant };
+  if (i === n) return { kind: "integer", negative: start === 1, digits: text.slice(significant) };
   if (text.charCodeAt(i) === 0x2e) {
     i++;
     if (!isDigit(i)) return { kind: "none" };
@@ -146,8 +148,9 @@ function readPriority(value: unknown, param: string): number {
   if (typeof value === "string") {
     const numeral = classifyNumeral(value);
     if (numeral.kind === "integer") {
-      if (numeral.digits > 10) throw outOfRange(param, INT32);
-      const parsed = BigInt(value);
+      if (numeral.digits.length > 10) throw outOfRange(param, INT32);
+      const magnitude = BigInt(numeral.digits === "" ? "0" : numeral.digits);
+      const parsed = numeral.negative ? -magnitude : magnitude;
       if (parsed < INT32.min || parsed > INT32.max) throw outOfRange(param, INT32);
       return Number(parsed);
     }
