@@ -13,6 +13,7 @@ import { benchEngine } from "./engine.js";
 import { benchCapture, benchGateway, benchHoldOnRequest } from "./gateway.js";
 import { benchHotpath, type SectionOptions } from "./hotpath/hotpath.js";
 import { benchLens } from "./lens.js";
+import { benchStrictJson } from "./strict-json.js";
 
 const sections: Record<string, (options: SectionOptions) => Promise<string>> = {
   engine: benchEngine,
@@ -20,6 +21,7 @@ const sections: Record<string, (options: SectionOptions) => Promise<string>> = {
   capture: benchCapture,
   hold: benchHoldOnRequest,
   lens: benchLens,
+  "strict-json": benchStrictJson,
   budget: benchBudget,
   hotpath: benchHotpath,
 };

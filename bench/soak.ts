@@ -1,14 +1,17 @@
 /**
  * `npm run soak`: long-running checks of the real gateway in a child process, each a section that
  * prints its figures (markdown) and passes or fails; the exit code is 1 when any section fails.
- * `npm run soak -- heap` runs only the named sections.
+ * `npm run soak -- heap` runs only the named sections. `json` runs in this process: the strict JSON
+ * decoder's property, 100,000 cases.
  */
 import { type SoakResult, soakHeap } from "./soak-heap.js";
+import { soakJson } from "./soak-json.js";
 import { soakSteering } from "./soak-steering.js";
 
 const sections: Record<string, () => Promise<SoakResult>> = {
   heap: soakHeap,
   steering: soakSteering,
+  json: soakJson,
 };
 
 const args = process.argv.slice(2);

@@ -10,11 +10,11 @@ import {
 import { base64Decode } from "@bufbuild/protobuf/wire";
 import { ApiError, invalidRequest } from "../errors/index.js";
 import {
-  decodeUtf8Body,
   invalidType,
   isJsonNumber,
   parseStrictJson,
   readExactInteger,
+  readExactIntegerText,
   unknownField,
 } from "../rest/index.js";
 
@@ -67,7 +67,7 @@ function intRange(scalar: ScalarType): IntRange | undefined {
 
 /** The source text of a JSON number, or of a string protobuf JSON reads as one. */
 function numberText(value: unknown): string | undefined {
-  if (isJsonNumber(value)) return value.value;
+  if (isJsonNumber(value)) return typeof value === "number" ? String(value) : value.text;
   if (typeof value === "string" && value !== "" && value.trim() === value) return value;
   return undefined;
 }
@@ -75,7 +75,7 @@ function numberText(value: unknown): string | undefined {
 function checkInteger(value: unknown, param: string, range: IntRange): ApiError | undefined {
   const text = numberText(value);
   if (text === undefined) return invalidType(param, "a number");
-  const read = readExactInteger(text);
+  const read = readExactIntegerText(text);
   if (read.kind === "fraction") {
     return invalidType(param, Number.isNaN(Number(text)) ? "a number" : "an integer");
   }
@@ -127,7 +127,7 @@ function checkScalar(scalar: ScalarType, value: unknown, param: string): ApiErro
 function checkEnum(desc: DescEnum, value: unknown, param: string): ApiError | undefined {
   if (typeof value === "string" && desc.values.some((v) => v.name === value)) return undefined;
   if (isJsonNumber(value)) {
-    const read = readExactInteger(value.value);
+    const read = readExactInteger(value);
     if (read.kind === "integer" && read.value >= INT32.min && read.value <= INT32.max) return undefined;
   }
   const names = desc.values.map((v) => v.name).join(", ");
@@ -228,7 +228,7 @@ function checkMessage(desc: DescMessage, value: unknown, path: string): ApiError
 export function explainProtoJson(desc: DescMessage, bytes: Uint8Array): ApiError | undefined {
   let json: unknown;
   try {
-    json = parseStrictJson(decodeUtf8Body(bytes));
+    json = parseStrictJson(bytes);
   } catch (err) {
     if (err instanceof ApiError) return err;
     throw err;

@@ -1,7 +1,6 @@
 // Tensors in JSON: the REST forms of API.md §6 (nested number arrays, or the vllm-lens dict) and
 // the vllm-lens dict of Inference's responses.
 import { create } from "@bufbuild/protobuf";
-import { isLosslessNumber } from "lossless-json";
 import { Compression, Dtype, type Tensor, TensorSchema } from "../../gen/acs/v1/lens_pb.js";
 import { ApiError, invalidRequest } from "../errors/index.js";
 import { zstdCompress, zstdDeclaredSize, zstdDecompressExact } from "./bounded-zstd.js";
@@ -55,11 +54,9 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
-/** A JSON number (plain, or lossless-json's LosslessNumber) as a number; undefined otherwise. */
+/** A JSON number (a plain JS number, as JSON.parse gives it); undefined for anything else. */
 function jsonNumber(value: unknown): number | undefined {
-  if (typeof value === "number") return value;
-  if (isLosslessNumber(value)) return Number(value.value);
-  return undefined;
+  return typeof value === "number" ? value : undefined;
 }
 
 function jsonTypeName(value: unknown): string {
@@ -274,7 +271,7 @@ function requestError(param: string, refusal: TensorRefusal): ApiError {
  * A REST tensor → acs.v1.Tensor (API.md §6).
  *
  * Accepts nested number arrays, 2D or 3D, rectangular, every element a finite number within the
- * float32 range (a plain number or a lossless-json LosslessNumber) → FLOAT32 raw; or the vllm-lens
+ * float32 range (plain JS numbers, as JSON.parse gives them) → FLOAT32 raw; or the vllm-lens
  * dict `{data: base64, dtype: "float32"|"float16"|"int16", original_dtype?, shape, compression?:
  * "zstd"|null}` (int16 = bfloat16 bits; original_dtype, when given, must match the dtype) → the
  * same dtype, its bytes as sent (zstd stays compressed: checkLensShapes checks shape, length and

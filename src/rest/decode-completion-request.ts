@@ -6,7 +6,14 @@ import {
 import type { SteeringVector, SteeringVectorSchema } from "../../gen/acs/v1/lens_pb.js";
 import { type ApiError, clip, invalidRequest } from "../errors/index.js";
 import { parseTensorJson } from "../lens/index.js";
-import { decodeUtf8Body, isJsonNumber, parseStrictJson, readExactInteger } from "./strict-json.js";
+import {
+  isJsonNumber,
+  JsonNumberText,
+  jsonNumberToDouble,
+  parseStrictJson,
+  parseStrictJsonAsync,
+  readExactInteger,
+} from "./strict-json.js";
 
 /** A REST completion request, decoded: the proto request, and whether `stream: true` was sent. */
 export interface DecodedCompletionRequest {
@@ -48,27 +55,36 @@ function outOfRange(param: string, range: IntRange): ApiError {
 }
 
 function isObject(value: unknown): value is JsonObject {
-  return typeof value === "object" && value !== null && !Array.isArray(value) && !isJsonNumber(value);
+  return (
+    typeof value === "object" && value !== null && !Array.isArray(value) && !(value instanceof JsonNumberText)
+  );
 }
 
 /** An integer field: `2`, `2.0`, `2e0`; not `"2"`, not `2.5`; must fit `range`. */
 function readInteger(value: unknown, param: string, range: IntRange = INT32): bigint {
   if (!isJsonNumber(value)) throw invalidType(param, "a number");
-  const read = readExactInteger(value.value);
+  const read = readExactInteger(value);
   if (read.kind === "fraction") throw invalidType(param, "an integer");
   if (read.kind === "huge" || read.value < range.min || read.value > range.max)
     throw outOfRange(param, range);
   return read.value;
 }
 
+const INT32_MIN = -(2 ** 31);
+const INT32_MAX = 2 ** 31 - 1;
+
 function readInt32(value: unknown, param: string): number {
+  // Fast path (token ids): a plain number is a safe integer or not an integer (see parseStrictJson).
+  if (typeof value === "number" && Number.isInteger(value) && value >= INT32_MIN && value <= INT32_MAX) {
+    return value + 0; // -0 → 0
+  }
   return Number(readInteger(value, param, INT32));
 }
 
 /** A decimal field: any JSON number (a whole number too); must be finite as a double. */
 function readDouble(value: unknown, param: string): number {
   if (!isJsonNumber(value)) throw invalidType(param, "a number");
-  const number = Number(value.value);
+  const number = jsonNumberToDouble(value);
   if (!Number.isFinite(number)) {
     throw invalidRequest(param, `Invalid value for '${param}': the number is too large.`);
   }
@@ -88,29 +104,92 @@ function readString(value: unknown, param: string): string {
 /** An array of int32 integers; anything else → `expected <expected>.` */
 function readInt32Array(value: unknown, param: string, expected = "an array of integers"): number[] {
   if (!Array.isArray(value)) throw invalidType(param, expected);
-  return value.map((item) => {
+  const out: number[] = [];
+  for (let k = 0; k < value.length; k++) {
+    const item: unknown = value[k];
     if (!isIntegerItem(item)) throw invalidType(param, expected);
-    return readInt32(item, param);
-  });
+    out.push(readInt32(item, param));
+  }
+  return out;
+}
+
+/**
+ * What a string holds, read by one scan: `-?digits` is an integer (its sign and its digits without
+ * leading zeros); `-?digits(.digits)?([eE][+-]?digits)?` is some other decimal numeral.
+ */
+function classifyNumeral(
+  text: string,
+): { kind: "integer"; negative: boolean; digits: string } | { kind: "decimal" | "none" } {
+  const n = text.length;
+  let i = text.charCodeAt(0) === 0x2d ? 1 : 0;
+  const isDigit = (at: number) => at < n && text.charCodeAt(at) >= 0x30 && text.charCodeAt(at) <= 0x39;
+  const start = i;
+  while (i < n && text.charCodeAt(i) === 0x30) i++;
+  const significant = i;
+  while (isDigit(i)) i++;
+  if (i === start) return { kind: "none" };
+  if (i === n) return { kind: "integer", negative: start === 1, digits: text.slice(significant) };
+  if (text.charCodeAt(i) === 0x2e) {
+    i++;
+    if (!isDigit(i)) return { kind: "none" };
+    while (isDigit(i)) i++;
+  }
+  if (i < n && (text.charCodeAt(i) | 0x20) === 0x65) {
+    i++;
+    if (i < n && (text.charCodeAt(i) === 0x2b || text.charCodeAt(i) === 0x2d)) i++;
+    if (!isDigit(i)) return { kind: "none" };
+    while (isDigit(i)) i++;
+  }
+  return i === n ? { kind: "decimal" } : { kind: "none" };
 }
 
 /** `priority`: an integer, or a string holding one (`"2"`, `"-3"`), within int32. */
 function readPriority(value: unknown, param: string): number {
   if (typeof value === "string") {
-    if (/^-?\d+$/.test(value)) {
-      const digits = value.replace(/^-?0*/, "");
-      if (digits.length > 10) throw outOfRange(param, INT32);
-      const parsed = BigInt(value);
+    const numeral = classifyNumeral(value);
+    if (numeral.kind === "integer") {
+      if (numeral.digits.length > 10) throw outOfRange(param, INT32);
+      const magnitude = BigInt(numeral.digits === "" ? "0" : numeral.digits);
+      const parsed = numeral.negative ? -magnitude : magnitude;
       if (parsed < INT32.min || parsed > INT32.max) throw outOfRange(param, INT32);
       return Number(parsed);
     }
-    throw invalidType(param, /^-?\d+(\.\d+)?([eE][+-]?\d+)?$/.test(value) ? "an integer" : "a number");
+    throw invalidType(param, numeral.kind === "decimal" ? "an integer" : "a number");
   }
   return readInt32(value, param);
 }
 
 function isIntegerItem(item: unknown): boolean {
-  return isJsonNumber(item) && readExactInteger(item.value).kind !== "fraction";
+  if (typeof item === "number") return Number.isInteger(item);
+  return item instanceof JsonNumberText && readExactInteger(item).kind !== "fraction";
+}
+
+/** Whether every item of `items` is an integer (as written: `2`, `2.0`, `2e0`; any size). */
+function allIntegers(items: readonly unknown[]): boolean {
+  for (let k = 0; k < items.length; k++) if (!isIntegerItem(items[k])) return false;
+  return true;
+}
+
+/** Every item (all integers) as an int32; the first out of range → 400 `param`. */
+function readInt32Items(items: readonly unknown[], param: string): number[] {
+  const out: number[] = [];
+  for (let k = 0; k < items.length; k++) out.push(readInt32(items[k], param));
+  return out;
+}
+
+/**
+ * The items themselves (this decode's own array) when every one is a plain in-range integer and
+ * none is -0 — the common case, checked in one pass without a copy; else undefined.
+ */
+function plainInt32s(items: unknown[]): number[] | undefined {
+  for (let k = 0; k < items.length; k++) {
+    const item = items[k];
+    if (typeof item !== "number" || !Number.isInteger(item) || item < INT32_MIN || item > INT32_MAX) {
+      return undefined;
+    }
+    if (item === 0 && Object.is(item, -0)) return undefined;
+  }
+  return items as number[];
 }
 
 /** `prompt`: string → text; string[] → texts; int[] → token_ids; int[][] → token_ids_list. */
@@ -121,14 +200,18 @@ function readPrompt(value: unknown): NonNullable<RequestInit["prompt"]> {
   if (value.length === 0 || value.every((item) => typeof item === "string")) {
     return { case: "texts", value: { values: value as string[] } };
   }
-  if (value.every(isIntegerItem)) {
-    return { case: "tokenIds", value: { values: value.map((item) => readInt32(item, param)) } };
+  const ids = plainInt32s(value);
+  if (ids !== undefined) return { case: "tokenIds", value: { values: ids } };
+  if (allIntegers(value)) {
+    return { case: "tokenIds", value: { values: readInt32Items(value, param) } };
   }
-  if (value.every((item) => Array.isArray(item) && item.every(isIntegerItem))) {
+  if (value.every((item) => Array.isArray(item) && allIntegers(item))) {
     return {
       case: "tokenIdsList",
       value: {
-        values: (value as unknown[][]).map((ids) => ({ values: ids.map((item) => readInt32(item, param)) })),
+        values: (value as unknown[][]).map((list) => ({
+          values: plainInt32s(list) ?? readInt32Items(list, param),
+        })),
       },
     };
   }
@@ -190,15 +273,22 @@ function readStreamOptions(value: unknown, param: string): StreamOptionsInit {
 }
 
 /**
- * A copy of a tensor's JSON with every number as a plain JS number (what JSON.parse would give),
- * the form `parseTensorJson` expects. Prototype keys are refused here too.
+ * A tensor's JSON in the form `parseTensorJson` expects (what JSON.parse would give): every number
+ * a plain JS number — arrays are rewritten in place (they are this decode's own), objects copied
+ * into ordinary ones. Prototype keys are refused here too; at most MAX_TENSOR_DEPTH levels.
  */
 function toPlainJson(value: unknown, param: string, depth = 0): unknown {
   if (depth > MAX_TENSOR_DEPTH) {
     throw invalidRequest(param, `Invalid value for '${param}': nested too deeply.`);
   }
-  if (isJsonNumber(value)) return Number(value.value);
-  if (Array.isArray(value)) return value.map((item) => toPlainJson(item, param, depth + 1));
+  if (value instanceof JsonNumberText) return jsonNumberToDouble(value);
+  if (Array.isArray(value)) {
+    for (let k = 0; k < value.length; k++) {
+      const item: unknown = value[k];
+      if (typeof item === "object" && item !== null) value[k] = toPlainJson(item, param, depth + 1);
+    }
+    return value;
+  }
   if (isObject(value)) {
     const copy: JsonObject = {};
     for (const key of Object.keys(value)) {
@@ -268,10 +358,19 @@ const requestFields = new Map<string, FieldReader<BodyInit>>([
 /** The JSON names of every field `POST /v1/completions` takes (API.md §2). */
 export const completionRequestFieldNames: readonly string[] = [...requestFields.keys()];
 
+/** The decoded request of a parsed body (a JSON object, else 400). */
+function toCompletionRequest(json: unknown): DecodedCompletionRequest {
+  if (!isObject(json)) throw invalidRequest(null, "The request body must be a JSON object.");
+  const { stream = false, ...init } = walkObject(json, "", requestFields);
+  return { request: create(CreateCompletionRequestSchema, init), stream };
+}
+
 /**
  * Decodes the JSON body of `POST /v1/completions` strictly (API.md §2, §4) into the proto request.
  *
- * - Numbers are read from their source text: integer fields take `2`, `2.0`, `2e0` within int32
+ * - The body is parsed by `parseStrictJson` (strict UTF-8, no BOM, duplicate keys with different
+ *   values refused, no prototype keys, exact numbers), in time linear in its length.
+ * - Numbers are read exactly: integer fields take `2`, `2.0`, `2e0` within int32
  *   (`seed`: int64, exact); decimal fields take any finite number; `"2"` is a number only for
  *   `priority`. `null` means left out, for every field (`output_residual_stream: false` is a wrong
  *   type: it takes an array of integers or `true`).
@@ -279,7 +378,7 @@ export const completionRequestFieldNames: readonly string[] = [...requestFields.
  *   cross-field rules (n vs temperature, stream_options without stream, …) are the service's.
  * - Unknown fields are refused before any type is checked; then fields in body order.
  *
- * @param body the raw request body: its bytes (decoded as strict UTF-8), or text
+ * @param body the raw request body: its bytes (strict UTF-8), or text
  * @returns the proto request and `stream` (which selects CreateCompletion or StreamCompletion)
  * @throws ApiError 400 `invalid_request`: invalid UTF-8, malformed JSON or a non-object body
  *   (param null); an unknown field (param = the field, dotted for nested: `stream_options.foo`);
@@ -288,8 +387,16 @@ export const completionRequestFieldNames: readonly string[] = [...requestFields.
  *   whatever `parseTensorJson` throws for `apply_steering_vectors[i].activations`.
  */
 export function decodeCompletionRequest(body: string | Uint8Array): DecodedCompletionRequest {
-  const json = parseStrictJson(typeof body === "string" ? body : decodeUtf8Body(body));
-  if (!isObject(json)) throw invalidRequest(null, "The request body must be a JSON object.");
-  const { stream = false, ...init } = walkObject(json, "", requestFields);
-  return { request: create(CreateCompletionRequestSchema, init), stream };
+  return toCompletionRequest(parseStrictJson(body));
+}
+
+/**
+ * {@link decodeCompletionRequest} as the REST route runs it: the same decoding, with the JSON
+ * parse of a big body done in slices that yield to the event loop (`parseStrictJsonAsync`), so
+ * that a max-size body does not hold up other callers while it is parsed.
+ *
+ * @throws ApiError as {@link decodeCompletionRequest} (the promise rejects)
+ */
+export async function decodeCompletionRequestAsync(body: Uint8Array): Promise<DecodedCompletionRequest> {
+  return toCompletionRequest(await parseStrictJsonAsync(body));
 }

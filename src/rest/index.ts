@@ -51,4 +51,4 @@ export {
   type SseWriter,
   type SseWriterOptions,
 } from "./sse-writer.js";
-export { decodeUtf8Body, isJsonNumber, parseStrictJson, readExactInteger } from "./strict-json.js";
+export { isJsonNumber, parseStrictJson, readExactInteger, readExactIntegerText } from "./strict-json.js";

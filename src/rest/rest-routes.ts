@@ -12,7 +12,7 @@ import { ApiError, invalidRequest } from "../errors/index.js";
 import { type CompletionsApi, modelNotFound } from "../service/index.js";
 import { createCallContext, createShutdownLink } from "./call-context.js";
 import { decodeContentEncoding } from "./content-encoding.js";
-import { decodeCompletionRequest } from "./decode-completion-request.js";
+import { decodeCompletionRequestAsync } from "./decode-completion-request.js";
 import {
   type RenderOptions,
   renderChunk,
@@ -207,7 +207,7 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
       request.headers["content-encoding"],
       limits.bodyLimitBytes,
     );
-    const { request: completionRequest, stream } = decodeCompletionRequest(body);
+    const { request: completionRequest, stream } = await decodeCompletionRequestAsync(body);
     const render: RenderOptions = { returnTokenIds: completionRequest.returnTokenIds === true };
     if (!stream) {
       const response = await api.createCompletion(completionRequest, ctx);

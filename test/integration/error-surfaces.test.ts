@@ -214,7 +214,7 @@ const cases: Case[] = [
     name: "malformed JSON",
     code: "invalid_request",
     param: null,
-    message: /^The request body is not valid JSON: .+ at position 9\.$/,
+    message: "The request body is not valid JSON: expected a JSON value but found the end of the body.",
     cells: { rest: rest('{"model":'), ...jsonRpcCells('{"model":') },
   },
   {

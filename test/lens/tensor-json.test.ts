@@ -2,7 +2,6 @@ import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { create } from "@bufbuild/protobuf";
-import { LosslessNumber } from "lossless-json";
 import { describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { Compression, Dtype, TensorSchema } from "../../gen/acs/v1/lens_pb.js";
@@ -42,9 +41,8 @@ describe("parseTensorJson: nested arrays", () => {
     expect(Array.from(decodeTensor(t))).toEqual([1, 2, 3, 4, 5, 6.5]);
   });
 
-  it("3D, with lossless-json numbers", () => {
-    const n = (s: string) => new LosslessNumber(s);
-    const t = parseTensorJson([[[n("0.10000000000000000555"), 2]], [[3, n("-1e-3")]]], P);
+  it("3D", () => {
+    const t = parseTensorJson([[[0.1, 2]], [[3, -1e-3]]], P);
     expect(t.shape).toEqual([2, 1, 2]);
     expect(Array.from(decodeTensor(t))).toEqual([Math.fround(0.1), 2, 3, Math.fround(-1e-3)]);
   });

@@ -451,6 +451,11 @@ const decodeCases: DecodeCase[] = [
   { name: "seed: 1.5e3 is the integer 1500", body: '{"seed": 1.5e3}', request: { seed: 1500n } },
   { name: "priority as a string", body: '{"priority": "2"}', request: { priority: 2 } },
   { name: "priority as a negative string", body: '{"priority": "-3"}', request: { priority: -3 } },
+  {
+    name: "priority as a string with 100,000 leading zeros",
+    body: `{"priority": "-${"0".repeat(100_000)}5"}`,
+    request: { priority: -5 },
+  },
   { name: "priority as a number", body: '{"priority": 7}', request: { priority: 7 } },
   {
     name: "decimals keep their value",

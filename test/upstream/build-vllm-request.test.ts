@@ -1,9 +1,9 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import { parse, parseNumberAndBigInt } from "lossless-json";
 import { describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { ApiError } from "../../src/errors/index.js";
 import { jsonText, jsonTextByteLength, jsonTextChunks } from "../../src/json-text/index.js";
+import { isJsonNumber, parseStrictJson, readExactInteger } from "../../src/rest/strict-json.js";
 import {
   buildVllmRequest,
   serializeVllmRequest,
@@ -155,8 +155,11 @@ describe("buildVllmRequest", () => {
     ["0", 0n],
   ])("writes seed %s as an exact JSON integer", (_, seed) => {
     const json = serializeVllmRequest(buildVllmRequest(text({ seed }), resolved));
-    const parsed = parse(json, null, parseNumberAndBigInt) as Record<string, unknown>;
-    expect(BigInt(parsed.seed as bigint | number)).toBe(seed);
+    const parsed = parseStrictJson(json) as Record<string, unknown>;
+    expect(isJsonNumber(parsed.seed) && readExactInteger(parsed.seed)).toEqual({
+      kind: "integer",
+      value: seed,
+    });
     expect(json).toMatch(new RegExp(`"seed":${seed}[,}]`));
     expect(parsed.prompt).toBe("Hello");
   });
@@ -183,8 +186,11 @@ describe("vllmRequestJson / vllmRequestBody: a steering list written in pieces",
 
   it("is the same JSON a whole serialization gives: vllm_xargs values are JSON strings holding JSON", () => {
     const json = serializeVllmRequest(body());
-    const parsed = parse(json, null, parseNumberAndBigInt) as Record<string, unknown>;
-    expect(parsed.seed).toBe(9223372036854775807n);
+    const parsed = parseStrictJson(json) as Record<string, unknown>;
+    expect(isJsonNumber(parsed.seed) && readExactInteger(parsed.seed)).toEqual({
+      kind: "integer",
+      value: 9223372036854775807n,
+    });
     const xargs = parsed.vllm_xargs as Record<string, string>;
     expect(xargs.output_residual_stream).toBe("[0, 1]");
     expect(typeof xargs.apply_steering_vectors).toBe("string");
