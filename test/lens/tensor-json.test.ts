@@ -517,67 +517,70 @@ describe("tensorFromVllmLensJson (Inference → proto)", () => {
   });
 });
 
-describe.each(independentDecoders())("an independent decoder, %s, reads our dicts", (decoder) => {
-  it("bf16/f16/f32, raw and zstd, special values bit for bit", () => {
-    const values = [
-      0,
-      -0,
-      1,
-      -2.5,
-      0.1,
-      2 ** -24,
-      2 ** -133,
-      2 ** -149,
-      65504,
-      1e5,
-      3.4e38,
-      Infinity,
-      -Infinity,
-      NaN,
-      1e-8,
-      -7.75,
-    ];
-    const tensors = [Dtype.BFLOAT16, Dtype.FLOAT16, Dtype.FLOAT32].flatMap((dtype) =>
-      [Compression.UNSPECIFIED, Compression.ZSTD].map((compression) =>
-        encodeTensor(values, [2, 2, 4], { dtype: dtype as TensorDtype, compression }),
-      ),
-    );
-    // and a bigger one with random bf16 bits, as vllm-lens captures come
-    const random = new Float32Array(3 * 5 * 4096).map(() => (Math.random() - 0.5) * 8);
-    tensors.push(
-      encodeTensor(random, [3, 5, 4096], { dtype: Dtype.BFLOAT16, compression: Compression.ZSTD }),
-    );
-    const decoded = decoder.decode(tensors.map(tensorToVllmLensJson));
-    expect(decoded).toHaveLength(tensors.length);
-    tensors.forEach((tensor, i) => {
-      const ours = decodeTensor(tensor);
-      const theirs = decoded[i]!.values;
-      expect(decoded[i]!.shape).toEqual(tensor.shape);
-      expect(theirs.length).toBe(ours.length);
-      const at = firstDifference(ours, theirs);
-      expect(at, `tensor ${i} at ${at}: ${theirs[at]} vs ${ours[at]}`).toBe(-1);
+describe.each(independentDecoders().map((d) => [d.name, d] as const))(
+  "an independent decoder, %s, reads our dicts",
+  (_name, decoder) => {
+    it("bf16/f16/f32, raw and zstd, special values bit for bit", () => {
+      const values = [
+        0,
+        -0,
+        1,
+        -2.5,
+        0.1,
+        2 ** -24,
+        2 ** -133,
+        2 ** -149,
+        65504,
+        1e5,
+        3.4e38,
+        Infinity,
+        -Infinity,
+        NaN,
+        1e-8,
+        -7.75,
+      ];
+      const tensors = [Dtype.BFLOAT16, Dtype.FLOAT16, Dtype.FLOAT32].flatMap((dtype) =>
+        [Compression.UNSPECIFIED, Compression.ZSTD].map((compression) =>
+          encodeTensor(values, [2, 2, 4], { dtype: dtype as TensorDtype, compression }),
+        ),
+      );
+      // and a bigger one with random bf16 bits, as vllm-lens captures come
+      const random = new Float32Array(3 * 5 * 4096).map(() => (Math.random() - 0.5) * 8);
+      tensors.push(
+        encodeTensor(random, [3, 5, 4096], { dtype: Dtype.BFLOAT16, compression: Compression.ZSTD }),
+      );
+      const decoded = decoder.decode(tensors.map(tensorToVllmLensJson));
+      expect(decoded).toHaveLength(tensors.length);
+      tensors.forEach((tensor, i) => {
+        const ours = decodeTensor(tensor);
+        const theirs = decoded[i]!.values;
+        expect(decoded[i]!.shape).toEqual(tensor.shape);
+        expect(theirs.length).toBe(ours.length);
+        const at = firstDifference(ours, theirs);
+        expect(at, `tensor ${i} at ${at}: ${theirs[at]} vs ${ours[at]}`).toBe(-1);
+      });
     });
-  });
 
-  it("refuses what vllm-lens's decoder refuses: base64url, a zstd frame without its content size", () => {
-    const dict = tensorToVllmLensJson(encodeTensor([1, 2, 3, 4.5], [4], { dtype: Dtype.FLOAT32 }));
-    expect(decoder.decode([dict])[0]!.values).toEqual(Float32Array.from([1, 2, 3, 4.5]));
-    // bytes whose standard base64 is "++++": as base64url they read "----"
-    const bytes = new Uint8Array([0xfb, 0xef, 0xbe, 0x3f, 0, 0, 0x80, 0x3f]);
-    const standard = { data: b64(bytes), dtype: "float32", shape: [2] };
-    expect(standard.data).toMatch(/^\+\+\+\+/);
-    expect(decoder.decode([standard])[0]!.values).toEqual(new Float32Array(bytes.buffer));
-    const urlSafe = { ...standard, data: standard.data.replaceAll("+", "-") };
-    expect(() => decoder.decode([urlSafe])).toThrow();
-    const undeclared = {
-      data: b64(rleZstdFrame(1, 0)),
-      dtype: "float32",
-      shape: [32768],
-      compression: "zstd",
-    };
-    expect(() => decoder.decode([undeclared])).toThrow();
-  });
-});
+    it("refuses what vllm-lens's decoder refuses: base64url, a zstd frame without its content size", () => {
+      const dict = tensorToVllmLensJson(encodeTensor([1, 2, 3, 4.5], [4], { dtype: Dtype.FLOAT32 }));
+      expect(decoder.decode([dict])[0]!.values).toEqual(Float32Array.from([1, 2, 3, 4.5]));
+      // bytes whose standard base64 is "++++": as base64url they read "----"
+      const bytes = new Uint8Array([0xfb, 0xef, 0xbe, 0x3f, 0, 0, 0x80, 0x3f]);
+      const standard = { data: b64(bytes), dtype: "float32", shape: [2] };
+      expect(standard.data).toMatch(/^\+\+\+\+/);
+      expect(decoder.decode([standard])[0]!.values).toEqual(new Float32Array(bytes.buffer));
+      const urlSafe = { ...standard, data: standard.data.replaceAll("+", "-") };
+      expect(() => decoder.decode([urlSafe])).toThrow();
+      const undeclared = {
+        data: b64(rleZstdFrame(1, 0)),
+        dtype: "float32",
+        shape: [32768],
+        compression: "zstd",
+      };
+      expect(() => decoder.decode([undeclared])).toThrow();
+    });
+  },
+);
 
 it("parseTensorJson keeps the proto shape of create(TensorSchema) (plain message)", () => {
   const t = parseTensorJson([[1]], P);
