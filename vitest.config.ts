@@ -1,10 +1,12 @@
 import { defineConfig } from "vitest/config";
+import { HANG_GUARD_MS } from "./test/helpers/hang-guard.js";
 
 export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
-    testTimeout: 30_000,
-    hookTimeout: 30_000,
+    // Hang guards only: no test depends on finishing within a time (see test/helpers/hang-guard.ts).
+    testTimeout: HANG_GUARD_MS,
+    hookTimeout: HANG_GUARD_MS,
     pool: "forks",
   },
 });

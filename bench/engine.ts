@@ -20,6 +20,9 @@ async function complete(url: string, body: Record<string, unknown>): Promise<num
   return j.usage.completion_tokens;
 }
 
+/** The llama-8b full-context request should take at most this much CPU time (src/engine/README.md), s. */
+const FULL_CONTEXT_TARGET_S = 5;
+
 async function timed(fn: () => Promise<number>): Promise<{ tokens: number; ms: number }> {
   const t0 = performance.now();
   const tokens = await fn();
@@ -48,6 +51,9 @@ export async function benchEngine(): Promise<string> {
     if (name === "llama-8b") {
       const prompt = "Four score and seven";
       const n = engine.model.tokenize(prompt).length;
+      // The engine runs in this process: its CPU time is what the request costs the machine,
+      // whatever else shares the cores; wall time also counts the other processes.
+      const cpu0 = process.cpuUsage();
       const full = await timed(() =>
         complete(engine.url, {
           prompt,
@@ -56,7 +62,10 @@ export async function benchEngine(): Promise<string> {
           ignore_eos: true,
         }),
       );
-      fullCheck = `llama-8b full-context check: ${full.tokens} greedy tokens (max_model_len ${engine.model.maxModelLen} − ${n} prompt tokens) in ${(full.ms / 1000).toFixed(2)} s.`;
+      const cpu = process.cpuUsage(cpu0);
+      const cpuS = (cpu.user + cpu.system) / 1e6;
+      const verdict = cpuS < FULL_CONTEXT_TARGET_S ? "within" : "OVER";
+      fullCheck = `llama-8b full-context check (the 5-second rule): ${full.tokens} greedy tokens (max_model_len ${engine.model.maxModelLen} − ${n} prompt tokens) in ${(full.ms / 1000).toFixed(2)} s wall, ${cpuS.toFixed(2)} s CPU: ${verdict} the ${FULL_CONTEXT_TARGET_S} s target.`;
     }
     await engine.close();
   }

@@ -10,6 +10,7 @@ import {
   UnknownIdError,
 } from "../../src/budget/index.js";
 import { ApiError } from "../../src/errors/index.js";
+import { until } from "../helpers/hang-guard.js";
 import { tempDb } from "./helpers.js";
 
 let db: ReturnType<typeof tempDb>;
@@ -382,9 +383,7 @@ describe("renew and reclaim", () => {
     const timed = createBudgetLedger({ path: db.path, holdTtlMs: 1, reclaimIntervalMs: 10 });
     timed.placeHold(timed.authenticate(`Bearer ${key}`), { promptTokens: 0, prompts: 1, n: 1, maxTokens: 5 });
     expect(ledger.usage(id).openHolds).toBe(1);
-    const deadline = Date.now() + 5000;
-    while (ledger.usage(id).openHolds > 0 && Date.now() < deadline)
-      await new Promise((r) => setTimeout(r, 10));
+    await until(() => ledger.usage(id).openHolds === 0, "the timer reclaimed the stale Hold");
     expect(ledger.usage(id)).toMatchObject({ openHolds: 0, reclaimedHolds: 1, spentTokens: 0 });
     timed.close();
     timed.close(); // idempotent

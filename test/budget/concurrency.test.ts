@@ -71,9 +71,7 @@ async function runCycles(usage: "full" | "random") {
 }
 
 describe("500 simultaneous hold/settle cycles from 10 processes on one SQLite file", () => {
-  it("holds exactly the 100 that fit when every request uses its whole Hold; 429 for the rest", {
-    timeout: 60_000,
-  }, async () => {
+  it("holds exactly the 100 that fit when every request uses its whole Hold; 429 for the rest", async () => {
     const { results, samples, worst, maxOpen, final } = await runCycles("full");
     const cycles = results.flatMap((r) => r.cycles);
     const refusals = results.flatMap((r) => r.refusals);
@@ -97,9 +95,7 @@ describe("500 simultaneous hold/settle cycles from 10 processes on one SQLite fi
     expect(maxOpen).toBeGreaterThan(1); // Holds really were open at the same time
   });
 
-  it("with partial usage: never over the Budget, every Hold settled once, Σ charges = Σ used = spent", {
-    timeout: 60_000,
-  }, async () => {
+  it("with partial usage: never over the Budget, every Hold settled once, Σ charges = Σ used = spent", async () => {
     const { results, samples, worst, maxOpen, final } = await runCycles("random");
     const cycles = results.flatMap((r) => r.cycles);
     const refusals = results.flatMap((r) => r.refusals);

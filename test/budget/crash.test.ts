@@ -1,6 +1,7 @@
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import { createBudgetLedger } from "../../src/budget/index.js";
+import { until } from "../helpers/hang-guard.js";
 import { exited, lineReader, spawnFixture, tempDb } from "./helpers.js";
 
 let cleanup: (() => void) | undefined;
@@ -84,10 +85,11 @@ describe("a gateway killed with SIGKILL while Holds are open", () => {
     cleanup = db.cleanup;
     const admin = createBudgetLedger({ path: db.path, reclaimIntervalMs: 0 });
     const { id, key } = admin.createKey({ budgetTokens: 1_000_000_000 });
-    admin.close();
     const child = spawnFixture("churn-child.ts", [db.path, key]);
     expect(await lineReader(child)()).toBe("running");
-    await new Promise((r) => setTimeout(r, 400));
+    // kill it once it has settled a few Holds (counted in the file, not waited for by the clock)
+    await until(() => admin.usage(id).settledHolds > 10, "the child settled Holds", 5);
+    admin.close();
     child.kill("SIGKILL");
     expect((await exited(child)).signal).toBe("SIGKILL");
 

@@ -2,6 +2,7 @@
 import { request } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type RunningEngine, startEngine } from "../../src/engine/index.js";
+import { until } from "../helpers/hang-guard.js";
 import { chunkChoices, postJson, postSse } from "./helpers.js";
 
 let engine: RunningEngine;
@@ -380,7 +381,7 @@ describe("client disconnect aborts generation", () => {
     if (stream) {
       await new Promise<void>((resolve) => req.on("response", (res) => res.once("data", () => resolve())));
     } else {
-      await new Promise((r) => setTimeout(r, 30));
+      await until(() => engine.stats.active > 0, "the engine is generating");
     }
     req.destroy();
     expect(await aborted).toBe(`cmpl-abort-${stream}`);

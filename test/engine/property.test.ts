@@ -68,7 +68,6 @@ async function send(payload: string): Promise<{ status: number; text: string; ty
     method: "POST",
     headers: { "content-type": "application/json" },
     body: payload,
-    signal: AbortSignal.timeout(10_000),
   });
   return { status: r.status, text: await r.text(), type: r.headers.get("content-type") ?? "" };
 }
@@ -95,7 +94,7 @@ describe("property: any JSON body → a response", () => {
     );
     // the server is still alive
     expect((await fetch(`${engine.url}/health`)).status).toBe(200);
-  }, 60_000);
+  });
 
   it("malformed JSON gets a 400 envelope", async () => {
     const r = await send("{not json");

@@ -86,20 +86,19 @@ describe("Llama 3 encoder", () => {
     const text = "a".repeat(2_000_000);
     // the library's own answer on a smaller run of the same letter: "aaaaaaaa" (id 70540) repeated
     expect(library("a".repeat(8000), false)).toEqual(Array(1000).fill(70540));
-    let last = performance.now();
-    let maxGap = 0;
+    // other callbacks run while it encodes: count the turns a 1 ms interval gets
+    let turns = 0;
     const timer = setInterval(() => {
-      const now = performance.now();
-      maxGap = Math.max(maxGap, now - last);
-      last = now;
+      turns++;
     }, 1);
     const ids = await llama.encodeAsync(text, true);
     clearInterval(timer);
     expect(ids.length).toBe(250_001);
     expect(ids[0]).toBe(128000);
     expect(ids.slice(1).every((id) => id === 70540)).toBe(true);
-    // sliced every ~8 ms of work; generous bound for a loaded machine
-    expect(maxGap).toBeLessThan(500);
+    // encode alone lets none run; encodeAsync yields between slices of ~8 ms of work (at least
+    // 100 ms of work here on any machine: a slower one gives more slices, not fewer)
+    expect(turns).toBeGreaterThanOrEqual(5);
   });
 
   it("the byte tokenizer encodes 2 MB without a spread", () => {

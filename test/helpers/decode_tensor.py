@@ -5,10 +5,11 @@ Reads JSON on stdin: one tensor dict ({"data", "dtype", "original_dtype", "shape
 "compression"}), a list of them, or a completion response (its activations.residual_stream).
 Writes, for each dict, {"shape": [...], "float32": base64 of the values widened to float32,
 little-endian, C order} (a list for a list). Base64 keeps NaN, ±Inf and -0 bit-exact. Tests use it
-to check the gateway's and the engine's tensors against a decoder that shares no code with them.
+(pythonDecoder in decode-tensor.ts) to check the gateway's and the engine's tensors against a
+decoder that shares no code with them, when ACS_TEST_PYTHON_DECODER=1 says that it can run.
 
-Run with Debian's /usr/bin/python3 (python3-numpy, python3-zstandard). Exit status 3 when numpy
-or zstandard is missing.
+Run with Debian's /usr/bin/python3 (python3-numpy, python3-zstandard; .ci/run installs them).
+Exit status 3 when numpy or zstandard is missing.
 """
 
 import base64

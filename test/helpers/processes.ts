@@ -1,6 +1,7 @@
 // Servers as child processes on loopback, for tests and benchmarks that need real processes.
 import { type ChildProcess, spawn } from "node:child_process";
 import { createServer } from "node:net";
+import { HANG_GUARD_MS } from "./hang-guard.js";
 
 /** A TCP port on 127.0.0.1 that was free a moment ago. */
 export async function freePort(): Promise<number> {
@@ -11,8 +12,8 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
-/** Polls `url` every `intervalMs` until it answers 2xx; throws after `timeoutMs`. */
-export async function waitForOk(url: string, timeoutMs = 60_000, intervalMs = 100): Promise<void> {
+/** Polls `url` every `intervalMs` until it answers 2xx; throws after `timeoutMs` (a hang guard). */
+export async function waitForOk(url: string, timeoutMs = HANG_GUARD_MS, intervalMs = 100): Promise<void> {
   const until = Date.now() + timeoutMs;
   while (Date.now() < until) {
     try {

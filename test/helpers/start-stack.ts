@@ -1,6 +1,6 @@
 // Real servers on loopback for integration tests: the reference engine (or any upstream URL),
 // and the gateway built by buildApp — the wiring src/main.ts uses — listening on 127.0.0.1:0.
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Server } from "node:net";
 import { pino } from "pino";
 import type { BudgetLedger } from "../../src/budget/index.js";
 import { limits, type ModelConfig } from "../../src/config/index.js";
@@ -35,6 +35,8 @@ export interface StackOptions {
 export interface Stack {
   /** http://127.0.0.1:PORT of the gateway. */
   url: string;
+  /** The gateway's listening server (its 'connection' events give the server side of a socket). */
+  server: Server;
   engine: RunningEngine | undefined;
   ledger: BudgetLedger | undefined;
   /** The gateway's models and their replica pools. */
@@ -90,6 +92,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const port = (app.server.address() as AddressInfo).port;
   return {
     url: `http://127.0.0.1:${port}`,
+    server: app.server,
     engine,
     ledger,
     registry,

@@ -2,6 +2,7 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { HANG_GUARD_MS } from "../helpers/hang-guard.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 
 const run = promisify(execFile);
@@ -18,7 +19,7 @@ async function bufCurl(protocol: string, method: string, body: object) {
   const args = ["curl", "--schema", ".", "--protocol", protocol, "-d", JSON.stringify(body)];
   if (protocol === "grpc") args.push("--http2-prior-knowledge");
   args.push(`${stack.url}/acs.v1.CompletionsService/${method}`);
-  return run("node_modules/.bin/buf", args, { timeout: 30_000 }).then(
+  return run("node_modules/.bin/buf", args, { timeout: HANG_GUARD_MS }).then(
     (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
     (e: { code: number; stdout: string; stderr: string }) => ({
       code: e.code,

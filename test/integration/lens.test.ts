@@ -1,6 +1,5 @@
 // Activations and steering vectors end to end: REST (JSON and SSE), Connect, the reference
-// engine's own forward pass, and an independent Python decoder.
-import { spawnSync } from "node:child_process";
+// engine's own forward pass, and independent decoders (test/helpers/decode-tensor.ts).
 import { create } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
@@ -8,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CompletionsService, CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { roundBf16 } from "../../src/engine/index.js";
 import { decodeTensor, tensorFromVllmLensJson, type VllmLensTensorJson } from "../../src/lens/index.js";
+import { independentDecoders } from "../helpers/decode-tensor.js";
 import { sseChunks } from "../helpers/parse-sse.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 
@@ -108,7 +108,7 @@ describe("capture (output_residual_stream)", () => {
     for (const c of chunks) for (const ch of c.choices) expect(ch.token_ids).toBeNull();
   });
 
-  it("gives Connect the same numbers as raw Tensor bytes, and an independent Python decoder agrees", async () => {
+  it("gives Connect the same numbers as raw Tensor bytes", async () => {
     const rest = await complete(captureBody);
     const client = createClient(
       CompletionsService,
@@ -130,20 +130,18 @@ describe("capture (output_residual_stream)", () => {
     expect(Array.from(fromConnect)).toEqual(
       Array.from(values(rest.activations?.residual_stream as VllmLensTensorJson)),
     );
-
-    const py = spawnSync("/usr/bin/python3", ["test/helpers/decode_tensor.py"], {
-      input: JSON.stringify(rest),
-      encoding: "utf8",
-      maxBuffer: 1 << 28,
-    });
-    expect(py.status, py.stderr).toBe(0);
-    const decoded = JSON.parse(py.stdout) as { shape: number[]; float32: string };
-    expect(decoded.shape).toEqual([...(tensor?.shape ?? [])]);
-    const bytes = Buffer.from(decoded.float32, "base64");
-    expect(Array.from(new Float32Array(bytes.buffer, bytes.byteOffset, bytes.length / 4))).toEqual(
-      Array.from(fromConnect),
-    );
   });
+
+  it.each(independentDecoders().map((d) => [d.name, d] as const))(
+    "the REST tensor dict, read by an independent decoder (%s), holds the gateway's numbers",
+    async (_name, decoder) => {
+      const rest = await complete(captureBody);
+      const dict = rest.activations?.residual_stream as VllmLensTensorJson;
+      const [theirs] = decoder.decode([dict]);
+      expect(theirs?.shape).toEqual(dict.shape);
+      expect(Array.from(theirs?.values ?? [])).toEqual(Array.from(values(dict)));
+    },
+  );
 });
 
 describe("steering (apply_steering_vectors)", () => {

@@ -49,7 +49,6 @@ describe("arbitrary bodies", () => {
           method: "POST",
           headers: { "content-type": "application/json" },
           body: JSON.stringify(json),
-          signal: AbortSignal.timeout(20_000),
         });
         const text = await res.text();
         expect([200, 400, 404]).toContain(res.status);
@@ -68,5 +67,5 @@ describe("arbitrary bodies", () => {
     );
     // and the server is still healthy
     expect((await fetch(`${stack.url}/healthz`)).status).toBe(200);
-  }, 120_000);
+  });
 });

@@ -1,6 +1,3 @@
-import { spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
-import { fileURLToPath } from "node:url";
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
@@ -17,8 +14,10 @@ import {
   tensorFromVllmLensJson,
   tensorToVllmLensJson,
 } from "../../src/lens/index.js";
+import { firstDifference, independentDecoders } from "../helpers/decode-tensor.js";
 import { expectApiError } from "./api-error-expect.js";
 import { rleZstdFrame } from "./zstd-frames.js";
+import { watchInflation } from "./zstd-inflation.js";
 
 const P = "apply_steering_vectors[0].activations";
 const b64 = (bytes: Uint8Array): string => Buffer.from(bytes).toString("base64");
@@ -381,7 +380,8 @@ describe("the vllm-lens dict, checked by checkLensShapes (the same words for RES
   });
 
   it("inflates a zstd frame only after the request's total of numbers passed (a bomb costs nothing)", () => {
-    const frame = b64(rleZstdFrame(32 << 20));
+    // 1 KiB that inflates to the 32 MiB its shape needs: 48 of them would be 1.5 GiB
+    const frame = b64(rleZstdFrame(256));
     const many = create(CreateCompletionRequestSchema, {
       model: "m",
       prompt: { case: "text", value: "x" },
@@ -394,12 +394,18 @@ describe("the vllm-lens dict, checked by checkLensShapes (the same words for RES
       })),
     });
     const before = process.memoryUsage().rss;
-    expectApiError(() => checkLensShapes(many, { hiddenSize: 4096, numLayers: 32, maxModelLen: 4096 }), {
-      code: "invalid_request",
-      param: "apply_steering_vectors",
-      status: 400,
-      message: /hold 402653184 numbers in all, more than the 8388608/,
-    });
+    const inflation = watchInflation();
+    try {
+      expectApiError(() => checkLensShapes(many, { hiddenSize: 4096, numLayers: 32, maxModelLen: 4096 }), {
+        code: "invalid_request",
+        param: "apply_steering_vectors",
+        status: 400,
+        message: /hold 402653184 numbers in all, more than the 8388608/,
+      });
+      expect(inflation.calls).toBe(0);
+    } finally {
+      inflation.stop();
+    }
     expect(process.memoryUsage().rss - before).toBeLessThan(64 << 20);
   });
 });
@@ -509,76 +515,70 @@ describe("tensorFromVllmLensJson (Inference → proto)", () => {
   });
 });
 
-describe("an independent decoder (Debian python3 + numpy + zstandard) reads our dicts", () => {
-  const script = fileURLToPath(new URL("../helpers/decode_tensor.py", import.meta.url));
-  const python = "/usr/bin/python3";
-  const probe = existsSync(python)
-    ? spawnSync(python, ["-c", "import numpy, zstandard"], { encoding: "utf8" })
-    : undefined;
-  // .ci/run installs them; a machine without them fails here rather than skipping silently.
-  const missing =
-    probe === undefined
-      ? `${python} not found`
-      : probe.status !== 0
-        ? `${python} lacks numpy or zstandard (apt-get install python3-numpy python3-zstandard): ${probe.stderr.trim()}`
-        : undefined;
-
-  it("bf16/f16/f32, raw and zstd, special values bit for bit", () => {
-    expect(missing).toBeUndefined();
-    const values = [
-      0,
-      -0,
-      1,
-      -2.5,
-      0.1,
-      2 ** -24,
-      2 ** -133,
-      2 ** -149,
-      65504,
-      1e5,
-      3.4e38,
-      Infinity,
-      -Infinity,
-      NaN,
-      1e-8,
-      -7.75,
-    ];
-    const tensors = [Dtype.BFLOAT16, Dtype.FLOAT16, Dtype.FLOAT32].flatMap((dtype) =>
-      [Compression.UNSPECIFIED, Compression.ZSTD].map((compression) =>
-        encodeTensor(values, [2, 2, 4], { dtype: dtype as TensorDtype, compression }),
-      ),
-    );
-    // and a bigger one with random bf16 bits, as vllm-lens captures come
-    const random = new Float32Array(3 * 5 * 4096).map(() => (Math.random() - 0.5) * 8);
-    tensors.push(
-      encodeTensor(random, [3, 5, 4096], { dtype: Dtype.BFLOAT16, compression: Compression.ZSTD }),
-    );
-    const run = spawnSync(python, [script], {
-      input: JSON.stringify(tensors.map(tensorToVllmLensJson)),
-      encoding: "utf8",
-      maxBuffer: 64 << 20,
-    });
-    expect(run.stderr).toBe("");
-    expect(run.status).toBe(0);
-    const decoded = JSON.parse(run.stdout) as Array<{ shape: number[]; float32: string }>;
-    expect(decoded).toHaveLength(tensors.length);
-    tensors.forEach((tensor, i) => {
-      const ours = decodeTensor(tensor);
-      const bytes = Buffer.from(decoded[i]!.float32, "base64");
-      const theirs = new Float32Array(bytes.buffer, bytes.byteOffset, bytes.length / 4);
-      expect(decoded[i]!.shape).toEqual(tensor.shape);
-      expect(theirs.length).toBe(ours.length);
-      const same = Array.from(
-        ours,
-        (v, j) => Object.is(v, theirs[j]) || (Number.isNaN(v) && Number.isNaN(theirs[j]!)),
+describe.each(independentDecoders().map((d) => [d.name, d] as const))(
+  "an independent decoder, %s, reads our dicts",
+  (_name, decoder) => {
+    it("bf16/f16/f32, raw and zstd, special values bit for bit", () => {
+      const values = [
+        0,
+        -0,
+        1,
+        -2.5,
+        0.1,
+        2 ** -24,
+        2 ** -133,
+        2 ** -149,
+        65504,
+        1e5,
+        3.4e38,
+        Infinity,
+        -Infinity,
+        NaN,
+        1e-8,
+        -7.75,
+      ];
+      const tensors = [Dtype.BFLOAT16, Dtype.FLOAT16, Dtype.FLOAT32].flatMap((dtype) =>
+        [Compression.UNSPECIFIED, Compression.ZSTD].map((compression) =>
+          encodeTensor(values, [2, 2, 4], { dtype: dtype as TensorDtype, compression }),
+        ),
       );
-      expect(
-        same.every(Boolean),
-        `tensor ${i}: ${Array.from(theirs.slice(0, 16))} vs ${Array.from(ours.slice(0, 16))}`,
-      ).toBe(true);
+      // and a bigger one with random bf16 bits, as vllm-lens captures come
+      const random = new Float32Array(3 * 5 * 4096).map(() => (Math.random() - 0.5) * 8);
+      tensors.push(
+        encodeTensor(random, [3, 5, 4096], { dtype: Dtype.BFLOAT16, compression: Compression.ZSTD }),
+      );
+      const decoded = decoder.decode(tensors.map(tensorToVllmLensJson));
+      expect(decoded).toHaveLength(tensors.length);
+      tensors.forEach((tensor, i) => {
+        const ours = decodeTensor(tensor);
+        const theirs = decoded[i]!.values;
+        expect(decoded[i]!.shape).toEqual(tensor.shape);
+        expect(theirs.length).toBe(ours.length);
+        const at = firstDifference(ours, theirs);
+        expect(at, `tensor ${i} at ${at}: ${theirs[at]} vs ${ours[at]}`).toBe(-1);
+      });
     });
-  });
-});
+
+    it("refuses what vllm-lens's decoder refuses: base64url, a zstd frame without its content size", () => {
+      const dict = tensorToVllmLensJson(encodeTensor([1, 2, 3, 4.5], [4], { dtype: Dtype.FLOAT32 }));
+      expect(decoder.decode([dict])[0]!.values).toEqual(Float32Array.from([1, 2, 3, 4.5]));
+      // bytes whose standard base64 is "++++": as base64url they read "----"
+      const bytes = new Uint8Array([0xfb, 0xef, 0xbe, 0x3f, 0, 0, 0x80, 0x3f]);
+      const standard = { data: b64(bytes), dtype: "float32", shape: [2] };
+      expect(standard.data).toMatch(/^\+\+\+\+/);
+      expect(decoder.decode([standard])[0]!.values).toEqual(new Float32Array(bytes.buffer));
+      const urlSafe = { ...standard, data: standard.data.replaceAll("+", "-") };
+      expect(() => decoder.decode([urlSafe])).toThrow();
+      const undeclared = {
+        data: b64(rleZstdFrame(1, 0)),
+        dtype: "float32",
+        shape: [32768],
+        compression: "zstd",
+      };
+      expect(() => decoder.decode([undeclared])).toThrow();
+    });
+  },
+);
 
 it("parseTensorJson keeps the proto shape of create(TensorSchema) (plain message)", () => {
   const t = parseTensorJson([[1]], P);

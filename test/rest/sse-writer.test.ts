@@ -3,7 +3,7 @@ import { createServer, request as httpRequest, type IncomingMessage, type Server
 import type { AddressInfo } from "node:net";
 import { PassThrough, Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { ApiError } from "../../src/errors/index.js";
 import { createSseWriter } from "../../src/rest/sse-writer.js";
 import { parseSse, withoutKeepalives } from "../helpers/parse-sse.js";
@@ -53,17 +53,24 @@ describe("createSseWriter on a PassThrough", () => {
   });
 
   it("writes a keepalive comment every interval while idle, and stops at the end", async () => {
-    const out = new PassThrough();
-    const body = collect(out);
-    const writer = createSseWriter(out, { keepaliveIntervalMs: 20 });
-    await writer.send({ first: true });
-    await sleep(110);
-    await writer.done();
-    await sleep(60);
-    const blocks = parseSse(await body);
+    let blocks: ReturnType<typeof parseSse>;
+    // vitest's clock: 110 ms are 5 intervals of 20 ms however busy the machine is
+    vi.useFakeTimers({ toFake: ["setInterval", "clearInterval"] });
+    try {
+      const out = new PassThrough();
+      const body = collect(out);
+      const writer = createSseWriter(out, { keepaliveIntervalMs: 20 });
+      await writer.send({ first: true });
+      vi.advanceTimersByTime(110);
+      await writer.done();
+      vi.advanceTimersByTime(60);
+      expect(vi.getTimerCount()).toBe(0);
+      blocks = parseSse(await body);
+    } finally {
+      vi.useRealTimers();
+    }
     const keepalives = blocks.filter((b) => b.kind === "comment");
-    expect(keepalives.length).toBeGreaterThanOrEqual(3);
-    expect(keepalives.length).toBeLessThanOrEqual(6);
+    expect(keepalives).toHaveLength(5);
     expect(new Set(keepalives.map((b) => (b.kind === "comment" ? b.text : "")))).toEqual(
       new Set(["keepalive"]),
     );
@@ -146,15 +153,25 @@ describe("createSseWriter on a real HTTP response", () => {
   }
 
   it("streams events, keepalives and [DONE] to an HTTP client", async () => {
+    let sawKeepalives = () => {};
+    const twoKeepalives = new Promise<void>((resolve) => {
+      sawKeepalives = resolve;
+    });
     const port = await serve(async (res) => {
       const writer = createSseWriter(res, { keepaliveIntervalMs: 15 });
       await writer.send({ n: 1 });
-      await sleep(50);
+      await twoKeepalives; // idle until the client has read two keepalives
       await writer.send({ n: 2 });
       await writer.done();
     });
     const response = await fetch(`http://127.0.0.1:${port}/`);
-    const blocks = parseSse(await response.text());
+    let text = "";
+    const decoder = new TextDecoder();
+    for await (const part of response.body!) {
+      text += decoder.decode(part, { stream: true });
+      if (text.split(": keepalive\n\n").length > 2) sawKeepalives();
+    }
+    const blocks = parseSse(text);
     expect(withoutKeepalives(blocks)).toEqual([
       { kind: "data", data: { n: 1 } },
       { kind: "data", data: { n: 2 } },

@@ -10,6 +10,7 @@ import {
   type VllmClient,
   type VllmCompletionChunk,
 } from "../../src/upstream/index.js";
+import { HANG_GUARD_MS, until } from "../helpers/hang-guard.js";
 import { chunk, closedPortUrl, type FakeUpstream, sse, startFakeUpstream } from "./fake-upstream.js";
 
 const req = create(CreateCompletionRequestSchema, {
@@ -50,7 +51,7 @@ async function setup(
 const call = (c: VllmClient, o: { signal?: AbortSignal; deadlineMs?: number } = {}) =>
   c.complete(body, {
     signal: o.signal ?? new AbortController().signal,
-    deadlineMs: o.deadlineMs ?? 10_000,
+    deadlineMs: o.deadlineMs ?? HANG_GUARD_MS,
     upstreamRequestId: newUpstreamRequestId(),
   });
 
@@ -174,18 +175,18 @@ describe("complete", () => {
     expect((await apiErrorOf(call(second.c))).code).toBe("upstream_error");
   });
 
+  // The fake upstream below never answers and the client stays open during the test: only the
+  // client's own abort closes the upstream response (its pool's timeouts are 300 s). A missing
+  // abort leaves `closed` pending, which vitest's hang guard reports.
   it("slow upstream past the deadline → 504 deadline_exceeded and the upstream sees the abort", async () => {
     const { up, c } = await setup(() => {
       /* never answers */
     });
-    const started = Date.now();
     const err = await apiErrorOf(call(c, { deadlineMs: 200 }));
     expect(err.code).toBe("deadline_exceeded");
     expect(err.status).toBe(504);
-    expect(Date.now() - started).toBeLessThan(2000);
     const closed = await up.requests[0]?.closed;
     expect(closed?.aborted).toBe(true);
-    expect((closed?.at ?? Number.POSITIVE_INFINITY) - started).toBeLessThan(1200);
   });
 
   it("the deadline also covers a body that trickles in too slowly", async () => {
@@ -200,21 +201,20 @@ describe("complete", () => {
 
   it("headers timeout of the pool → 504", async () => {
     const { c } = await setup(() => {}, { headersTimeoutMs: 150 });
-    const err = await apiErrorOf(call(c, { deadlineMs: 10_000 }));
+    const err = await apiErrorOf(call(c));
     expect(err.code).toBe("deadline_exceeded");
+    expect(err.message).toMatch(/did not answer in time/); // the pool's timeout, not the call's deadline
   });
 
-  it("caller abort → canceled, and the upstream sees the abort within 1 s", async () => {
+  it("caller abort → canceled, and the upstream sees the abort", async () => {
     const { up, c } = await setup(() => {});
     const ac = new AbortController();
     const p = call(c, { signal: ac.signal });
-    await waitFor(() => up.requests.length === 1);
-    const abortedAt = Date.now();
+    await until(() => up.requests.length === 1, "the upstream got the request");
     ac.abort();
     expect((await apiErrorOf(p)).code).toBe("canceled");
     const closed = await up.requests[0]?.closed;
     expect(closed?.aborted).toBe(true);
-    expect((closed?.at ?? Number.POSITIVE_INFINITY) - abortedAt).toBeLessThan(1000);
   });
 
   it("an already aborted signal never reaches Inference", async () => {
@@ -339,7 +339,7 @@ describe("stream", () => {
     expect((await apiErrorOf(collect(streamOf(client)))).code).toBe("upstream_unavailable");
   });
 
-  it("consumer stops early → the upstream sees the connection close within 1 s", async () => {
+  it("consumer stops early → the upstream sees the connection close", async () => {
     const { up, c } = await setup((_req, res) => {
       res.writeHead(200, { "content-type": "text/event-stream" });
       let i = 0;
@@ -350,13 +350,12 @@ describe("stream", () => {
     for await (const _ of streamOf(c)) {
       if (++n === 3) break;
     }
-    const stoppedAt = Date.now();
+    // the fake streams forever: only the client's abort ends its response
     const closed = await up.requests[0]?.closed;
     expect(closed?.aborted).toBe(true);
-    expect((closed?.at ?? Number.POSITIVE_INFINITY) - stoppedAt).toBeLessThan(1000);
   });
 
-  it("caller abort mid-stream → canceled, upstream closed within 1 s", async () => {
+  it("caller abort mid-stream → canceled, upstream closed", async () => {
     const { up, c } = await setup((_req, res) => {
       res.writeHead(200, { "content-type": "text/event-stream" });
       res.write(sse([chunk(0, "first")], false));
@@ -365,12 +364,10 @@ describe("stream", () => {
     const it = streamOf(c, ac.signal)[Symbol.asyncIterator]();
     expect((await it.next()).value?.choices[0]?.text).toBe("first");
     const pending = it.next();
-    const abortedAt = Date.now();
     ac.abort();
     expect((await apiErrorOf(pending)).code).toBe("canceled");
     const closed = await up.requests[0]?.closed;
     expect(closed?.aborted).toBe(true);
-    expect((closed?.at ?? Number.POSITIVE_INFINITY) - abortedAt).toBeLessThan(1000);
   });
 });
 
@@ -408,7 +405,7 @@ describe("tokenize, models, health", () => {
     const { up, c } = await setup(() => {}); // never answers
     const ac = new AbortController();
     const calls = Array.from({ length: 12 }, (_, i) => apiErrorOf(c.tokenize("m", `p${i}`, true, ac.signal)));
-    await waitFor(() => up.requests.length === 12);
+    await until(() => up.requests.length === 12, "Inference received the twelve calls");
     // one per signal, not one per call (11 would print MaxListenersExceededWarning)
     expect(getEventListeners(ac.signal, "abort")).toHaveLength(1);
     ac.abort();
@@ -471,11 +468,3 @@ describe("tokenize, models, health", () => {
     }
   });
 });
-
-async function waitFor(cond: () => boolean, timeoutMs = 2000): Promise<void> {
-  const until = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > until) throw new Error("timed out waiting");
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}

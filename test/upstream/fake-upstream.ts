@@ -1,14 +1,14 @@
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 
-/** One request the fake upstream received, and when its connection closed. */
+/** One request the fake upstream received, and how its response closed. */
 export interface SeenRequest {
   method: string;
   url: string;
   headers: IncomingMessage["headers"];
   body: string;
   /** Resolves when the response closed; `aborted` when the client went away before it ended. */
-  closed: Promise<{ aborted: boolean; at: number }>;
+  closed: Promise<{ aborted: boolean }>;
 }
 
 /** A scripted upstream on 127.0.0.1:0 (node:http): `handler` writes whatever misbehaviour a test needs. */
@@ -25,8 +25,8 @@ export async function startFakeUpstream(
   const sockets = new Set<Socket>();
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
-    const closed = new Promise<{ aborted: boolean; at: number }>((resolve) => {
-      res.on("close", () => resolve({ aborted: !res.writableFinished, at: Date.now() }));
+    const closed = new Promise<{ aborted: boolean }>((resolve) => {
+      res.on("close", () => resolve({ aborted: !res.writableFinished }));
     });
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {

@@ -26,6 +26,11 @@ export interface FakeApiOptions {
   authenticate?: (ctx: CallContext) => void;
   /** How long the `queued` and `late-refusal` streams wait before their first chunk or refusal. */
   firstChunkDelayMs?: number;
+  /**
+   * When given, the `queued` stream holds its first chunk, and the `keepalive` stream its second,
+   * until this settles (instead of sleeping): a test can see what reaches the client meanwhile.
+   */
+  gate?: Promise<void>;
 }
 
 /** The refusal of the `late-refusal` stream (after `firstChunkDelayMs`). */
@@ -35,8 +40,8 @@ export const lateRefusal = () =>
 /**
  * A CompletionsApi with canned protos (the interface's contract), steered by the request's model:
  * `missing` → 404 (the service's wording), `boom` → a non-ApiError, `clamp` sets a header, `fail-mid` fails after a chunk,
- * `slow` streams one chunk then waits for the caller to go away, `queued` streams after
- * `firstChunkDelayMs`, `late-refusal` refuses (400) after `firstChunkDelayMs`; `slow-check` refuses
+ * `slow` streams one chunk then waits for the caller to go away (however long), `queued` streams
+ * after `firstChunkDelayMs` or `gate`, `keepalive` pauses 120 ms or until `gate` between its chunks, `late-refusal` refuses (400) after `firstChunkDelayMs`; `slow-check` refuses
  * and `slow-clamp` clamps while still checking, after `firstChunkDelayMs`.
  */
 export function createFakeApi(options: FakeApiOptions = {}) {
@@ -90,7 +95,9 @@ export function createFakeApi(options: FakeApiOptions = {}) {
         }
         // Like the service: every check passed, Inference is called next.
         ctx.onPrepared?.();
-        if (request.model === "queued" || request.model === "late-refusal") {
+        if (request.model === "queued" && options.gate) {
+          await options.gate;
+        } else if (request.model === "queued" || request.model === "late-refusal") {
           await sleep(firstChunkDelayMs);
           if (request.model === "late-refusal") throw lateRefusal();
         }
@@ -101,14 +108,12 @@ export function createFakeApi(options: FakeApiOptions = {}) {
           await new Promise<void>((resolve) => {
             if (ctx.signal.aborted) resolve();
             ctx.signal.addEventListener("abort", () => resolve(), { once: true });
-            setTimeout(resolve, 5000);
           });
-          events.push(ctx.signal.aborted ? "aborted" : "timeout");
+          events.push("aborted");
           // As the real service does: an aborted call ends with `canceled`.
-          if (ctx.signal.aborted) throw new ApiError("canceled", "The call was canceled.");
-          return;
+          throw new ApiError("canceled", "The call was canceled.");
         }
-        if (request.model === "keepalive") await sleep(120);
+        if (request.model === "keepalive") await (options.gate ?? sleep(120));
         yield chunk({ choices: [{ index: 0, text: ".", finishReason: FinishReason.LENGTH }] }, request.model);
         if (request.streamOptions?.includeUsage) {
           yield chunk({ usage: { promptTokens: 4, completionTokens: 2, totalTokens: 6 } }, request.model);
