@@ -8,6 +8,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseSse, type SseBlock } from "../helpers/parse-sse.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
+import { answerVllmOps } from "../upstream/fake-upstream.js";
 
 /** Inference that streams "a", waits for `release()`, then streams "b" and [DONE]. */
 function createSilentUpstream() {
@@ -24,6 +25,7 @@ function createSilentUpstream() {
   const server = http.createServer((req, res) => {
     req.resume(); // the body is not read: every completion gets the same script
     req.on("end", () => {
+      if (answerVllmOps(req, res)) return;
       if (req.url === "/tokenize") {
         res.setHeader("content-type", "application/json");
         res.end(JSON.stringify({ count: 2, max_model_len: 512, tokens: [1, 2] }));

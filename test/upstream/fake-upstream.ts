@@ -62,19 +62,32 @@ export function withVllmOps(
   servedModelName = "acs/fake",
   maxModelLen = 512,
 ): (req: IncomingMessage, res: ServerResponse, body: string) => unknown {
-  return (req, res, body) => {
-    if (req.method === "GET" && req.url === "/health") return res.end();
-    if (req.method === "GET" && req.url === "/v1/models") {
-      res.setHeader("content-type", "application/json");
-      return res.end(
-        JSON.stringify({
-          object: "list",
-          data: [{ id: servedModelName, object: "model", owned_by: "vllm", max_model_len: maxModelLen }],
-        }),
-      );
-    }
-    return handler(req, res, body);
-  };
+  return (req, res, body) =>
+    answerVllmOps(req, res, servedModelName, maxModelLen) ? undefined : handler(req, res, body);
+}
+
+/**
+ * Answers vLLM's `GET /health` (200) and `GET /v1/models` (the one served model) — what the
+ * gateway's replica pool checks before it serves a replica — and returns true; false (nothing
+ * written) for any other request.
+ */
+export function answerVllmOps(
+  req: IncomingMessage,
+  res: ServerResponse,
+  servedModelName = "acs/fake",
+  maxModelLen = 512,
+): boolean {
+  if (req.method === "GET" && req.url === "/health") {
+    res.end();
+    return true;
+  }
+  if (req.method === "GET" && req.url === "/v1/models") {
+    res.setHeader("content-type", "application/json");
+    const data = [{ id: servedModelName, object: "model", owned_by: "vllm", max_model_len: maxModelLen }];
+    res.end(JSON.stringify({ object: "list", data }));
+    return true;
+  }
+  return false;
 }
 
 /** A port with nothing listening (bound, then closed). */
