@@ -210,7 +210,7 @@ describe("Inference faults become the right envelope", () => {
   it("aborts the upstream request when the deadline passes", async () => {
     const prompt = "slow, then aborted";
     const aborted = fake.whenAborted(prompt);
-    const { res } = await call(stack, prompt);
+    const { res } = await call(shortDeadline, prompt);
     expect(res.status).toBe(504);
     await aborted;
   });
