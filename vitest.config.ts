@@ -6,5 +6,7 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 30_000,
     pool: "forks",
+    // Probes PostgreSQL once: its tests run, are skipped with the reason, or (ACS_TEST_POSTGRES=required) fail.
+    globalSetup: ["test/global-setup.ts"],
   },
 });

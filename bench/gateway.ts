@@ -13,6 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import autocannon from "autocannon";
 import { createBudgetLedger } from "../src/budget/index.js";
+import { testDatabase } from "../test/helpers/postgres.js";
 import { freePort, startTs, waitForOk } from "../test/helpers/processes.js";
 
 const durationS = Number(process.env.BENCH_DURATION_S ?? 5);
@@ -171,36 +172,52 @@ export async function benchCapture(): Promise<string> {
   }
 }
 
-/** The added latency of the Hold + settle (keys and Budgets on) on a request. */
+/**
+ * The added latency of the Hold + settle (keys and Budgets on) on a request: gateways without keys,
+ * with SQLite, and (when the machine's PostgreSQL answers) with PostgreSQL and its leases.
+ */
 export async function benchHoldOnRequest(): Promise<string> {
   const dir = mkdtempSync(join(tmpdir(), "acs-bench-db-"));
   const dbPath = join(dir, "acs.db");
-  const ledger = createBudgetLedger({ path: dbPath, reclaimIntervalMs: 0 });
-  const { key } = ledger.createKey({ budgetTokens: 1_000_000_000 });
-  ledger.close();
-  const stack = await startStack("tiny", [{}, { ACS_DB: dbPath }]);
-  const [off, on] = stack.gatewayUrls as [string, string];
+  const pg = testDatabase("bench_hold");
+  await pg.create();
+  const dbs = [dbPath, ...(pg.skipReason === undefined ? [pg.url] : [])];
+  const keys: string[] = [];
+  for (const db of dbs) {
+    const ledger = await createBudgetLedger({
+      ...(db === dbPath ? { path: db } : { postgresUrl: db }),
+      reclaimIntervalMs: 0,
+      leases: false,
+    });
+    keys.push((await ledger.createKey({ budgetTokens: 1_000_000_000 })).key);
+    await ledger.close();
+  }
+  const stack = await startStack("tiny", [{}, ...dbs.map((db) => ({ ACS_DB: db }))]);
+  const [off, ...on] = stack.gatewayUrls as [string, ...string[]];
   const body = { model: "bench", prompt: "The sky is", max_tokens: 1, temperature: 0 };
-  const auth = { authorization: `Bearer ${key}` };
   const lines = [
     "## Hold + settle on a request (ACS_DB on vs off)",
     "",
-    `Tiny preset, max_tokens 1, non-stream; two gateways on one engine, one with keys and Budgets (SQLite, synchronous=full); ${durationS} s per cell.`,
+    `Tiny preset, max_tokens 1, non-stream; gateways on one engine: one without keys, one with keys and Budgets on SQLite (synchronous=normal)${dbs.length > 1 ? ", one on PostgreSQL (leases)" : ""}; ${durationS} s per cell. autocannon reports whole milliseconds.${pg.skipReason === undefined ? "" : ` PostgreSQL row missing: ${pg.skipReason}.`}`,
     "",
-    "| connections | off p50 / p99 ms | on p50 / p99 ms | added p50 / p99 ms | off req/s | on req/s | errors (off/on) |",
-    "|---|---|---|---|---|---|---|",
+    "| store | connections | off p50 / p99 ms | on p50 / p99 ms | added p50 / p99 ms | off req/s | on req/s | errors (off/on) |",
+    "|---|---|---|---|---|---|---|---|",
   ];
   try {
     for (const connections of [1, 64]) {
       const a = await measure(off, body, connections);
-      const b = await measure(on, body, connections, auth);
-      lines.push(
-        `| ${connections} | ${a.p50} / ${a.p99} | ${b.p50} / ${b.p99} | ${b.p50 - a.p50} / ${b.p99 - a.p99} | ${a.rps.toFixed(0)} | ${b.rps.toFixed(0)} | ${a.errors} / ${b.errors} |`,
-      );
+      for (const [i, url] of on.entries()) {
+        const b = await measure(url, body, connections, { authorization: `Bearer ${keys[i]}` });
+        lines.push(
+          `| ${i === 0 ? "SQLite" : "PostgreSQL"} | ${connections} | ${a.p50} / ${a.p99} | ${b.p50} / ${b.p99} | ${b.p50 - a.p50} / ${b.p99 - a.p99} | ${a.rps.toFixed(0)} | ${b.rps.toFixed(0)} | ${a.errors} / ${b.errors} |`,
+        );
+      }
     }
   } finally {
     stack.stop();
     rmSync(dir, { recursive: true, force: true });
+    await new Promise((r) => setTimeout(r, 1000)); // the gateways close their connections
+    await pg.drop();
   }
   return lines.join("\n");
 }
