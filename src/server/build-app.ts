@@ -5,6 +5,7 @@ import {
   createBudgetLedger,
   DEFAULT_HOLD_TTL_MS,
   DEFAULT_LEASE_SETTINGS,
+  DEFAULT_RECLAIM_INTERVAL_MS,
 } from "../budget/index.js";
 import type { Config } from "../config/index.js";
 import { createSteeringBudget } from "../lens/index.js";
@@ -163,12 +164,19 @@ async function openLedger(
 ): Promise<BudgetLedger | undefined> {
   const { db } = config;
   if (db === undefined) return undefined;
+  const leaseTtlMs = config.leaseTtlMs ?? DEFAULT_LEASE_SETTINGS.ttlMs;
+  // On a shared database a dead replica's leases come back within two lease lifetimes.
+  const reclaimEvery =
+    reclaimIntervalMs ??
+    (db.kind === "postgres"
+      ? Math.min(DEFAULT_RECLAIM_INTERVAL_MS, leaseTtlMs)
+      : DEFAULT_RECLAIM_INTERVAL_MS);
   const ledger = await createBudgetLedger({
     ...(db.kind === "postgres" ? { postgresUrl: db.url } : { path: db.path }),
     holdTtlMs: Math.max(DEFAULT_HOLD_TTL_MS, config.nonStreamDeadlineMs + 60_000),
-    leases: db.kind === "postgres" && { ttlMs: config.leaseTtlMs ?? DEFAULT_LEASE_SETTINGS.ttlMs },
+    leases: db.kind === "postgres" && { ttlMs: leaseTtlMs },
     ...(config.instanceId === undefined ? {} : { instanceId: config.instanceId }),
-    ...(reclaimIntervalMs === undefined ? {} : { reclaimIntervalMs }),
+    reclaimIntervalMs: reclaimEvery,
     onReclaimError: (err) => logger.error({ err }, "Budget ledger background task failed"),
   });
   try {
