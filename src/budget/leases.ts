@@ -164,7 +164,12 @@ export interface Leases {
  * Starts two unref'd timers: steps every `syncIntervalMs`, drain requests every `drainPollMs`.
  */
 export function createLeases(deps: LeaseDeps): Leases {
-  const { store, instanceId, settings: s, now } = deps;
+  const { store, instanceId, now } = deps;
+  // A lease is renewed at the step after half its life is gone: steps come at least 4 times a life.
+  const s: LeaseSettings = {
+    ...deps.settings,
+    syncIntervalMs: Math.max(1, Math.min(deps.settings.syncIntervalMs, Math.floor(deps.settings.ttlMs / 4))),
+  };
   /** Per key: the lease taking Holds, and older ones still holding some. */
   const byKey = new Map<
     string,

@@ -299,7 +299,7 @@ describe.each(storesUnderTest("leases"))("leases on $kind", (store) => {
       leasedTokens: lease - state.flushed,
     });
     expect(await admin.reclaimStale()).toEqual({ holds: 0, leases: 0 }); // not expired yet
-    const later = await open({ leases: false, now: () => Date.now() + DEFAULT_LEASE_SETTINGS.ttlMs + 1000 });
+    const later = await open({ leases: false, now: () => Date.now() + 3_600_000 + 1000 }); // the child's lease TTL
     expect(await later.reclaimStale()).toEqual({ holds: 0, leases: 1 });
     expect(await admin.usage(id)).toMatchObject({
       spentTokens: state.flushed + state.recorded, // the unflushed settle (60) is what the crash cost
@@ -316,7 +316,7 @@ describe.each(storesUnderTest("leases"))("leases on $kind", (store) => {
     const stalled = await open({
       instanceId: "stalled",
       now: () => clock,
-      leases: { syncIntervalMs: 3_600_000, drainPollMs: 3_600_000 },
+      leases: { drainPollMs: 3_600_000 },
     });
     const other = await open({ instanceId: "other", leases: false, now: () => clock });
     const { id, key } = await other.createKey({ budgetTokens: 10_000 });
