@@ -173,6 +173,55 @@ export async function benchCapture(): Promise<string> {
 }
 
 /**
+ * One connection, rounds of one request to each gateway in turn (the order rotating each round),
+ * timed with performance.now: the added latency of keys and Budgets as the median of each round's
+ * difference (on − off), which a load that drifts during the run cancels out of. Markdown lines.
+ */
+async function pairedRounds(off: string, on: string[], keys: string[], body: object): Promise<string[]> {
+  const rounds = Number(process.env.BENCH_HOLD_ROUNDS ?? 1000);
+  const targets = [
+    { url: off, headers: {} as Record<string, string> },
+    ...on.map((url, i) => ({ url, headers: { authorization: `Bearer ${keys[i]}` } })),
+  ];
+  const once = async (t: (typeof targets)[number]): Promise<number> => {
+    const start = performance.now();
+    const res = await fetch(`${t.url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", ...t.headers },
+      body: JSON.stringify(body),
+    });
+    await res.arrayBuffer();
+    if (res.status !== 200) throw new Error(`bench request answered ${res.status}`);
+    return (performance.now() - start) * 1000;
+  };
+  for (let i = 0; i < 50; i++) for (const t of targets) await once(t); // warm-up
+  const times = targets.map(() => [] as number[]);
+  for (let r = 0; r < rounds; r++) {
+    for (let k = 0; k < targets.length; k++) {
+      const i = (r + k) % targets.length;
+      (times[i] as number[]).push(await once(targets[i] as (typeof targets)[number]));
+    }
+  }
+  const q = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.floor(p * (xs.length - 1))] ?? 0;
+  const offTimes = times[0] as number[];
+  const rows = [
+    `${rounds} rounds of one request to each gateway in turn, one connection each, timed in the client (µs):`,
+    "",
+    "| store | off p50 µs | on p50 µs | added: median of per-round (on − off) µs | on p99 µs |",
+    "|---|---:|---:|---:|---:|",
+  ];
+  for (const [i, url] of on.entries()) {
+    void url;
+    const onTimes = times[i + 1] as number[];
+    const diffs = onTimes.map((t, r) => t - (offTimes[r] ?? 0));
+    rows.push(
+      `| ${i === 0 ? "SQLite (synchronous=normal)" : "PostgreSQL (leases)"} | ${Math.round(q(offTimes, 0.5))} | ${Math.round(q(onTimes, 0.5))} | ${Math.round(q(diffs, 0.5))} | ${Math.round(q(onTimes, 0.99))} |`,
+    );
+  }
+  return rows;
+}
+
+/**
  * The added latency of the Hold + settle (keys and Budgets on) on a request: gateways without keys,
  * with SQLite, and (when the machine's PostgreSQL answers) with PostgreSQL and its leases.
  */
@@ -200,10 +249,15 @@ export async function benchHoldOnRequest(): Promise<string> {
     "",
     `Tiny preset, max_tokens 1, non-stream; gateways on one engine: one without keys, one with keys and Budgets on SQLite (synchronous=normal)${dbs.length > 1 ? ", one on PostgreSQL (leases)" : ""}; ${durationS} s per cell. autocannon reports whole milliseconds.${pg.skipReason === undefined ? "" : ` PostgreSQL row missing: ${pg.skipReason}.`}`,
     "",
-    "| store | connections | off p50 / p99 ms | on p50 / p99 ms | added p50 / p99 ms | off req/s | on req/s | errors (off/on) |",
-    "|---|---|---|---|---|---|---|---|",
   ];
   try {
+    lines.push(...(await pairedRounds(off, on, keys, body)), "");
+    lines.push(
+      "autocannon, each gateway in turn:",
+      "",
+      "| store | connections | off p50 / p99 ms | on p50 / p99 ms | added p50 / p99 ms | off req/s | on req/s | errors (off/on) |",
+      "|---|---|---|---|---|---|---|---|",
+    );
     for (const connections of [1, 64]) {
       const a = await measure(off, body, connections);
       for (const [i, url] of on.entries()) {
