@@ -8,5 +8,7 @@ export default defineConfig({
     testTimeout: HANG_GUARD_MS,
     hookTimeout: HANG_GUARD_MS,
     pool: "forks",
+    // Probes PostgreSQL once: its tests run, are skipped with the reason, or (ACS_TEST_POSTGRES=required) fail.
+    globalSetup: ["test/global-setup.ts"],
   },
 });

@@ -13,6 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import autocannon from "autocannon";
 import { createBudgetLedger } from "../src/budget/index.js";
+import { testDatabase } from "../test/helpers/postgres.js";
 import { freePort, startTs, waitForOk } from "../test/helpers/processes.js";
 
 const durationS = Number(process.env.BENCH_DURATION_S ?? 5);
@@ -171,36 +172,106 @@ export async function benchCapture(): Promise<string> {
   }
 }
 
-/** The added latency of the Hold + settle (keys and Budgets on) on a request. */
+/**
+ * One connection, rounds of one request to each gateway in turn (the order rotating each round),
+ * timed with performance.now: the added latency of keys and Budgets as the median of each round's
+ * difference (on − off), which a load that drifts during the run cancels out of. Markdown lines.
+ */
+async function pairedRounds(off: string, on: string[], keys: string[], body: object): Promise<string[]> {
+  const rounds = Number(process.env.BENCH_HOLD_ROUNDS ?? 1000);
+  const targets = [
+    { url: off, headers: {} as Record<string, string> },
+    ...on.map((url, i) => ({ url, headers: { authorization: `Bearer ${keys[i]}` } })),
+  ];
+  const once = async (t: (typeof targets)[number]): Promise<number> => {
+    const start = performance.now();
+    const res = await fetch(`${t.url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", ...t.headers },
+      body: JSON.stringify(body),
+    });
+    await res.arrayBuffer();
+    if (res.status !== 200) throw new Error(`bench request answered ${res.status}`);
+    return (performance.now() - start) * 1000;
+  };
+  for (let i = 0; i < 50; i++) for (const t of targets) await once(t); // warm-up
+  const times = targets.map(() => [] as number[]);
+  for (let r = 0; r < rounds; r++) {
+    for (let k = 0; k < targets.length; k++) {
+      const i = (r + k) % targets.length;
+      (times[i] as number[]).push(await once(targets[i] as (typeof targets)[number]));
+    }
+  }
+  const q = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.floor(p * (xs.length - 1))] ?? 0;
+  const offTimes = times[0] as number[];
+  const rows = [
+    `${rounds} rounds of one request to each gateway in turn, one connection each, timed in the client (µs):`,
+    "",
+    "| store | off p50 µs | on p50 µs | added: median of per-round (on − off) µs | on p99 µs |",
+    "|---|---:|---:|---:|---:|",
+  ];
+  for (const [i, url] of on.entries()) {
+    void url;
+    const onTimes = times[i + 1] as number[];
+    const diffs = onTimes.map((t, r) => t - (offTimes[r] ?? 0));
+    rows.push(
+      `| ${i === 0 ? "SQLite (synchronous=normal)" : "PostgreSQL (leases)"} | ${Math.round(q(offTimes, 0.5))} | ${Math.round(q(onTimes, 0.5))} | ${Math.round(q(diffs, 0.5))} | ${Math.round(q(onTimes, 0.99))} |`,
+    );
+  }
+  return rows;
+}
+
+/**
+ * The added latency of the Hold + settle (keys and Budgets on) on a request: gateways without keys,
+ * with SQLite, and (when the machine's PostgreSQL answers) with PostgreSQL and its leases.
+ */
 export async function benchHoldOnRequest(): Promise<string> {
   const dir = mkdtempSync(join(tmpdir(), "acs-bench-db-"));
   const dbPath = join(dir, "acs.db");
-  const ledger = createBudgetLedger({ path: dbPath, reclaimIntervalMs: 0 });
-  const { key } = ledger.createKey({ budgetTokens: 1_000_000_000 });
-  ledger.close();
-  const stack = await startStack("tiny", [{}, { ACS_DB: dbPath }]);
-  const [off, on] = stack.gatewayUrls as [string, string];
+  const pg = testDatabase("bench_hold");
+  await pg.create();
+  const dbs = [dbPath, ...(pg.skipReason === undefined ? [pg.url] : [])];
+  const keys: string[] = [];
+  for (const db of dbs) {
+    const ledger = await createBudgetLedger({
+      ...(db === dbPath ? { path: db } : { postgresUrl: db }),
+      reclaimIntervalMs: 0,
+      leases: false,
+    });
+    keys.push((await ledger.createKey({ budgetTokens: 1_000_000_000 })).key);
+    await ledger.close();
+  }
+  const stack = await startStack("tiny", [{}, ...dbs.map((db) => ({ ACS_DB: db }))]);
+  const [off, ...on] = stack.gatewayUrls as [string, ...string[]];
   const body = { model: "bench", prompt: "The sky is", max_tokens: 1, temperature: 0 };
-  const auth = { authorization: `Bearer ${key}` };
   const lines = [
     "## Hold + settle on a request (ACS_DB on vs off)",
     "",
-    `Tiny preset, max_tokens 1, non-stream; two gateways on one engine, one with keys and Budgets (SQLite, synchronous=full); ${durationS} s per cell.`,
+    `Tiny preset, max_tokens 1, non-stream; gateways on one engine: one without keys, one with keys and Budgets on SQLite (synchronous=normal)${dbs.length > 1 ? ", one on PostgreSQL (leases)" : ""}; ${durationS} s per cell. autocannon reports whole milliseconds.${pg.skipReason === undefined ? "" : ` PostgreSQL row missing: ${pg.skipReason}.`}`,
     "",
-    "| connections | off p50 / p99 ms | on p50 / p99 ms | added p50 / p99 ms | off req/s | on req/s | errors (off/on) |",
-    "|---|---|---|---|---|---|---|",
   ];
   try {
+    lines.push(...(await pairedRounds(off, on, keys, body)), "");
+    lines.push(
+      "autocannon, each gateway in turn:",
+      "",
+      "| store | connections | off p50 / p99 ms | on p50 / p99 ms | added p50 / p99 ms | off req/s | on req/s | errors (off/on) |",
+      "|---|---|---|---|---|---|---|---|",
+    );
     for (const connections of [1, 64]) {
       const a = await measure(off, body, connections);
-      const b = await measure(on, body, connections, auth);
-      lines.push(
-        `| ${connections} | ${a.p50} / ${a.p99} | ${b.p50} / ${b.p99} | ${b.p50 - a.p50} / ${b.p99 - a.p99} | ${a.rps.toFixed(0)} | ${b.rps.toFixed(0)} | ${a.errors} / ${b.errors} |`,
-      );
+      for (const [i, url] of on.entries()) {
+        const b = await measure(url, body, connections, { authorization: `Bearer ${keys[i]}` });
+        lines.push(
+          `| ${i === 0 ? "SQLite" : "PostgreSQL"} | ${connections} | ${a.p50} / ${a.p99} | ${b.p50} / ${b.p99} | ${b.p50 - a.p50} / ${b.p99 - a.p99} | ${a.rps.toFixed(0)} | ${b.rps.toFixed(0)} | ${a.errors} / ${b.errors} |`,
+        );
+      }
     }
   } finally {
     stack.stop();
     rmSync(dir, { recursive: true, force: true });
+    await new Promise((r) => setTimeout(r, 1000)); // the gateways close their connections
+    await pg.drop();
   }
   return lines.join("\n");
 }

@@ -29,7 +29,7 @@ export interface SoakResult {
 export async function soakHeap(): Promise<SoakResult> {
   const dir = mkdtempSync(join(tmpdir(), "acs-soak-heap-"));
   const dbPath = join(dir, "acs.db");
-  createBudgetLedger({ path: dbPath, reclaimIntervalMs: 0 }).close(); // keys on, no key issued
+  await (await createBudgetLedger({ path: dbPath, reclaimIntervalMs: 0 })).close(); // keys on, no key issued
   const upstream = await startScriptedUpstream();
   const gateway = await startGatewayChild(upstream.url, { ACS_DB: dbPath });
   const fire = async (amount: number) => {

@@ -97,7 +97,7 @@ async function main(): Promise<void> {
     import("./server/index.js"),
     config.embeddedEngine ? startEmbeddedEngine(config, logger) : undefined,
   ]);
-  if (config.dbPath === undefined) {
+  if (config.db === undefined) {
     logger.warn(
       { host: config.host },
       "ACS_DB is not set: authentication and Budgets are OFF (loopback only)",

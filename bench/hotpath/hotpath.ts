@@ -298,9 +298,9 @@ export async function benchHotpath(options: SectionOptions = {}): Promise<string
       return path;
     };
     const dbPath = join(dir, "keys.db");
-    const ledger = createBudgetLedger({ path: dbPath, reclaimIntervalMs: 0 });
-    const { key } = ledger.createKey({ name: "bench", budgetTokens: 1_000_000_000_000 });
-    ledger.close();
+    const ledger = await createBudgetLedger({ path: dbPath, reclaimIntervalMs: 0 });
+    const { key } = await ledger.createKey({ name: "bench", budgetTokens: 1_000_000_000_000 });
+    await ledger.close();
 
     console.error(`  hotpath: starting the fake, the bare proxy and two gateways (${cfg.gateway.label})`);
     const fake = await start(spawnServer("fake-vllm", fakeArgs(0)));

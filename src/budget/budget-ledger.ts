@@ -10,7 +10,17 @@ import {
   maskApiKey,
   parseAuthorization,
 } from "./api-key.js";
-import type { BudgetStore, KeyRecord, KeyUsageRecord, SettleResult } from "./budget-store.js";
+import type {
+  BudgetStore,
+  DailyUsageRecord,
+  KeyRecord,
+  KeyUsageRecord,
+  PlaceHoldInput,
+  ReclaimCount,
+  SettleResult,
+} from "./budget-store.js";
+import { createLeases, DEFAULT_LEASE_SETTINGS, type LeaseOptions, type Leases } from "./leases.js";
+import { createPostgresBudgetStore } from "./pg-budget-store.js";
 import { checkDemand, type HoldDemand } from "./plan-hold.js";
 import { createSqliteBudgetStore } from "./sqlite-budget-store.js";
 
@@ -40,14 +50,22 @@ export function quotaRetry(outcome: {
     : { retry: false };
 }
 
-/** How often the ledger reclaims stale Holds by default, in milliseconds. */
+/** How often the ledger reclaims stale Holds and leases by default, in milliseconds. */
 export const DEFAULT_RECLAIM_INTERVAL_MS = 60_000;
 
-/** Options shared by both ways of opening a ledger. */
+/** How long authenticate() trusts a key it read from the store, in milliseconds. */
+export const DEFAULT_AUTH_CACHE_TTL_MS = 1000;
+
+/** True for a `postgres://` or `postgresql://` URL (ACS_DB selects PostgreSQL); anything else is a SQLite path. */
+export function isPostgresUrl(db: string): boolean {
+  return /^postgres(ql)?:\/\//i.test(db);
+}
+
+/** Options shared by every way of opening a ledger. */
 export interface BudgetLedgerCommonOptions {
   /**
-   * Names the process in every Hold it places (for `reclaimOnStart("instance")` with several
-   * replicas on a shared store). @default `${hostname}:${pid}:${random}`
+   * Names this replica in every Hold and lease it places (for `reclaimOnStart("instance")` after
+   * a restart). @default `${hostname}:${pid}:${random}`
    */
   readonly instanceId?: string;
   /** A Hold's lifetime after placeHold or renew, in ms. @default {@link DEFAULT_HOLD_TTL_MS} */
@@ -59,11 +77,24 @@ export interface BudgetLedgerCommonOptions {
    * @default {@link DEFAULT_RECLAIM_INTERVAL_MS}
    */
   readonly reclaimIntervalMs?: number;
-  /** Called with each error of the reclaim timer. @default process.emitWarning */
+  /** Called with each error of a background task (reclaim, lease steps). @default process.emitWarning */
   readonly onReclaimError?: (err: unknown) => void;
+  /**
+   * How long authenticate() reuses a key read from the store, ms; 0 reads it every time. A key
+   * revoked on another replica is refused by placeHold at once, and by authenticate within this.
+   * @default {@link DEFAULT_AUTH_CACHE_TTL_MS}
+   */
+  readonly authCacheTtlMs?: number;
+  /**
+   * Leases (src/budget/README.md, "Leases"): true or options to turn them on, false for one
+   * transaction per Hold. @default true on PostgreSQL, false on SQLite
+   */
+  readonly leases?: boolean | LeaseOptions;
+  /** Closed Holds are kept this long (for a repeated or late settle), then deleted, ms. @default holdTtlMs */
+  readonly closedHoldRetentionMs?: number;
 }
 
-/** Options of {@link createBudgetLedger}: a SQLite file path, or a store of your own. */
+/** Options of {@link createBudgetLedger}: a SQLite file, a PostgreSQL URL, or a store of your own. */
 export type BudgetLedgerOptions = BudgetLedgerCommonOptions &
   (
     | {
@@ -71,8 +102,14 @@ export type BudgetLedgerOptions = BudgetLedgerCommonOptions &
         readonly path: string;
         /** busy_timeout of the SQLite store, in ms. @default 5000 */
         readonly busyTimeoutMs?: number;
-        /** SQLite `synchronous` of the store. @default "full" */
+        /** SQLite `synchronous` of the store. @default "normal" */
         readonly synchronous?: "full" | "normal";
+      }
+    | {
+        /** `postgres://…` of the shared database. */
+        readonly postgresUrl: string;
+        /** Connections of the pool. @default 4 */
+        readonly poolSize?: number;
       }
     | { readonly store: BudgetStore }
   );
@@ -119,29 +156,41 @@ export interface KeySummary {
 
 /** A key's Budget right now, in tokens. */
 export interface KeyUsage extends KeySummary {
-  /** Σ of the open Holds (requests in flight). */
+  /** Σ of the open Holds placed one transaction each (requests in flight). */
   readonly heldTokens: number;
-  /** budget − spent − held: what the next request can hold. */
+  /**
+   * Σ of the live leases: the Holds in flight on gateway replicas that serve the key from memory,
+   * their charges not yet flushed (at most one lease sync interval old), and free tokens.
+   */
+  readonly leasedTokens: number;
+  /** budget − spent − held − leased: what the store can still hold or lease. */
   readonly availableTokens: number;
   readonly openHolds: number;
+  readonly leases: number;
   readonly settledHolds: number;
   readonly reclaimedHolds: number;
+  /** Usage per UTC day, newest first. */
+  readonly daily: readonly DailyUsageRecord[];
 }
 
 /**
  * The ledger of keys, Budgets and Holds (API.md §9) that the service calls. Every refusal meant
  * for a caller is an ApiError; misuse by the calling code (a negative token count, an unknown
- * Hold id) is a RangeError or an {@link UnknownIdError}.
+ * Hold id) is a RangeError or an {@link UnknownIdError}. Methods that reach the store are async.
  */
 export interface BudgetLedger {
-  /** The instance id written into this ledger's Holds. */
+  /** The instance id written into this ledger's Holds and leases. */
   readonly instanceId: string;
+  /** The store's kind: `sqlite` or `postgres`. */
+  readonly storeKind: BudgetStore["kind"];
+  /** Whether Holds are placed from leases (src/budget/README.md, "Leases"). */
+  readonly leased: boolean;
   /**
    * The key of an `Authorization` header value (`Bearer <key>`, scheme case-insensitive). Throws
    * ApiError `invalid_api_key` (401, param null) for a missing header, another scheme, an unknown
-   * key or a revoked key.
+   * key or a revoked key. A key read from the store is reused for authCacheTtlMs.
    */
-  authenticate(authorization: string | undefined): KeyInfo;
+  authenticate(authorization: string | undefined): Promise<KeyInfo>;
   /**
    * Throws ApiError `model_not_allowed` (403, param `model`) when the key has an allow-list that
    * names neither modelId nor any of its aliases (so a key made with `--models llama-8b` serves a
@@ -149,46 +198,61 @@ export interface BudgetLedger {
    */
   checkModel(key: KeyInfo, modelId: string, aliases?: readonly string[]): void;
   /**
-   * Holds promptTokens + prompts × n × maxTokens of the key's Budget, in one transaction, lowering
-   * maxTokens to what the Budget can hold when it cannot hold it all. Throws ApiError
-   * `insufficient_quota` (429) when not one generated token per choice fits, `invalid_api_key` when
-   * the key was revoked meanwhile, RangeError for numbers out of range.
+   * Holds promptTokens + prompts × n × maxTokens of the key's Budget — from this replica's lease
+   * when it has room, else in one transaction — lowering maxTokens to what the Budget can hold
+   * when it cannot hold it all. Throws ApiError `insufficient_quota` (429) when not one generated
+   * token per choice fits (after asking other replicas to give back their leases' free tokens),
+   * `invalid_api_key` when the key was revoked meanwhile, RangeError for numbers out of range.
    */
-  placeHold(key: KeyInfo, demand: HoldDemand): PlacedHold;
+  placeHold(key: KeyInfo, demand: HoldDemand): Promise<PlacedHold>;
   /**
-   * Keeps an open Hold alive for ttlMs more (default: the ledger's holdTtlMs). Returns false when
-   * the Hold is no longer open (settled, or reclaimed as stale).
+   * Keeps an open Hold alive for ttlMs more (default: the ledger's holdTtlMs) and records
+   * usedTokens (prompt + generated so far; the largest recorded wins) as what a reclaim of the Hold
+   * charges — so a request whose replica dies is charged what it delivered up to its last renewal.
+   * Resolves once that is durable. Returns false when the Hold is no longer open.
    */
-  renew(holdId: string, ttlMs?: number): boolean;
+  renew(holdId: string, usedTokens?: number, ttlMs?: number): Promise<boolean>;
   /**
    * Ends a Hold: charges the tokens actually used, at most the tokens held, and gives the rest
    * back to the Budget. Exactly once: a repeated settle charges nothing (`already_settled`). A
    * Hold already reclaimed as stale is charged what the Budget still has free. Throws
    * UnknownIdError for an unknown Hold id, RangeError for a usedTokens that is not an integer ≥ 0.
    */
-  settle(holdId: string, usedTokens: number): SettleResult;
-  /** Releases every open Hold past its expiry, charging nothing; returns how many. */
-  reclaimStale(): number;
+  settle(holdId: string, usedTokens: number): Promise<SettleResult>;
   /**
-   * Releases open Holds left by a previous run, charging nothing; returns how many. `all`
-   * (default) releases every open Hold in the store — right for the embedded SQLite store, which
-   * serves one gateway process. `instance` releases only this instanceId's Holds (replicas on a
-   * shared store, each with a stable instanceId).
+   * Releases every open Hold and lease past its expiry (each charged what its last renewal
+   * recorded), and deletes closed Holds older than the retention; returns how many were released.
    */
-  reclaimOnStart(scope?: "all" | "instance"): number;
-  /** Stops the reclaim timer and closes the store. Idempotent. */
-  close(): void;
+  reclaimStale(): Promise<ReclaimCount>;
+  /**
+   * Releases open Holds and leases left by a previous run, as reclaimStale does. `all` (default)
+   * releases every one in the store — right for the embedded SQLite store, which serves one
+   * gateway process. `instance` releases only this instanceId's (replicas on a shared store, each
+   * with a stable instanceId).
+   */
+  reclaimOnStart(scope?: "all" | "instance"): Promise<ReclaimCount>;
+  /** Flushes every lease now (charges, renewals, free tokens of idle leases). */
+  syncLeases(): Promise<void>;
+  /**
+   * Stops the timers, flushes the leases (giving back their free tokens, ending the empty ones)
+   * and closes the store. Idempotent.
+   */
+  close(): Promise<void>;
 
   /** Creates a key with a Budget of budgetTokens (integer ≥ 0) and an optional model allow-list. */
-  createKey(input: { name?: string; budgetTokens: number; models?: readonly string[] }): CreatedKey;
+  createKey(input: { name?: string; budgetTokens: number; models?: readonly string[] }): Promise<CreatedKey>;
   /** Every key, oldest first. */
-  listKeys(): KeySummary[];
+  listKeys(): Promise<KeySummary[]>;
   /** Adds tokens (integer ≥ 1) to a key's Budget and returns its usage. Throws UnknownIdError. */
-  grant(id: string, tokens: number): KeyUsage;
-  /** Revokes a key (from now on every request with it gets 401). Throws UnknownIdError. */
-  revoke(id: string): KeySummary;
-  /** A key's Budget, spent, held and available tokens. Throws UnknownIdError. */
-  usage(id: string): KeyUsage;
+  grant(id: string, tokens: number): Promise<KeyUsage>;
+  /**
+   * Revokes a key: from now on every request with it gets 401. Waits (at most the lease drain
+   * wait) until every live replica leasing the key has confirmed it, so that when it resolves no
+   * replica places a Hold for the key. Throws UnknownIdError.
+   */
+  revoke(id: string): Promise<KeySummary>;
+  /** A key's Budget, spent, held, leased and available tokens, and its last `days` days (default 31). Throws UnknownIdError. */
+  usage(id: string, days?: number): Promise<KeyUsage>;
 }
 
 /** Thrown for an id (key or Hold) the store does not know; `kind` says which. */
@@ -209,57 +273,121 @@ const WRONG_SCHEME_MESSAGE =
   "Unsupported authorization scheme. You need to provide your API key in an Authorization header using " +
   "Bearer auth (i.e. Authorization: Bearer YOUR_KEY).";
 
+/** Keys kept by the authentication cache at most. */
+const AUTH_CACHE_ENTRIES = 10_000;
+
+/** `YYYY-MM-DD` (UTC) of a Unix epoch ms. */
+export function utcDay(ms: number): string {
+  return new Date(ms).toISOString().slice(0, 10);
+}
+
 /**
- * Opens the ledger on a SQLite file (`path`, created and migrated on open) or on a given store,
- * and starts the reclaim timer (unref'd; it never keeps the process alive). Does not reclaim on
- * its own: the gateway calls reclaimOnStart() once at start-up.
+ * Opens the ledger on a SQLite file (`path`, created and migrated on open), a PostgreSQL database
+ * (`postgresUrl`, migrated on open) or a given store, and starts its timers (unref'd; they never
+ * keep the process alive): reclaim, and with leases the lease steps and drain polling. Does not
+ * reclaim on its own: the gateway calls reclaimOnStart() once at start-up.
  */
-export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
+export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<BudgetLedger> {
+  const holdTtlMs = options.holdTtlMs ?? DEFAULT_HOLD_TTL_MS;
+  checkInt("holdTtlMs", holdTtlMs, 1);
   const store =
     "store" in options
       ? options.store
-      : createSqliteBudgetStore({
-          path: options.path,
-          ...(options.busyTimeoutMs === undefined ? {} : { busyTimeoutMs: options.busyTimeoutMs }),
-          ...(options.synchronous === undefined ? {} : { synchronous: options.synchronous }),
-        });
+      : "postgresUrl" in options
+        ? await createPostgresBudgetStore({
+            url: options.postgresUrl,
+            ...(options.poolSize === undefined ? {} : { poolSize: options.poolSize }),
+          })
+        : createSqliteBudgetStore({
+            path: options.path,
+            ...(options.busyTimeoutMs === undefined ? {} : { busyTimeoutMs: options.busyTimeoutMs }),
+            ...(options.synchronous === undefined ? {} : { synchronous: options.synchronous }),
+          });
   const now = options.now ?? Date.now;
-  const holdTtlMs = options.holdTtlMs ?? DEFAULT_HOLD_TTL_MS;
   const instanceId = options.instanceId ?? `${hostname()}:${process.pid}:${generateKeyId().slice(4)}`;
-  checkInt("holdTtlMs", holdTtlMs, 1);
+  const authCacheTtlMs = options.authCacheTtlMs ?? DEFAULT_AUTH_CACHE_TTL_MS;
+  const retentionMs = options.closedHoldRetentionMs ?? holdTtlMs;
+  const onError =
+    options.onReclaimError ??
+    ((err: unknown) => process.emitWarning(`Budget ledger: a background task failed: ${String(err)}`));
+  const leaseOption = options.leases ?? store.kind === "postgres";
+  const settings = {
+    ...DEFAULT_LEASE_SETTINGS,
+    ...(typeof leaseOption === "object" ? leaseOption : {}),
+  };
+  const leases: Leases | undefined =
+    leaseOption === false
+      ? undefined
+      : createLeases({ store, instanceId, settings, now, dayOf: utcDay, holdTtlMs, onError });
   let closed = false;
 
   const reclaimIntervalMs = options.reclaimIntervalMs ?? DEFAULT_RECLAIM_INTERVAL_MS;
-  const onReclaimError =
-    options.onReclaimError ??
-    ((err: unknown) => process.emitWarning(`Budget ledger: reclaiming stale Holds failed: ${String(err)}`));
+  let reclaiming = false;
   const timer =
     reclaimIntervalMs > 0
       ? setInterval(() => {
-          try {
-            store.reclaimExpired(now());
-          } catch (err) {
-            onReclaimError(err);
-          }
+          if (reclaiming) return;
+          reclaiming = true;
+          reclaimStale()
+            .catch(onError)
+            .finally(() => {
+              reclaiming = false;
+            });
         }, reclaimIntervalMs)
       : undefined;
   timer?.unref();
 
-  const mustKnowKey = (id: string): KeyUsage => {
-    const usage = store.keyUsage(id);
+  async function reclaimStale(): Promise<ReclaimCount> {
+    const local = leases?.reclaimLocal() ?? 0;
+    const t = now();
+    const r = await store.reclaimExpired(t, utcDay(t));
+    await store.purgeClosed(t - retentionMs);
+    return { holds: r.holds + local, leases: r.leases };
+  }
+
+  /** Waits until no live lease of another replica is still asked to drain on the key (bounded). */
+  async function waitForDrains(keyId: string): Promise<void> {
+    const until = Date.now() + settings.drainWaitMs;
+    const pause = Math.max(5, Math.min(25, Math.floor(settings.drainPollMs / 2)));
+    while (Date.now() < until && (await store.drainsPending(keyId, now(), instanceId)) > 0) {
+      await new Promise((r) => setTimeout(r, pause));
+    }
+  }
+
+  const authCache = new Map<string, { record: KeyRecord; at: number }>();
+
+  const mustKnowKey = async (id: string, days?: number): Promise<KeyUsage> => {
+    const usage = await store.keyUsage(id, days);
     if (usage === undefined) throw new UnknownIdError("key", id);
     return toUsage(usage);
   };
 
   return {
     instanceId,
+    storeKind: store.kind,
+    leased: leases !== undefined,
 
-    authenticate(authorization) {
+    async authenticate(authorization) {
       const parsed = parseAuthorization(authorization);
       if (parsed.kind === "missing") throw new ApiError("invalid_api_key", NO_KEY_MESSAGE);
       if (parsed.kind === "wrong_scheme") throw new ApiError("invalid_api_key", WRONG_SCHEME_MESSAGE);
       const hash = hashApiKey(parsed.token);
-      const record = store.findKeyByHash(hash);
+      const cacheKey = hash.toString("hex");
+      const t = now();
+      let record: KeyRecord | undefined;
+      const cached = authCache.get(cacheKey);
+      if (cached !== undefined && t - cached.at < authCacheTtlMs) record = cached.record;
+      else {
+        authCache.delete(cacheKey);
+        record = await store.findKeyByHash(hash);
+        if (record !== undefined && authCacheTtlMs > 0) {
+          authCache.set(cacheKey, { record, at: t });
+          if (authCache.size > AUTH_CACHE_ENTRIES) {
+            const oldest = authCache.keys().next().value;
+            if (oldest !== undefined) authCache.delete(oldest);
+          }
+        }
+      }
       if (record === undefined || !hashesEqual(record.keyHash, hash)) {
         const masked = maskApiKey(parsed.token);
         throw new ApiError(
@@ -289,22 +417,45 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
       }
     },
 
-    placeHold(key, demand) {
+    async placeHold(key, demand) {
       checkDemand(demand);
+      if (leases !== undefined) {
+        const placed = await leases.place(key.id, demand);
+        if (placed.kind === "held") {
+          return {
+            holdId: placed.holdId,
+            maxTokens: demand.maxTokens,
+            clamped: false,
+            heldTokens: placed.tokens,
+          };
+        }
+        if (placed.kind === "revoked")
+          throw new ApiError("invalid_api_key", "The API key provided has been revoked.");
+      }
       const t = now();
-      const holdId = generateHoldId();
-      const outcome = store.placeHold({
-        holdId,
+      const input: PlaceHoldInput = {
+        holdId: generateHoldId(),
         keyId: key.id,
         demand,
         instanceId,
         now: t,
         expiresAt: t + holdTtlMs,
-      });
+        drainOthersUntil: t + settings.blockMs,
+      };
+      let outcome = await store.placeHold(input);
+      if (outcome.kind === "drain_requested") {
+        // Other replicas lease tokens of this key: have their free tokens back, then plan once more.
+        await waitForDrains(key.id);
+        const t2 = now();
+        const { drainOthersUntil: _, ...again } = input;
+        outcome = await store.placeHold({ ...again, now: t2, expiresAt: t2 + holdTtlMs });
+      }
       switch (outcome.kind) {
+        case "drain_requested":
+          throw new Error("unreachable: a placeHold without drainOthersUntil asked for a drain");
         case "held":
           return {
-            holdId,
+            holdId: input.holdId,
             maxTokens: outcome.maxTokens,
             clamped: outcome.clamped,
             heldTokens: outcome.tokens,
@@ -328,41 +479,52 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
       }
     },
 
-    renew(holdId, ttlMs) {
+    async renew(holdId, usedTokens = 0, ttlMs) {
       const ttl = ttlMs ?? holdTtlMs;
       checkInt("ttlMs", ttl, 1);
-      return store.renewHold(holdId, now() + ttl);
+      checkInt("usedTokens", usedTokens, 0);
+      if (leases?.owns(holdId) === true) return leases.renew(holdId, usedTokens, ttl);
+      return store.renewHold(holdId, now() + ttl, usedTokens);
     },
 
-    settle(holdId, usedTokens) {
+    async settle(holdId, usedTokens) {
       checkInt("usedTokens", usedTokens, 0);
-      const result = store.settleHold(holdId, usedTokens, now());
+      if (leases?.owns(holdId) === true) return leases.settle(holdId, usedTokens);
+      const t = now();
+      const result = await store.settleHold(holdId, usedTokens, t, utcDay(t));
       if (result === undefined) throw new UnknownIdError("hold", holdId);
       return result;
     },
 
-    reclaimStale() {
-      return store.reclaimExpired(now());
+    reclaimStale,
+
+    async reclaimOnStart(scope = "all") {
+      const t = now();
+      return store.reclaimOpen(t, utcDay(t), scope === "instance" ? instanceId : undefined);
     },
 
-    reclaimOnStart(scope = "all") {
-      return store.reclaimOpen(now(), scope === "instance" ? instanceId : undefined);
+    async syncLeases() {
+      await leases?.syncAll();
     },
 
-    close() {
+    async close() {
       if (closed) return;
       closed = true;
       if (timer !== undefined) clearInterval(timer);
-      store.close();
+      try {
+        await leases?.close();
+      } finally {
+        await store.close();
+      }
     },
 
-    createKey(input) {
+    async createKey(input) {
       checkInt("budgetTokens", input.budgetTokens, 0);
       const models = input.models === undefined ? null : [...new Set(input.models)];
       if (models?.some((m) => m === "")) throw new RangeError("models: a model id must not be empty");
       const key = generateApiKey();
       const id = generateKeyId();
-      store.insertKey({
+      await store.insertKey({
         id,
         keyHash: hashApiKey(key),
         hint: apiKeyHint(key),
@@ -376,28 +538,31 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
       return { id, key };
     },
 
-    listKeys() {
-      return store.listKeys().map(toSummary);
+    async listKeys() {
+      return (await store.listKeys()).map(toSummary);
     },
 
-    grant(id, tokens) {
+    async grant(id, tokens) {
       checkInt("tokens", tokens, 1);
-      if (!store.addBudget(id, tokens)) throw new UnknownIdError("key", id);
+      if (!(await store.addBudget(id, tokens))) throw new UnknownIdError("key", id);
       return mustKnowKey(id);
     },
 
-    revoke(id) {
-      if (!store.revokeKey(id, now())) throw new UnknownIdError("key", id);
-      return mustKnowKey(id);
+    async revoke(id) {
+      if (!(await store.revokeKey(id, now()))) throw new UnknownIdError("key", id);
+      for (const [hash, entry] of authCache) if (entry.record.id === id) authCache.delete(hash);
+      await leases?.drainKey(id);
+      await waitForDrains(id);
+      return toSummary(await mustKnowKey(id));
     },
 
-    usage(id) {
-      return mustKnowKey(id);
+    usage(id, days) {
+      return mustKnowKey(id, days);
     },
   };
 }
 
-function toSummary(record: KeyRecord): KeySummary {
+function toSummary(record: KeySummary): KeySummary {
   return {
     id: record.id,
     name: record.name,
@@ -414,10 +579,13 @@ function toUsage(record: KeyUsageRecord): KeyUsage {
   return {
     ...toSummary(record),
     heldTokens: record.heldTokens,
-    availableTokens: record.budgetTokens - record.spentTokens - record.heldTokens,
+    leasedTokens: record.leasedTokens,
+    availableTokens: record.budgetTokens - record.spentTokens - record.heldTokens - record.leasedTokens,
     openHolds: record.openHolds,
+    leases: record.leases,
     settledHolds: record.settledHolds,
     reclaimedHolds: record.reclaimedHolds,
+    daily: record.daily,
   };
 }
 

@@ -1,12 +1,14 @@
 /**
- * `npm run keys -- <command>`: administers keys and Budgets in the gateway's SQLite file.
- * The only place under src/budget that reads process.env (ACS_DB). Exit codes: 0 done, 1 the
- * command failed (e.g. unknown key id), 2 wrong usage.
+ * `npm run keys -- <command>`: administers keys and Budgets in the gateway's database: a SQLite
+ * file or PostgreSQL (ACS_DB=postgres://…). The only place under src/budget that reads
+ * process.env (ACS_DB). Exit codes: 0 done, 1 the command failed (e.g. unknown key id), 2 wrong
+ * usage.
  */
 import { parseArgs } from "node:util";
 import {
   type BudgetLedger,
   createBudgetLedger,
+  isPostgresUrl,
   type KeySummary,
   type KeyUsage,
   UnknownIdError,
@@ -14,19 +16,22 @@ import {
 
 const HELP = `Usage: npm run keys -- <command> [options]
 
-Keys and Budgets of the API, in the SQLite file named by ACS_DB (or --db PATH).
+Keys and Budgets of the API, in the database named by ACS_DB (or --db): a SQLite file
+path, or a PostgreSQL URL (postgres://user@host:5432/database) shared by gateway replicas.
 
 Commands:
   create --budget TOKENS [--name NAME] [--models ID,ID...]
                          Create a key with a Budget of TOKENS; prints the key once.
   list                   List every key (id, name, Budget, spent, state).
   grant <id> --tokens N  Add N tokens to the key's Budget.
-  revoke <id>            Revoke the key: every request with it gets 401 from now on.
-  usage <id>             Show the key's Budget, spent, held and available tokens.
+  revoke <id>            Revoke the key: every request with it gets 401 from now on
+                         (waits until the replicas leasing the key have confirmed it).
+  usage <id> [--days N]  Show the key's Budget, spent, held, leased and available tokens,
+                         and its usage per day (UTC) for the last N days (default 31).
   help                   Show this help.
 
 Options:
-  --db PATH              SQLite file (default: $ACS_DB); created when missing.
+  --db PATH|URL          SQLite file (created when missing) or postgres:// URL (default: $ACS_DB).
   --json                 Print JSON instead of text.
   -h, --help             Show this help.
 
@@ -40,7 +45,7 @@ interface Io {
   err(line: string): void;
 }
 
-function main(argv: readonly string[], env: NodeJS.ProcessEnv, io: Io): number {
+async function main(argv: readonly string[], env: NodeJS.ProcessEnv, io: Io): Promise<number> {
   let command: Command | "help";
   let values: Values;
   try {
@@ -56,29 +61,37 @@ function main(argv: readonly string[], env: NodeJS.ProcessEnv, io: Io): number {
     io.out(HELP.trimEnd());
     return 0;
   }
-  const dbPath = values.db ?? env.ACS_DB;
-  if (dbPath === undefined || dbPath === "") {
-    io.err("error: no database: set ACS_DB to the SQLite file, or pass --db PATH");
+  const db = values.db ?? env.ACS_DB;
+  if (db === undefined || db === "") {
+    io.err("error: no database: set ACS_DB to the SQLite file or postgres:// URL, or pass --db PATH|URL");
     return 2;
   }
   let ledger: BudgetLedger;
   try {
-    ledger = createBudgetLedger({ path: dbPath, reclaimIntervalMs: 0 });
+    const common = { reclaimIntervalMs: 0, leases: false } as const;
+    ledger = await createBudgetLedger(
+      isPostgresUrl(db) ? { ...common, postgresUrl: db, poolSize: 1 } : { ...common, path: db },
+    );
   } catch (err) {
     io.err(
-      `error: cannot open the database '${dbPath}': ${err instanceof Error ? err.message : String(err)}`,
+      `error: cannot open the database '${redact(db)}': ${err instanceof Error ? err.message : String(err)}`,
     );
     return 1;
   }
   try {
-    run(ledger, command, values.json === true, io);
+    await run(ledger, command, values.json === true, io);
     return 0;
   } catch (err) {
     io.err(`error: ${err instanceof UnknownIdError ? err.message : String(err)}`);
     return 1;
   } finally {
-    ledger.close();
+    await ledger.close();
   }
+}
+
+/** The database named without a password (postgres://user:secret@… → postgres://user:***@…). */
+function redact(db: string): string {
+  return db.replace(/^(postgres(?:ql)?:\/\/[^:/@]*):[^@]*@/i, "$1:***@");
 }
 
 function parse(argv: readonly string[]) {
@@ -92,6 +105,7 @@ function parse(argv: readonly string[]) {
       name: { type: "string" },
       models: { type: "string" },
       tokens: { type: "string" },
+      days: { type: "string" },
       json: { type: "boolean" },
       help: { type: "boolean", short: "h" },
     },
@@ -110,14 +124,15 @@ type Command =
     }
   | { readonly kind: "list" }
   | { readonly kind: "grant"; readonly id: string; readonly tokens: number }
-  | { readonly kind: "revoke" | "usage"; readonly id: string };
+  | { readonly kind: "revoke"; readonly id: string }
+  | { readonly kind: "usage"; readonly id: string; readonly days: number };
 
 const ALLOWED: Record<string, { args: number; options: readonly (keyof Values)[] }> = {
   create: { args: 0, options: ["budget", "name", "models"] },
   list: { args: 0, options: [] },
   grant: { args: 1, options: ["tokens"] },
   revoke: { args: 1, options: [] },
-  usage: { args: 1, options: [] },
+  usage: { args: 1, options: ["days"] },
 };
 
 /** The checked command, or "help"; throws UsageError with the reason. */
@@ -132,7 +147,7 @@ function toCommand(positionals: readonly string[], values: Values): Command | "h
       spec.args === 0 ? `'${name}' takes no arguments` : `'${name}' takes the key id: ${name} <id>`,
     );
   }
-  for (const option of ["budget", "name", "models", "tokens"] as const) {
+  for (const option of ["budget", "name", "models", "tokens", "days"] as const) {
     if (values[option] !== undefined && !spec.options.includes(option)) {
       throw new UsageError(`'${name}' has no option --${option}`);
     }
@@ -154,24 +169,25 @@ function toCommand(positionals: readonly string[], values: Values): Command | "h
       if (values.tokens === undefined) throw new UsageError("'grant' needs --tokens N");
       return { kind: "grant", id, tokens: tokenCount("--tokens", values.tokens, 1) };
     case "revoke":
-    case "usage":
       return { kind: name, id };
+    case "usage":
+      return { kind: name, id, days: values.days === undefined ? 31 : tokenCount("--days", values.days, 1) };
     default:
       return { kind: "list" };
   }
 }
 
-function run(ledger: BudgetLedger, command: Command, json: boolean, io: Io): void {
+async function run(ledger: BudgetLedger, command: Command, json: boolean, io: Io): Promise<void> {
   switch (command.kind) {
     case "create": {
       const { budgetTokens, name, models } = command;
-      const created = ledger.createKey({
+      const created = await ledger.createKey({
         budgetTokens,
         ...(name === undefined ? {} : { name }),
         ...(models === undefined ? {} : { models }),
       });
       if (json) {
-        io.out(JSON.stringify({ ...created, ...ledger.usage(created.id) }));
+        io.out(JSON.stringify({ ...created, ...(await ledger.usage(created.id)) }));
       } else {
         io.out(`Created key ${created.id}${name === undefined ? "" : ` (${name})`}`);
         io.out(`Budget: ${budgetTokens} tokens; models: ${models === undefined ? "all" : models.join(", ")}`);
@@ -181,22 +197,22 @@ function run(ledger: BudgetLedger, command: Command, json: boolean, io: Io): voi
       return;
     }
     case "list": {
-      const keys = ledger.listKeys();
+      const keys = await ledger.listKeys();
       if (json) io.out(JSON.stringify(keys));
       else printTable(keys, io);
       return;
     }
     case "grant":
-      printUsage(ledger.grant(command.id, command.tokens), json, io);
+      printUsage(await ledger.grant(command.id, command.tokens), json, io);
       return;
     case "revoke": {
-      const summary = ledger.revoke(command.id);
+      const summary = await ledger.revoke(command.id);
       if (json) io.out(JSON.stringify(summary));
       else io.out(`Revoked key ${summary.id} at ${new Date(summary.revokedAt ?? 0).toISOString()}`);
       return;
     }
     case "usage":
-      printUsage(ledger.usage(command.id), json, io);
+      printUsage(await ledger.usage(command.id, command.days), json, io);
       return;
   }
 }
@@ -204,7 +220,8 @@ function run(ledger: BudgetLedger, command: Command, json: boolean, io: Io): voi
 function tokenCount(flag: string, text: string, min: number): number {
   const value = /^[0-9]+$/.test(text) ? Number(text) : Number.NaN;
   if (!Number.isSafeInteger(value) || value < min) {
-    throw new UsageError(`${flag} must be a whole number of tokens ≥ ${min}, got '${text}'`);
+    const what = flag === "--days" ? "days" : "tokens";
+    throw new UsageError(`${flag} must be a whole number of ${what} ≥ ${min}, got '${text}'`);
   }
   return value;
 }
@@ -222,8 +239,24 @@ function printUsage(usage: KeyUsage, json: boolean, io: Io): void {
   io.out(`  budget:     ${usage.budgetTokens}`);
   io.out(`  spent:      ${usage.spentTokens}`);
   io.out(`  held:       ${usage.heldTokens} (${usage.openHolds} open Holds)`);
+  io.out(`  leased:     ${usage.leasedTokens} (${usage.leases} leases of gateway replicas)`);
   io.out(`  available:  ${usage.availableTokens}`);
   io.out(`  requests:   ${usage.settledHolds} settled, ${usage.reclaimedHolds} reclaimed`);
+  if (usage.daily.length === 0) return;
+  io.out("  per day (UTC):");
+  const rows = [
+    ["DAY", "CHARGED", "SETTLED", "RECLAIMED"],
+    ...usage.daily.map((d) => [
+      d.day,
+      String(d.chargedTokens),
+      String(d.settledHolds),
+      String(d.reclaimedHolds),
+    ]),
+  ];
+  const widths = rows[0]?.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? "").length))) ?? [];
+  const pad = (cell: string, i: number) =>
+    i === 0 ? cell.padEnd(widths[i] ?? 0) : cell.padStart(widths[i] ?? 0);
+  for (const row of rows) io.out(`    ${row.map(pad).join("  ")}`);
 }
 
 function printTable(keys: readonly KeySummary[], io: Io): void {
@@ -261,7 +294,7 @@ process.stdout.on("error", (err: NodeJS.ErrnoException) => {
   throw err;
 });
 
-process.exitCode = main(process.argv.slice(2), process.env, {
+process.exitCode = await main(process.argv.slice(2), process.env, {
   out: (line) => process.stdout.write(`${line}\n`),
   err: (line) => process.stderr.write(`${line}\n`),
 });

@@ -13,23 +13,37 @@ export {
   type BudgetLedgerOptions,
   type CreatedKey,
   createBudgetLedger,
+  DEFAULT_AUTH_CACHE_TTL_MS,
   DEFAULT_HOLD_TTL_MS,
   DEFAULT_RECLAIM_INTERVAL_MS,
+  isPostgresUrl,
   type KeyInfo,
   type KeySummary,
   type KeyUsage,
   type PlacedHold,
   UnknownIdError,
+  utcDay,
 } from "./budget-ledger.js";
 export type {
   BudgetStore,
+  DailyUsageRecord,
   KeyRecord,
+  KeyState,
   KeyUsageRecord,
+  LeaseSyncInput,
+  LeaseSyncOutcome,
   PlaceHoldInput,
   PlaceHoldOutcome,
+  ReclaimCount,
   SettleResult,
 } from "./budget-store.js";
-export { type HoldDemand, type HoldPlan, planHold } from "./plan-hold.js";
+export { DEFAULT_LEASE_SETTINGS, type LeaseOptions, type LeaseSettings, leaseGrant } from "./leases.js";
+export {
+  createPostgresBudgetStore,
+  POSTGRES_BUDGET_SCHEMA_VERSION,
+  type PostgresBudgetStoreOptions,
+} from "./pg-budget-store.js";
+export { demandTokens, type HoldDemand, type HoldPlan, planHold } from "./plan-hold.js";
 export {
   BUDGET_SCHEMA_VERSION,
   createSqliteBudgetStore,

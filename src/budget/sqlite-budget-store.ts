@@ -1,13 +1,13 @@
 import Database from "better-sqlite3";
-import type {
-  BudgetStore,
-  KeyRecord,
-  KeyUsageRecord,
-  PlaceHoldInput,
-  PlaceHoldOutcome,
-  SettleResult,
-} from "./budget-store.js";
-import { planHold } from "./plan-hold.js";
+import type { BudgetStore, KeyRecord } from "./budget-store.js";
+import {
+  createBudgetStoreOn,
+  type HoldRow,
+  type KeyRow,
+  type LeaseRow,
+  type StoreBackend,
+  type TxRows,
+} from "./store-core.js";
 
 /** Options of {@link createSqliteBudgetStore}. */
 export interface SqliteBudgetStoreOptions {
@@ -20,9 +20,11 @@ export interface SqliteBudgetStoreOptions {
    */
   readonly busyTimeoutMs?: number;
   /**
-   * SQLite `synchronous`. `full`: a committed Hold or settle survives power loss (one fsync per
-   * commit). `normal`: survives a crash of the process (SIGKILL), not of the machine; faster.
-   * @default "full"
+   * SQLite `synchronous` (the journal is WAL either way). `normal`: a commit survives a crash of
+   * the process (SIGKILL) but the last commits before a power loss or OS crash may be undone —
+   * which only ever forgets charges (or Holds, and their tokens come back), never charges twice.
+   * `full`: one fsync per commit, so a commit also survives power loss; several times slower.
+   * @default "normal"
    */
   readonly synchronous?: "full" | "normal";
 }
@@ -57,43 +59,124 @@ const MIGRATIONS: readonly string[] = [
   CREATE INDEX holds_open_by_expiry ON holds (expires_at) WHERE state = 'open';
   CREATE INDEX holds_open_by_instance ON holds (instance_id) WHERE state = 'open';
   `,
+  // 1 → 2: held and leased tokens on the key row (spent + held + leased ≤ budget is a CHECK),
+  // leases, usage per key and day (closed Holds are purged after a retention time).
+  `
+  CREATE TABLE keys_v2 (
+    id                TEXT PRIMARY KEY,
+    key_hash          BLOB NOT NULL UNIQUE CHECK (length(key_hash) = 32),
+    hint              TEXT NOT NULL,
+    name              TEXT NOT NULL DEFAULT '',
+    budget_tokens     INTEGER NOT NULL CHECK (budget_tokens >= 0),
+    spent_tokens      INTEGER NOT NULL DEFAULT 0 CHECK (spent_tokens >= 0),
+    held_tokens       INTEGER NOT NULL DEFAULT 0 CHECK (held_tokens >= 0),
+    leased_tokens     INTEGER NOT NULL DEFAULT 0 CHECK (leased_tokens >= 0),
+    lease_block_until INTEGER NOT NULL DEFAULT 0,
+    models            TEXT CHECK (models IS NULL OR json_valid(models)),
+    created_at        INTEGER NOT NULL,
+    revoked_at        INTEGER,
+    CHECK (spent_tokens + held_tokens + leased_tokens <= budget_tokens)
+  ) STRICT;
+  INSERT INTO keys_v2 (id, key_hash, hint, name, budget_tokens, spent_tokens, held_tokens, models, created_at, revoked_at)
+    SELECT k.id, k.key_hash, k.hint, k.name, k.budget_tokens, k.spent_tokens,
+           coalesce((SELECT sum(h.tokens) FROM holds h WHERE h.key_id = k.id AND h.state = 'open'), 0),
+           k.models, k.created_at, k.revoked_at
+    FROM keys k;
+  DROP TABLE keys;
+  ALTER TABLE keys_v2 RENAME TO keys;
+  CREATE TABLE leases (
+    id             TEXT PRIMARY KEY,
+    key_id         TEXT NOT NULL REFERENCES keys(id),
+    instance_id    TEXT NOT NULL,
+    state          TEXT NOT NULL DEFAULT 'open' CHECK (state IN ('open', 'closed', 'reclaimed')),
+    tokens         INTEGER NOT NULL DEFAULT 0 CHECK (tokens >= 0),
+    reclaim_charge INTEGER NOT NULL DEFAULT 0 CHECK (reclaim_charge >= 0 AND reclaim_charge <= tokens),
+    holds          INTEGER NOT NULL DEFAULT 0 CHECK (holds >= 0),
+    seq            INTEGER NOT NULL DEFAULT 0,
+    last_result    INTEGER NOT NULL DEFAULT 0,
+    drain          INTEGER NOT NULL DEFAULT 0 CHECK (drain IN (0, 1)),
+    closing        INTEGER NOT NULL DEFAULT 0 CHECK (closing IN (0, 1)),
+    created_at     INTEGER NOT NULL,
+    expires_at     INTEGER NOT NULL,
+    closed_at      INTEGER
+  ) STRICT;
+  CREATE INDEX leases_open_by_key ON leases (key_id) WHERE state = 'open';
+  CREATE INDEX leases_open_by_expiry ON leases (expires_at) WHERE state = 'open';
+  CREATE INDEX leases_open_by_instance ON leases (instance_id) WHERE state = 'open';
+  CREATE INDEX leases_closed ON leases (closed_at) WHERE state != 'open';
+  CREATE INDEX holds_closed ON holds (closed_at) WHERE state != 'open';
+  CREATE TABLE usage_daily (
+    key_id          TEXT NOT NULL REFERENCES keys(id),
+    day             TEXT NOT NULL,
+    charged_tokens  INTEGER NOT NULL DEFAULT 0,
+    settled_holds   INTEGER NOT NULL DEFAULT 0,
+    reclaimed_holds INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (key_id, day)
+  ) STRICT, WITHOUT ROWID;
+  INSERT INTO usage_daily (key_id, day, charged_tokens, settled_holds, reclaimed_holds)
+    SELECT key_id, strftime('%Y-%m-%d', coalesce(closed_at, created_at) / 1000, 'unixepoch'),
+           sum(charged_tokens), sum(state = 'settled'), sum(state = 'reclaimed')
+    FROM holds WHERE state != 'open' GROUP BY 1, 2;
+  `,
 ];
 
 /** The schema version this code writes (`PRAGMA user_version`): one per migration. */
 export const BUDGET_SCHEMA_VERSION: number = MIGRATIONS.length;
 
-interface KeyRow {
+interface KeySqlRow {
   id: string;
   key_hash: Buffer;
   hint: string;
   name: string;
   budget_tokens: number;
   spent_tokens: number;
+  held_tokens: number;
+  leased_tokens: number;
+  lease_block_until: number;
   models: string | null;
   created_at: number;
   revoked_at: number | null;
 }
 
-interface HoldRow {
+interface HoldSqlRow {
+  id: string;
   key_id: string;
   tokens: number;
-  state: "open" | "settled" | "reclaimed";
+  state: HoldRow["state"];
+  used_tokens: number | null;
+  charged_tokens: number;
+  expires_at: number;
+}
+
+interface LeaseSqlRow {
+  id: string;
+  key_id: string;
+  state: LeaseRow["state"];
+  tokens: number;
+  reclaim_charge: number;
+  holds: number;
+  seq: number;
+  last_result: number;
+  drain: number;
+  closing: number;
+  expires_at: number;
 }
 
 /**
  * The embedded store: one SQLite file in WAL mode, shared safely by every thread and process that
  * opens it (each write is a `BEGIN IMMEDIATE` transaction, so a read-then-write never races).
  * Opens (or creates) the file and brings its schema to {@link BUDGET_SCHEMA_VERSION}; throws when
- * the file has a newer schema than this code knows.
+ * the file has a newer schema than this code knows. better-sqlite3 is synchronous; this store's
+ * transactions run one at a time per store (a queue), each without yielding to other I/O.
  */
 export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): BudgetStore {
   const db = new Database(options.path);
   try {
     db.pragma(`busy_timeout = ${Math.max(0, Math.floor(options.busyTimeoutMs ?? 5000))}`);
     db.pragma("journal_mode = WAL");
-    db.pragma(`synchronous = ${options.synchronous === "normal" ? "NORMAL" : "FULL"}`);
-    db.pragma("foreign_keys = ON");
+    db.pragma(`synchronous = ${options.synchronous === "full" ? "FULL" : "NORMAL"}`);
     migrate(db);
+    db.pragma("foreign_keys = ON");
   } catch (err) {
     db.close();
     throw err;
@@ -104,148 +187,278 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
       `INSERT INTO keys (id, key_hash, hint, name, budget_tokens, spent_tokens, models, created_at, revoked_at)
        VALUES (@id, @key_hash, @hint, @name, @budget_tokens, @spent_tokens, @models, @created_at, @revoked_at)`,
     ),
-    keyByHash: db.prepare<[Buffer], KeyRow>("SELECT * FROM keys WHERE key_hash = ?"),
-    keyById: db.prepare<[string], KeyRow>("SELECT * FROM keys WHERE id = ?"),
-    listKeys: db.prepare<[], KeyRow>("SELECT * FROM keys ORDER BY created_at, id"),
-    heldByKey: db.prepare<[string], { held: number; open: number }>(
-      "SELECT coalesce(sum(tokens), 0) AS held, count(*) AS open FROM holds WHERE key_id = ? AND state = 'open'",
+    keyByHash: db.prepare<[Buffer], KeySqlRow>("SELECT * FROM keys WHERE key_hash = ?"),
+    keyById: db.prepare<[string], KeySqlRow>("SELECT * FROM keys WHERE id = ?"),
+    listKeys: db.prepare<[], KeySqlRow>("SELECT * FROM keys ORDER BY created_at, id"),
+    openCounts: db.prepare<[string, string], { holds: number; leases: number }>(
+      `SELECT (SELECT count(*) FROM holds WHERE key_id = ? AND state = 'open') AS holds,
+              (SELECT count(*) FROM leases WHERE key_id = ? AND state = 'open') AS leases`,
     ),
-    closedCounts: db.prepare<[string], { settled: number; reclaimed: number }>(
-      `SELECT coalesce(sum(state = 'settled'), 0) AS settled, coalesce(sum(state = 'reclaimed'), 0) AS reclaimed
-       FROM holds WHERE key_id = ? AND state != 'open'`,
+    totals: db.prepare<[string], { settled: number; reclaimed: number }>(
+      `SELECT coalesce(sum(settled_holds), 0) AS settled, coalesce(sum(reclaimed_holds), 0) AS reclaimed
+       FROM usage_daily WHERE key_id = ?`,
+    ),
+    daily: db.prepare<
+      [string, number],
+      { day: string; charged_tokens: number; settled_holds: number; reclaimed_holds: number }
+    >(
+      `SELECT day, charged_tokens, settled_holds, reclaimed_holds FROM usage_daily
+       WHERE key_id = ? ORDER BY day DESC LIMIT ?`,
     ),
     addBudget: db.prepare<[number, string]>("UPDATE keys SET budget_tokens = budget_tokens + ? WHERE id = ?"),
     revoke: db.prepare<[number, string]>("UPDATE keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?"),
-    insertHold: db.prepare<[string, string, number, number, number, string]>(
-      `INSERT INTO holds (id, key_id, tokens, created_at, expires_at, instance_id) VALUES (?, ?, ?, ?, ?, ?)`,
+    drainAll: db.prepare<[string]>("UPDATE leases SET drain = 1 WHERE key_id = ? AND state = 'open'"),
+    drainOthers: db.prepare<[string, string, number]>(
+      `UPDATE leases SET drain = 1
+       WHERE key_id = ? AND state = 'open' AND instance_id != ? AND expires_at > ? AND tokens > 0 AND closing = 0`,
     ),
-    renew: db.prepare<[number, string]>("UPDATE holds SET expires_at = ? WHERE id = ? AND state = 'open'"),
-    holdById: db.prepare<[string], HoldRow>("SELECT key_id, tokens, state FROM holds WHERE id = ?"),
+    blockLeases: db.prepare<[number, string]>(
+      "UPDATE keys SET lease_block_until = max(lease_block_until, ?) WHERE id = ?",
+    ),
+    setKeyNumbers: db.prepare<[number, number, number, string]>(
+      "UPDATE keys SET spent_tokens = ?, held_tokens = ?, leased_tokens = ? WHERE id = ?",
+    ),
+    insertHold: db.prepare<[string, string, number, number, number, string]>(
+      "INSERT INTO holds (id, key_id, tokens, created_at, expires_at, instance_id) VALUES (?, ?, ?, ?, ?, ?)",
+    ),
+    renew: db.prepare<[number, number, string]>(
+      `UPDATE holds SET expires_at = ?, used_tokens = max(coalesce(used_tokens, 0), ?)
+       WHERE id = ? AND state = 'open'`,
+    ),
+    holdById: db.prepare<[string], HoldSqlRow>(
+      "SELECT id, key_id, tokens, state, used_tokens, charged_tokens, expires_at FROM holds WHERE id = ?",
+    ),
+    holdKey: db.prepare<[string], { key_id: string }>("SELECT key_id FROM holds WHERE id = ?"),
     closeHold: db.prepare<[string, number, number, number, string]>(
       "UPDATE holds SET state = ?, used_tokens = ?, charged_tokens = ?, closed_at = ? WHERE id = ?",
     ),
-    charge: db.prepare<[number, string]>("UPDATE keys SET spent_tokens = spent_tokens + ? WHERE id = ?"),
-    reclaimExpired: db.prepare<[number, number]>(
-      "UPDATE holds SET state = 'reclaimed', closed_at = ? WHERE state = 'open' AND expires_at <= ?",
+    addDaily: db.prepare<[string, string, number, number, number]>(
+      `INSERT INTO usage_daily (key_id, day, charged_tokens, settled_holds, reclaimed_holds) VALUES (?, ?, ?, ?, ?)
+       ON CONFLICT (key_id, day) DO UPDATE SET
+         charged_tokens = charged_tokens + excluded.charged_tokens,
+         settled_holds = settled_holds + excluded.settled_holds,
+         reclaimed_holds = reclaimed_holds + excluded.reclaimed_holds`,
     ),
-    reclaimAll: db.prepare<[number]>(
-      "UPDATE holds SET state = 'reclaimed', closed_at = ? WHERE state = 'open'",
+    expiredHolds: db.prepare<[number], { id: string; keyId: string }>(
+      "SELECT id, key_id AS keyId FROM holds WHERE state = 'open' AND expires_at <= ?",
     ),
-    reclaimInstance: db.prepare<[number, string]>(
-      "UPDATE holds SET state = 'reclaimed', closed_at = ? WHERE state = 'open' AND instance_id = ?",
+    openHolds: db.prepare<[string | null, string | null], { id: string; keyId: string }>(
+      "SELECT id, key_id AS keyId FROM holds WHERE state = 'open' AND (? IS NULL OR instance_id = ?)",
+    ),
+    expiredLeases: db.prepare<[number], { id: string; keyId: string }>(
+      "SELECT id, key_id AS keyId FROM leases WHERE state = 'open' AND expires_at <= ?",
+    ),
+    openLeases: db.prepare<[string | null, string | null], { id: string; keyId: string }>(
+      "SELECT id, key_id AS keyId FROM leases WHERE state = 'open' AND (? IS NULL OR instance_id = ?)",
+    ),
+    leaseById: db.prepare<[string], LeaseSqlRow>(
+      `SELECT id, key_id, state, tokens, reclaim_charge, holds, seq, last_result, drain, closing, expires_at
+       FROM leases WHERE id = ?`,
+    ),
+    insertLease: db.prepare<[string, string, string, number, number]>(
+      "INSERT INTO leases (id, key_id, instance_id, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
+    ),
+    updateLease: db.prepare<
+      [string, number, number, number, number, number, number, number, number, number | null, string]
+    >(
+      `UPDATE leases SET state = ?, tokens = ?, reclaim_charge = ?, holds = ?, seq = ?, last_result = ?,
+              drain = ?, closing = ?, expires_at = ?, closed_at = ? WHERE id = ?`,
+    ),
+    drainRequests: db.prepare<[string], { id: string }>(
+      "SELECT id FROM leases WHERE instance_id = ? AND state = 'open' AND drain = 1",
+    ),
+    drainsPending: db.prepare<[string, number, string], { n: number }>(
+      `SELECT count(*) AS n FROM leases
+       WHERE key_id = ? AND state = 'open' AND drain = 1 AND expires_at > ? AND instance_id != ?`,
+    ),
+    purgeHolds: db.prepare<[number]>(
+      "DELETE FROM holds WHERE id IN (SELECT id FROM holds WHERE state != 'open' AND closed_at < ? LIMIT 10000)",
+    ),
+    purgeLeases: db.prepare<[number]>(
+      "DELETE FROM leases WHERE id IN (SELECT id FROM leases WHERE state != 'open' AND closed_at < ? LIMIT 10000)",
     ),
   };
 
-  const placeHold = db.transaction((input: PlaceHoldInput): PlaceHoldOutcome => {
-    const key = stmt.keyById.get(input.keyId);
-    if (key === undefined) return { kind: "unknown_key" };
-    if (key.revoked_at !== null) return { kind: "revoked" };
-    const { held } = stmt.heldByKey.get(input.keyId) ?? { held: 0 };
-    const plan = planHold(key.budget_tokens - key.spent_tokens - held, input.demand);
-    if (plan.kind === "insufficient") {
-      return {
-        kind: "insufficient",
-        minimumTokens: plan.minimumTokens,
-        budgetTokens: key.budget_tokens,
-        spentTokens: key.spent_tokens,
-        heldTokens: held,
-      };
-    }
-    stmt.insertHold.run(input.holdId, input.keyId, plan.tokens, input.now, input.expiresAt, input.instanceId);
-    return { kind: "held", tokens: plan.tokens, maxTokens: plan.maxTokens, clamped: plan.clamped };
-  });
-
-  const settleHold = db.transaction(
-    (holdId: string, usedTokens: number, now: number): SettleResult | undefined => {
-      const hold = stmt.holdById.get(holdId);
-      if (hold === undefined) return undefined;
-      if (hold.state === "settled")
-        return { outcome: "already_settled", chargedTokens: 0, releasedTokens: 0 };
-      const wanted = Math.min(usedTokens, hold.tokens);
-      if (hold.state === "open") {
-        stmt.closeHold.run("settled", usedTokens, wanted, now, holdId);
-        stmt.charge.run(wanted, hold.key_id);
-        return { outcome: "settled", chargedTokens: wanted, releasedTokens: hold.tokens - wanted };
-      }
-      // Reclaimed as stale, then settled late: its tokens went back to the Budget and may have been
-      // held by other requests since, so charge only what is still free.
-      const key = stmt.keyById.get(hold.key_id);
-      const { held } = stmt.heldByKey.get(hold.key_id) ?? { held: 0 };
-      const free = key === undefined ? 0 : Math.max(0, key.budget_tokens - key.spent_tokens - held);
-      const charged = Math.min(wanted, free);
-      stmt.closeHold.run("settled", usedTokens, charged, now, holdId);
-      stmt.charge.run(charged, hold.key_id);
-      return { outcome: "settled_after_reclaim", chargedTokens: charged, releasedTokens: 0 };
+  const rows: TxRows = {
+    async lockKey(id) {
+      const row = stmt.keyById.get(id);
+      return row === undefined ? undefined : toKeyRow(row);
     },
-  );
-
-  const keyUsage = db.transaction((keyId: string): KeyUsageRecord | undefined => {
-    const key = stmt.keyById.get(keyId);
-    if (key === undefined) return undefined;
-    const open = stmt.heldByKey.get(keyId) ?? { held: 0, open: 0 };
-    const closed = stmt.closedCounts.get(keyId) ?? { settled: 0, reclaimed: 0 };
-    return {
-      ...toKeyRecord(key),
-      heldTokens: open.held,
-      openHolds: open.open,
-      settledHolds: closed.settled,
-      reclaimedHolds: closed.reclaimed,
-    };
-  });
-
-  return {
-    insertKey(record) {
-      stmt.insertKey.run({
-        id: record.id,
-        key_hash: Buffer.from(record.keyHash),
-        hint: record.hint,
-        name: record.name,
-        budget_tokens: record.budgetTokens,
-        spent_tokens: record.spentTokens,
-        models: record.models === null ? null : JSON.stringify(record.models),
-        created_at: record.createdAt,
-        revoked_at: record.revokedAt,
-      });
+    async lockHold(id) {
+      const r = stmt.holdById.get(id);
+      return r === undefined
+        ? undefined
+        : {
+            id: r.id,
+            keyId: r.key_id,
+            tokens: r.tokens,
+            state: r.state,
+            usedTokens: r.used_tokens,
+            chargedTokens: r.charged_tokens,
+            expiresAt: r.expires_at,
+          };
     },
-    findKeyByHash(keyHash) {
-      const row = stmt.keyByHash.get(Buffer.from(keyHash));
-      return row === undefined ? undefined : toKeyRecord(row);
+    async lockLease(id) {
+      const r = stmt.leaseById.get(id);
+      return r === undefined
+        ? undefined
+        : {
+            id: r.id,
+            keyId: r.key_id,
+            state: r.state,
+            tokens: r.tokens,
+            reclaimCharge: r.reclaim_charge,
+            holds: r.holds,
+            seq: r.seq,
+            lastResult: r.last_result,
+            drain: r.drain === 1,
+            closing: r.closing === 1,
+            expiresAt: r.expires_at,
+          };
     },
-    listKeys() {
-      return stmt.listKeys.all().map(toKeyRecord);
+    insertHold(h) {
+      stmt.insertHold.run(h.id, h.keyId, h.tokens, h.createdAt, h.expiresAt, h.instanceId);
     },
-    keyUsage(keyId) {
-      return keyUsage(keyId);
+    closeHold(id, state, used, charged, closedAt) {
+      stmt.closeHold.run(state, used, charged, closedAt, id);
     },
-    addBudget(keyId, tokens) {
-      return stmt.addBudget.run(tokens, keyId).changes === 1;
+    insertLease(l, columns) {
+      stmt.insertLease.run(l.id, l.keyId, l.instanceId, l.createdAt, columns.expiresAt);
+      rows.updateLease(l.id, columns);
     },
-    revokeKey(keyId, now) {
+    updateLease(id, u) {
+      stmt.updateLease.run(
+        u.state,
+        u.tokens,
+        u.reclaimCharge,
+        u.holds,
+        u.seq,
+        u.lastResult,
+        u.drain ? 1 : 0,
+        u.closing ? 1 : 0,
+        u.expiresAt,
+        u.closedAt,
+        id,
+      );
+    },
+    setKeyNumbers(id, spent, held, leased) {
+      stmt.setKeyNumbers.run(spent, held, leased, id);
+    },
+    addDaily(keyId, day, charged, settled, reclaimed) {
+      stmt.addDaily.run(keyId, day, charged, settled, reclaimed);
+    },
+    async flagDrain(keyId, others) {
+      return others === undefined
+        ? stmt.drainAll.run(keyId).changes
+        : stmt.drainOthers.run(keyId, others.instanceId, others.now).changes;
+    },
+    blockLeases(keyId, until) {
+      stmt.blockLeases.run(until, keyId);
+    },
+    async revoke(keyId, now) {
       return stmt.revoke.run(now, keyId).changes === 1;
     },
-    placeHold(input) {
-      return placeHold.immediate(input);
-    },
-    renewHold(holdId, expiresAt) {
-      return stmt.renew.run(expiresAt, holdId).changes === 1;
-    },
-    settleHold(holdId, usedTokens, now) {
-      return settleHold.immediate(holdId, usedTokens, now);
-    },
-    reclaimExpired(now) {
-      return stmt.reclaimExpired.run(now, now).changes;
-    },
-    reclaimOpen(now, instanceId) {
-      return (instanceId === undefined ? stmt.reclaimAll.run(now) : stmt.reclaimInstance.run(now, instanceId))
-        .changes;
-    },
-    close() {
-      db.close();
-    },
   };
+
+  // One statement or transaction at a time on this connection: a transaction's steps are awaited,
+  // so another caller's statement would otherwise run inside it.
+  let queue: Promise<unknown> = Promise.resolve();
+  function serial<T>(fn: () => T | Promise<T>): Promise<T> {
+    const result = queue.then(fn, fn);
+    queue = result.catch(() => undefined);
+    return result;
+  }
+  function inTransaction<T>(begin: string, fn: () => Promise<T>): Promise<T> {
+    return serial(async () => {
+      db.exec(begin);
+      try {
+        const result = await fn();
+        db.exec("COMMIT");
+        return result;
+      } catch (err) {
+        if (db.inTransaction) db.exec("ROLLBACK");
+        throw err;
+      }
+    });
+  }
+  const backend: StoreBackend = {
+    kind: "sqlite",
+    transaction: (fn) => inTransaction("BEGIN IMMEDIATE", () => fn(rows)),
+    insertKey: (record: KeyRecord) =>
+      serial(() => {
+        stmt.insertKey.run({
+          id: record.id,
+          key_hash: Buffer.from(record.keyHash),
+          hint: record.hint,
+          name: record.name,
+          budget_tokens: record.budgetTokens,
+          spent_tokens: record.spentTokens,
+          models: record.models === null ? null : JSON.stringify(record.models),
+          created_at: record.createdAt,
+          revoked_at: record.revokedAt,
+        });
+      }),
+    findKeyByHash: (keyHash) =>
+      serial(() => {
+        const row = stmt.keyByHash.get(Buffer.from(keyHash));
+        return row === undefined ? undefined : toKeyRow(row);
+      }),
+    listKeys: () => serial(() => stmt.listKeys.all().map(toKeyRow)),
+    keyUsage(keyId, days) {
+      return inTransaction("BEGIN", async () => {
+        const key = stmt.keyById.get(keyId);
+        if (key === undefined) return undefined;
+        const open = stmt.openCounts.get(keyId, keyId) ?? { holds: 0, leases: 0 };
+        const totals = stmt.totals.get(keyId) ?? { settled: 0, reclaimed: 0 };
+        return {
+          key: toKeyRow(key),
+          openHolds: open.holds,
+          leases: open.leases,
+          settledHolds: totals.settled,
+          reclaimedHolds: totals.reclaimed,
+          daily: stmt.daily.all(keyId, days).map((r) => ({
+            day: r.day,
+            chargedTokens: r.charged_tokens,
+            settledHolds: r.settled_holds,
+            reclaimedHolds: r.reclaimed_holds,
+          })),
+        };
+      });
+    },
+    addBudget: (keyId, tokens) => serial(() => stmt.addBudget.run(tokens, keyId).changes === 1),
+    renewHold: (holdId, expiresAt, usedTokens) =>
+      serial(() => stmt.renew.run(expiresAt, usedTokens, holdId).changes === 1),
+    holdKeyId: (holdId) => serial(() => stmt.holdKey.get(holdId)?.key_id),
+    openItems: (filter) =>
+      serial(() => {
+        if ("expiredAt" in filter) {
+          return {
+            holds: stmt.expiredHolds.all(filter.expiredAt),
+            leases: stmt.expiredLeases.all(filter.expiredAt),
+          };
+        }
+        const id = filter.instanceId ?? null;
+        return { holds: stmt.openHolds.all(id, id), leases: stmt.openLeases.all(id, id) };
+      }),
+    drainRequests: (instanceId) => serial(() => stmt.drainRequests.all(instanceId).map((r) => r.id)),
+    drainsPending: (keyId, now, exceptInstanceId) =>
+      serial(() => stmt.drainsPending.get(keyId, now, exceptInstanceId)?.n ?? 0),
+    purgeClosed: (before) =>
+      inTransaction(
+        "BEGIN IMMEDIATE",
+        async () => stmt.purgeHolds.run(before).changes + stmt.purgeLeases.run(before).changes,
+      ),
+    close: () =>
+      serial(() => {
+        if (db.open) db.close();
+      }),
+  };
+  return createBudgetStoreOn(backend);
 }
 
 function migrate(db: Database.Database): void {
+  // Rebuilding a table (1 → 2) needs foreign keys off, which cannot change inside a transaction.
+  db.pragma("foreign_keys = OFF");
   db.transaction(() => {
     const version = db.pragma("user_version", { simple: true }) as number;
     if (version > BUDGET_SCHEMA_VERSION) {
@@ -254,11 +467,15 @@ function migrate(db: Database.Database): void {
       );
     }
     for (let v = version; v < BUDGET_SCHEMA_VERSION; v++) db.exec(MIGRATIONS[v] ?? "");
-    if (version !== BUDGET_SCHEMA_VERSION) db.pragma(`user_version = ${BUDGET_SCHEMA_VERSION}`);
+    if (version !== BUDGET_SCHEMA_VERSION) {
+      const broken = db.pragma("foreign_key_check") as unknown[];
+      if (broken.length > 0) throw new Error(`Budget database migration broke ${broken.length} foreign keys`);
+      db.pragma(`user_version = ${BUDGET_SCHEMA_VERSION}`);
+    }
   }).immediate();
 }
 
-function toKeyRecord(row: KeyRow): KeyRecord {
+function toKeyRow(row: KeySqlRow): KeyRow {
   return {
     id: row.id,
     keyHash: row.key_hash,
@@ -266,6 +483,9 @@ function toKeyRecord(row: KeyRow): KeyRecord {
     name: row.name,
     budgetTokens: row.budget_tokens,
     spentTokens: row.spent_tokens,
+    heldTokens: row.held_tokens,
+    leasedTokens: row.leased_tokens,
+    leaseBlockUntil: row.lease_block_until,
     models: row.models === null ? null : (JSON.parse(row.models) as string[]),
     createdAt: row.created_at,
     revokedAt: row.revoked_at,

@@ -45,6 +45,14 @@ export interface EmbeddedEngineConfig {
   readonly aliases: readonly string[];
 }
 
+/**
+ * Where keys and Budgets live (env ACS_DB): a SQLite file (the embedded default, one gateway
+ * process) or a PostgreSQL database shared by gateway replicas (`postgres://` or `postgresql://`).
+ */
+export type BudgetDb =
+  | { readonly kind: "sqlite"; readonly path: string }
+  | { readonly kind: "postgres"; readonly url: string };
+
 /** The whole configuration, parsed once at start (nothing else reads process.env). */
 export interface Config {
   /** Bind address. @default "127.0.0.1" (env HOST) */
@@ -57,8 +65,17 @@ export interface Config {
   readonly modelsPath: string | undefined;
   /** Set when the gateway starts the reference engine itself (no ACS_MODELS). */
   readonly embeddedEngine: EmbeddedEngineConfig | undefined;
-  /** SQLite file of keys and Budgets; undefined = authentication off (loopback only). (env ACS_DB) */
-  readonly dbPath: string | undefined;
+  /** Database of keys and Budgets; undefined = authentication off (loopback only). (env ACS_DB) */
+  readonly db: BudgetDb | undefined;
+  /**
+   * This replica's stable name in the shared database, so that a restart releases the Holds and
+   * leases its previous run left at once (else they expire). (env ACS_INSTANCE_ID)
+   */
+  readonly instanceId: string | undefined;
+  /** How long a replica's lease outlives its last sync (a dead replica's is reclaimed after it), ms. @default 30000 (env ACS_LEASE_TTL_MS) */
+  readonly leaseTtlMs: number;
+  /** How often a stream renews its Hold, recording the tokens generated so far, ms. @default 10000 (env ACS_HOLD_RENEW_MS) */
+  readonly holdRenewMs: number;
   /** SSE `: keepalive` interval, ms. @default 5000 (env ACS_KEEPALIVE_MS) */
   readonly keepaliveIntervalMs: number;
   /** Longest wait for a non-streamed answer, ms. @default 840000 (14 min) (env ACS_DEADLINE_MS) */
@@ -110,12 +127,12 @@ export function loadConfig(rawEnv: Record<string, string | undefined> = process.
   const embeddedEngine: EmbeddedEngineConfig | undefined =
     models.length === 0 ? { preset, aliases: preset === "llama-8b" ? ["llama-8b"] : ["tiny"] } : undefined;
 
-  // Keys and Budgets: ACS_DB names the SQLite file; its directory must exist.
-  const dbPath = env.ACS_DB;
-  if (dbPath !== undefined) checkDbPath(dbPath);
+  // Keys and Budgets: ACS_DB names a SQLite file (its directory must exist) or a PostgreSQL URL.
+  const db = parseBudgetDb(env.ACS_DB);
+  if (db?.kind === "sqlite") checkDbPath(db.path);
 
   const host = env.HOST;
-  if (dbPath === undefined && !isLoopback(host)) {
+  if (db === undefined && !isLoopback(host)) {
     throw new ConfigError(
       `HOST=${host} without keys: set ACS_DB to a keys database (npm run keys) before binding beyond loopback`,
     );
@@ -126,7 +143,10 @@ export function loadConfig(rawEnv: Record<string, string | undefined> = process.
     models,
     modelsPath: env.ACS_MODELS,
     embeddedEngine,
-    dbPath,
+    db,
+    instanceId: env.ACS_INSTANCE_ID,
+    leaseTtlMs: env.ACS_LEASE_TTL_MS,
+    holdRenewMs: env.ACS_HOLD_RENEW_MS,
     keepaliveIntervalMs: env.ACS_KEEPALIVE_MS,
     nonStreamDeadlineMs: env.ACS_DEADLINE_MS,
     logLevel: env.ACS_LOG_LEVEL,
@@ -134,6 +154,21 @@ export function loadConfig(rawEnv: Record<string, string | undefined> = process.
     steeringProcessBytes: env.ACS_STEERING_PROCESS_BYTES,
   };
   return Object.freeze(config);
+}
+
+/**
+ * ACS_DB: a `postgres://` or `postgresql://` URL selects PostgreSQL; any other value is the path of
+ * a SQLite file; unset or empty, undefined. Throws ConfigError for a URL that does not parse.
+ */
+export function parseBudgetDb(value: string | undefined): BudgetDb | undefined {
+  if (value === undefined || value === "") return undefined;
+  if (!/^postgres(ql)?:\/\//i.test(value)) return { kind: "sqlite", path: value };
+  try {
+    new URL(value);
+  } catch {
+    throw new ConfigError("ACS_DB is not a valid postgres:// URL");
+  }
+  return { kind: "postgres", url: value };
 }
 
 /** True for loopback bind addresses (127.0.0.0/8, ::1, localhost). */

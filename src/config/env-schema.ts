@@ -32,6 +32,9 @@ const envSchema = z.object({
     })
     .default("llama-8b"),
   ACS_DB: z.string().optional(),
+  ACS_INSTANCE_ID: z.string().optional(),
+  ACS_LEASE_TTL_MS: intText(1000, 3_600_000, 30_000),
+  ACS_HOLD_RENEW_MS: intText(10, 600_000, 10_000),
   ACS_KEEPALIVE_MS: intText(10, 3_600_000, limits.keepaliveIntervalMs),
   ACS_DEADLINE_MS: intText(10, 24 * 3_600_000, limits.nonStreamDeadlineMs),
   ACS_LOG_LEVEL: z

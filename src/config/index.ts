@@ -1,11 +1,13 @@
 export { checkDbPath } from "./check-db-path.js";
 export {
+  type BudgetDb,
   type Config,
   type EmbeddedEngineConfig,
   isLoopback,
   limits,
   loadConfig,
   type ModelConfig,
+  parseBudgetDb,
   type UpstreamConfig,
 } from "./config.js";
 export { ConfigError } from "./config-error.js";

@@ -1,6 +1,12 @@
 import type { FastifyInstance } from "fastify";
 import type { Logger } from "pino";
-import { type BudgetLedger, createBudgetLedger, DEFAULT_HOLD_TTL_MS } from "../budget/index.js";
+import {
+  type BudgetLedger,
+  createBudgetLedger,
+  DEFAULT_HOLD_TTL_MS,
+  DEFAULT_LEASE_SETTINGS,
+  DEFAULT_RECLAIM_INTERVAL_MS,
+} from "../budget/index.js";
 import type { Config } from "../config/index.js";
 import { createSteeringBudget } from "../lens/index.js";
 import { createCompletionsService, createModelRegistry, type ModelRegistry } from "../service/index.js";
@@ -19,8 +25,13 @@ import type { OnePortTimeouts } from "./one-port-server.js";
  * What {@link buildApp} reads of the configuration (src/config), models included; the steering
  * budget's bounds default to the lens defaults (32 MiB per request, 256 MiB in all).
  */
-export type AppConfig = Pick<Config, "models" | "dbPath" | "keepaliveIntervalMs" | "nonStreamDeadlineMs"> &
-  Partial<Pick<Config, "steeringRequestBytes" | "steeringProcessBytes">>;
+export type AppConfig = Pick<Config, "models" | "db" | "keepaliveIntervalMs" | "nonStreamDeadlineMs"> &
+  Partial<
+    Pick<
+      Config,
+      "steeringRequestBytes" | "steeringProcessBytes" | "instanceId" | "leaseTtlMs" | "holdRenewMs"
+    >
+  >;
 
 /** Options of {@link buildApp} beyond the configuration. */
 export interface AppOptions {
@@ -52,8 +63,8 @@ export interface App {
  * The one wiring of the gateway, used by src/main.ts and by the tests alike: a replica pool per
  * model (src/upstream/pool: one Inference client per replica, sharing one /tokenize cache), the
  * model registry (max_model_len read from Inference where the models file leaves it out), the
- * Budget ledger when `dbPath` is set (its Holds outlive the longest non-streamed wait; Holds left by
- * an earlier run are released), the steering budget (its gauges on
+ * Budget ledger when `db` is set (SQLite, or PostgreSQL shared by replicas: see {@link openLedger}),
+ * the steering budget (its gauges on
  * /metrics), the completions service, and the server with its REST, Connect,
  * gRPC-Web, gRPC and ops routes. `app.close()` closes the pools and the ledger.
  *
@@ -99,21 +110,12 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     }
   }
 
-  // A Hold outlives the longest non-streamed wait (streams renew theirs).
-  const holdTtlMs = Math.max(DEFAULT_HOLD_TTL_MS, config.nonStreamDeadlineMs + 60_000);
-  const ledger =
-    config.dbPath === undefined
-      ? undefined
-      : createBudgetLedger({
-          path: config.dbPath,
-          holdTtlMs,
-          ...(options.reclaimIntervalMs === undefined
-            ? {}
-            : { reclaimIntervalMs: options.reclaimIntervalMs }),
-        });
-  if (ledger) {
-    const reclaimed = ledger.reclaimOnStart();
-    logger.info({ db: config.dbPath, reclaimed }, "keys and Budgets on");
+  let ledger: BudgetLedger | undefined;
+  try {
+    ledger = await openLedger(config, logger, options.reclaimIntervalMs);
+  } catch (err) {
+    await closePools();
+    throw err;
   }
 
   const steeringBudget = createSteeringBudget({
@@ -124,6 +126,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     models: registry,
     ledger,
     nonStreamDeadlineMs: config.nonStreamDeadlineMs,
+    ...(config.holdRenewMs === undefined ? {} : { holdRenewIntervalMs: config.holdRenewMs }),
     onLedgerError: (err) => logger.error({ err }, "Budget ledger call failed"),
     steeringBudget,
   });
@@ -138,10 +141,54 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     ...(options.timeouts ? { timeouts: options.timeouts } : {}),
     onClose: async () => {
       await closePools();
-      ledger?.close();
+      await ledger?.close();
       await options.onClose?.();
     },
   });
   registerUpstreamMetrics(metrics.registry, pools);
   return { app, metrics, registry, ledger };
+}
+
+/**
+ * The Budget ledger of `config.db`, or undefined without one. Holds outlive the longest
+ * non-streamed wait (streams renew theirs). SQLite: one transaction per Hold; at start it releases
+ * the Holds an earlier run left (all of them, or only this instance's with ACS_INSTANCE_ID).
+ * PostgreSQL: Holds from leases (src/budget/README.md); at start it releases what this instance's
+ * earlier run left when ACS_INSTANCE_ID names it, else nothing (the other replicas reclaim a dead
+ * one's after expiry).
+ */
+async function openLedger(
+  config: AppConfig,
+  logger: Logger,
+  reclaimIntervalMs: number | undefined,
+): Promise<BudgetLedger | undefined> {
+  const { db } = config;
+  if (db === undefined) return undefined;
+  const leaseTtlMs = config.leaseTtlMs ?? DEFAULT_LEASE_SETTINGS.ttlMs;
+  // On a shared database a dead replica's leases come back within two lease lifetimes.
+  const reclaimEvery =
+    reclaimIntervalMs ??
+    (db.kind === "postgres"
+      ? Math.min(DEFAULT_RECLAIM_INTERVAL_MS, leaseTtlMs)
+      : DEFAULT_RECLAIM_INTERVAL_MS);
+  const ledger = await createBudgetLedger({
+    ...(db.kind === "postgres" ? { postgresUrl: db.url } : { path: db.path }),
+    holdTtlMs: Math.max(DEFAULT_HOLD_TTL_MS, config.nonStreamDeadlineMs + 60_000),
+    leases: db.kind === "postgres" && { ttlMs: leaseTtlMs },
+    ...(config.instanceId === undefined ? {} : { instanceId: config.instanceId }),
+    reclaimIntervalMs: reclaimEvery,
+    onReclaimError: (err) => logger.error({ err }, "Budget ledger background task failed"),
+  });
+  try {
+    const scope = config.instanceId !== undefined ? "instance" : db.kind === "sqlite" ? "all" : undefined;
+    const reclaimed = scope === undefined ? { holds: 0, leases: 0 } : await ledger.reclaimOnStart(scope);
+    logger.info(
+      { db: db.kind === "sqlite" ? db.path : "postgres", instanceId: ledger.instanceId, reclaimed },
+      "keys and Budgets on",
+    );
+    return ledger;
+  } catch (err) {
+    await ledger.close();
+    throw err;
+  }
 }

@@ -216,14 +216,18 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     }
   }
 
-  /** Renews a stream's Hold once per renew interval, without holding up its chunks. */
-  function holdRenewer(hold: Prepared["hold"]): () => void {
+  /**
+   * Renews a stream's Hold once per renew interval, recording the tokens used so far (what a
+   * reclaim after a crash charges), without holding up its chunks.
+   */
+  function holdRenewer(hold: Prepared["hold"], meter: UsageMeter): () => void {
     let last = Date.now();
     return () => {
       if (hold === undefined || ledger === undefined || Date.now() - last < renewEveryMs) return;
       last = Date.now();
+      const used = meter.used;
       Promise.resolve()
-        .then(() => ledger.renew(hold.id))
+        .then(() => ledger.renew(hold.id, used))
         .catch(onLedgerError);
     };
   }
@@ -440,7 +444,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const continuousUsage = includeUsage && request.streamOptions?.continuousUsageStats === true;
     const returnTokenIds = request.returnTokenIds === true;
     const ids = completionIds(request.model);
-    const renew = holdRenewer(prepared.hold);
+    const renew = holdRenewer(prepared.hold, meter);
     let promptIds: number[] = [];
     const generatedIds: number[] = [];
     const body: VllmCompletionRequest = {

@@ -28,8 +28,11 @@ export interface Ledger {
     key: KeyInfo,
     demand: HoldDemand,
   ): MaybePromise<{ holdId: string; maxTokens: number; clamped: boolean; heldTokens: number }>;
-  /** Keeps a long stream's Hold from being reclaimed as stale. */
-  renew(holdId: string): MaybePromise<unknown>;
+  /**
+   * Keeps a long stream's Hold from being reclaimed as stale, recording usedTokens (prompt +
+   * generated so far): a Hold reclaimed after its gateway died is charged at least that.
+   */
+  renew(holdId: string, usedTokens: number): MaybePromise<unknown>;
   /** Charges the tokens used and releases the rest; exactly once (later calls are no-ops). */
   settle(holdId: string, usedTokens: number): MaybePromise<unknown>;
 }

@@ -1,10 +1,10 @@
 import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { createBudgetLedger } from "../../src/budget/index.js";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { createBudgetLedger, isPostgresUrl } from "../../src/budget/index.js";
 import { ApiError } from "../../src/errors/index.js";
-import { ROOT, tempDb } from "./helpers.js";
+import { ROOT, storesUnderTest, tempDb } from "./helpers.js";
 
 const run = promisify(execFile);
 const TSX = join(ROOT, "node_modules/.bin/tsx");
@@ -40,17 +40,24 @@ async function keys(
   }
 }
 
-let db: ReturnType<typeof tempDb>;
-beforeEach(() => {
-  db = tempDb();
-});
-afterEach(() => db.cleanup());
+const openLedger = (acsDb: string) =>
+  createBudgetLedger({
+    ...(isPostgresUrl(acsDb) ? { postgresUrl: acsDb } : { path: acsDb }),
+    reclaimIntervalMs: 0,
+    authCacheTtlMs: 0,
+  });
 
-describe("npm run keys (src/budget/cli.ts)", () => {
+describe.each(storesUnderTest("cli"))("npm run keys on $kind", (store) => {
+  beforeAll(() => store.setup());
+  afterAll(() => store.teardown());
+  beforeEach((ctx) => store.fresh(ctx));
+  afterEach(() => store.cleanup());
+
   it("create prints the key once; it authenticates; list, grant, usage and revoke work on it", async () => {
+    const db = store.acsDb();
     const created = await keys(
       ["create", "--budget", "1000000", "--name", "alice", "--models", "llama-8b,tiny"],
-      db.path,
+      db,
     );
     expect(created.code).toBe(0);
     const key = created.stdout.match(/^acs-[A-Za-z0-9_-]{43}$/m)?.[0];
@@ -58,39 +65,66 @@ describe("npm run keys (src/budget/cli.ts)", () => {
     expect(key).toBeDefined();
     expect(id).toBeDefined();
 
-    const ledger = createBudgetLedger({ path: db.path, reclaimIntervalMs: 0 });
-    expect(ledger.authenticate(`Bearer ${key}`)).toEqual({ id, name: "alice", models: ["llama-8b", "tiny"] });
-    ledger.close();
+    const ledger = await openLedger(db);
+    expect(await ledger.authenticate(`Bearer ${key}`)).toEqual({
+      id,
+      name: "alice",
+      models: ["llama-8b", "tiny"],
+    });
+    const info = await ledger.authenticate(`Bearer ${key}`);
+    await ledger.settle(
+      (await ledger.placeHold(info, { promptTokens: 5, prompts: 1, n: 1, maxTokens: 100 })).holdId,
+      42,
+    );
+    await ledger.close();
 
-    const list = await keys(["list"], db.path);
+    const list = await keys(["list"], db);
     expect(list.code).toBe(0);
     expect(list.stdout).toContain(id);
     expect(list.stdout).toContain("alice");
     expect(list.stdout).toContain(`acs-…${key!.slice(-4)}`);
     expect(list.stdout).not.toContain(key!.slice(4, 40));
 
-    const granted = await keys(["grant", id!, "--tokens", "500", "--json"], db.path);
+    const granted = await keys(["grant", id!, "--tokens", "500", "--json"], db);
     expect(granted.code).toBe(0);
     expect(JSON.parse(granted.stdout)).toMatchObject({
       id,
       budgetTokens: 1_000_500,
-      availableTokens: 1_000_500,
+      spentTokens: 42,
+      availableTokens: 1_000_458,
     });
 
-    const revoked = await keys(["revoke", id!], db.path);
+    const revoked = await keys(["revoke", id!], db);
     expect(revoked.code).toBe(0);
     expect(revoked.stdout).toMatch(/^Revoked key key_/);
 
-    const usage = await keys(["usage", id!, "--db", db.path], undefined); // --db instead of ACS_DB
+    const usage = await keys(["usage", id!, "--db", db], undefined); // --db instead of ACS_DB
     expect(usage.code).toBe(0);
     expect(usage.stdout).toMatch(/state: +revoked/);
     expect(usage.stdout).toMatch(/budget: +1000500/);
+    expect(usage.stdout).toMatch(/leased: +0 \(0 leases/);
+    // Usage per UTC day: today's one request of 42 tokens.
+    expect(usage.stdout).toMatch(new RegExp(`${new Date().toISOString().slice(0, 10)} +42 +1 +0`));
+    const json = JSON.parse((await keys(["usage", id!, "--json", "--days", "1"], db)).stdout) as {
+      daily: unknown[];
+    };
+    expect(json.daily).toEqual([
+      { day: new Date().toISOString().slice(0, 10), chargedTokens: 42, settledHolds: 1, reclaimedHolds: 0 },
+    ]);
 
-    const after = createBudgetLedger({ path: db.path, reclaimIntervalMs: 0 });
-    expect(() => after.authenticate(`Bearer ${key}`)).toThrow(ApiError);
-    after.close();
+    const after = await openLedger(db);
+    await expect(after.authenticate(`Bearer ${key}`)).rejects.toThrow(ApiError);
+    await after.close();
   });
+});
 
+let db: ReturnType<typeof tempDb>;
+beforeEach(() => {
+  db = tempDb();
+});
+afterEach(() => db.cleanup());
+
+describe("npm run keys (src/budget/cli.ts)", () => {
   it("list --json gives every key without the key itself", async () => {
     await keys(["create", "--budget", "5"], db.path);
     await keys(["create", "--budget", "6", "--name", "b"], db.path);
@@ -114,6 +148,12 @@ describe("npm run keys (src/budget/cli.ts)", () => {
     [["list", "--bogus"], 2, /Unknown option '--bogus'/],
     [[], 2, /^error: no command/],
     [["usage", "key_000000000000", "--db", "/nonexistent/dir/x.db"], 1, /^error: cannot open the database/],
+    [
+      ["list", "--db", "postgres://nobody:secret@127.0.0.1:1/acs"],
+      1,
+      /^error: cannot open the database 'postgres:\/\/nobody:\*\*\*@127\.0\.0\.1:1\/acs': .*ECONNREFUSED/,
+    ],
+    [["usage", "key_000000000000", "--days", "0"], 2, /--days must be a whole number of days ≥ 1/],
   ])("%j exits %i with a clear error", async (args, code, message) => {
     const own = tempDb(); // concurrent cases: each its own file
     const result = await keys(args, own.path).finally(own.cleanup);
@@ -124,7 +164,9 @@ describe("npm run keys (src/budget/cli.ts)", () => {
   it("refuses to run without a database (exit 2)", async () => {
     const result = await keys(["list"], undefined);
     expect(result.code).toBe(2);
-    expect(result.stderr).toMatch(/set ACS_DB to the SQLite file, or pass --db PATH/);
+    expect(result.stderr).toMatch(
+      /set ACS_DB to the SQLite file or postgres:\/\/ URL, or pass --db PATH\|URL/,
+    );
   });
 
   it("--help prints the usage and exits 0", async () => {

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import { testDatabase } from "../helpers/postgres.js";
 
 /** The repository root (cwd of child processes). */
 export const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -57,4 +58,61 @@ export function exited(child: ChildProcess): Promise<{ code: number | null; sign
     return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
   }
   return new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+}
+
+/** A store every budget test file runs against: a SQLite file, or a PostgreSQL database. */
+export interface StoreUnderTest {
+  readonly kind: "sqlite" | "postgres";
+  /** beforeAll: creates the PostgreSQL database of the file. */
+  setup(): Promise<void>;
+  /**
+   * beforeEach: a fresh SQLite file, or the file's database emptied; skips the test (with the
+   * reason) when PostgreSQL is unavailable.
+   */
+  fresh(ctx: { skip: (note?: string) => void }): Promise<void>;
+  /** createBudgetLedger options that select the store. */
+  options(): { path: string } | { postgresUrl: string };
+  /** ACS_DB of the store (a path or a postgres:// URL), for child processes and the CLI. */
+  acsDb(): string;
+  /** afterEach: removes the SQLite file. */
+  cleanup(): void;
+  /** afterAll: drops the PostgreSQL database. */
+  teardown(): Promise<void>;
+}
+
+/** The SQLite store and the PostgreSQL store, for `describe.each`. `label` names the database. */
+export function storesUnderTest(label: string): StoreUnderTest[] {
+  let file: ReturnType<typeof tempDb> | undefined;
+  const sqlite: StoreUnderTest = {
+    kind: "sqlite",
+    async setup() {},
+    async fresh() {
+      file = tempDb();
+    },
+    options: () => ({ path: sqlitePath() }),
+    acsDb: () => sqlitePath(),
+    cleanup() {
+      file?.cleanup();
+      file = undefined;
+    },
+    async teardown() {},
+  };
+  const sqlitePath = () => {
+    if (file === undefined) throw new Error("no SQLite file: call fresh() first");
+    return file.path;
+  };
+  const database = testDatabase(label);
+  const postgres: StoreUnderTest = {
+    kind: "postgres",
+    setup: () => database.create(),
+    async fresh(ctx) {
+      if (database.skipReason !== undefined) ctx.skip(database.skipReason);
+      await database.truncate();
+    },
+    options: () => ({ postgresUrl: database.url }),
+    acsDb: () => database.url,
+    cleanup() {},
+    teardown: () => database.drop(),
+  };
+  return [sqlite, postgres];
 }

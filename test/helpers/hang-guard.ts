@@ -11,9 +11,13 @@ export const HANG_GUARD_MS = 180_000;
  * condition that never holds is caught by the per-test hang guard (and the loop gives up after
  * {@link HANG_GUARD_MS}, so that it never outlives its test by long).
  */
-export async function until(cond: () => boolean, what: string, intervalMs = 10): Promise<void> {
+export async function until(
+  cond: () => boolean | Promise<boolean>,
+  what: string,
+  intervalMs = 10,
+): Promise<void> {
   const giveUp = Date.now() + HANG_GUARD_MS;
-  while (!cond()) {
+  while (!(await cond())) {
     if (Date.now() > giveUp) throw new Error(`never happened: ${what}`);
     await new Promise((r) => setTimeout(r, intervalMs));
   }

@@ -3,7 +3,7 @@
 import type { AddressInfo, Server } from "node:net";
 import { pino } from "pino";
 import type { BudgetLedger } from "../../src/budget/index.js";
-import { limits, type ModelConfig } from "../../src/config/index.js";
+import { type BudgetDb, limits, type ModelConfig } from "../../src/config/index.js";
 import { type RunningEngine, startEngine } from "../../src/engine/index.js";
 import { type AppOptions, buildApp, type OnePortTimeouts } from "../../src/server/index.js";
 import type { ModelRegistry } from "../../src/service/index.js";
@@ -24,6 +24,8 @@ export interface StackOptions {
   pool?: AppOptions["pool"];
   /** SQLite file: keys and Budgets on. */
   dbPath?: string;
+  /** Keys and Budgets on another store (PostgreSQL); wins over dbPath. */
+  db?: BudgetDb;
   keepaliveIntervalMs?: number;
   nonStreamDeadlineMs?: number;
   timeouts?: Partial<OnePortTimeouts>;
@@ -74,7 +76,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const { app, ledger, registry } = await buildApp(
     {
       models: [modelConfig],
-      dbPath: opts.dbPath,
+      db: opts.db ?? (opts.dbPath === undefined ? undefined : { kind: "sqlite", path: opts.dbPath }),
       keepaliveIntervalMs: opts.keepaliveIntervalMs ?? limits.keepaliveIntervalMs,
       nonStreamDeadlineMs: opts.nonStreamDeadlineMs ?? limits.nonStreamDeadlineMs,
       ...(opts.steeringRequestBytes === undefined ? {} : { steeringRequestBytes: opts.steeringRequestBytes }),

@@ -53,8 +53,8 @@ describe("authentication, REST and Connect alike", () => {
     ["revoked key", (key) => `Bearer ${key}`],
   ];
   it.each(cases)("%s → 401 invalid_api_key", async (name, header) => {
-    const { id, key } = ledger().createKey({ budgetTokens: 1000 });
-    if (name === "revoked key") ledger().revoke(id);
+    const { id, key } = await ledger().createKey({ budgetTokens: 1000 });
+    if (name === "revoked key") await ledger().revoke(id);
     const authorization = header(key);
     const res = await rest(small, authorization);
     expect(res.status).toBe(401);
@@ -83,11 +83,11 @@ describe("authentication, REST and Connect alike", () => {
   });
 
   it("lets a good key through and charges its usage", async () => {
-    const { id, key } = ledger().createKey({ budgetTokens: 1000 });
+    const { id, key } = await ledger().createKey({ budgetTokens: 1000 });
     const res = await rest(small, `Bearer ${key}`);
     expect(res.status).toBe(200);
     const json = (await res.json()) as { usage: { total_tokens: number } };
-    const usage = ledger().usage(id);
+    const usage = await ledger().usage(id);
     expect(usage.spentTokens).toBe(json.usage.total_tokens);
     expect(usage.openHolds).toBe(0);
   });
@@ -95,7 +95,7 @@ describe("authentication, REST and Connect alike", () => {
 
 describe("the clamp near the end of a Budget", () => {
   it("lowers max_tokens and says so in X-Acs-Max-Tokens-Clamped (REST, openai SDK, Connect)", async () => {
-    const { key } = ledger().createKey({ budgetTokens: promptTokens + 3 });
+    const { key } = await ledger().createKey({ budgetTokens: promptTokens + 3 });
     const client = new OpenAI({ baseURL: `${stack.url}/v1`, apiKey: key, maxRetries: 0 });
     const { data, response } = await client.completions
       .create({
@@ -109,7 +109,7 @@ describe("the clamp near the end of a Budget", () => {
     expect(response.headers.get("x-acs-max-tokens-clamped")).toBe("3");
     expect(data.usage?.completion_tokens).toBe(3);
 
-    const second = ledger().createKey({ budgetTokens: promptTokens + 2 });
+    const second = await ledger().createKey({ budgetTokens: promptTokens + 2 });
     let clamped: string | null = null;
     const res = await connect().createCompletion(
       create(CreateCompletionRequestSchema, {
@@ -129,7 +129,7 @@ describe("the clamp near the end of a Budget", () => {
   });
 
   it("refuses with 429 insufficient_quota when not one token fits", async () => {
-    const { key } = ledger().createKey({ budgetTokens: promptTokens });
+    const { key } = await ledger().createKey({ budgetTokens: promptTokens });
     const res = await rest(small, `Bearer ${key}`);
     expect(res.status).toBe(429);
     const json = (await res.json()) as { error: Record<string, unknown> };
@@ -143,14 +143,14 @@ describe("concurrency", () => {
     // 100 of them, and not one token of a 101st (no clamp can help it).
     const perRequest = promptTokens + small.max_tokens;
     const budget = 100 * perRequest;
-    const { id, key } = ledger().createKey({ budgetTokens: budget });
+    const { id, key } = await ledger().createKey({ budgetTokens: budget });
     // What the Budget has committed (spent + held), sampled on every turn of the event loop while
     // the requests run; the database's CHECK only bounds the spent part.
     const samples: { committed: number; openHolds: number }[] = [];
     let running = true;
     const sampling = (async () => {
       while (running) {
-        const u = ledger().usage(id);
+        const u = await ledger().usage(id);
         samples.push({ committed: u.spentTokens + u.heldTokens, openHolds: u.openHolds });
         await new Promise((resolve) => setImmediate(resolve));
       }
@@ -184,7 +184,7 @@ describe("concurrency", () => {
     expect([ok.length, refused.length]).toEqual([100, 400]);
     expect(samples.some((s) => s.openHolds > 0)).toBe(true); // sampled while requests were in flight
     expect(samples.filter((s) => s.committed > budget)).toEqual([]);
-    const usage = ledger().usage(id);
+    const usage = await ledger().usage(id);
     expect(usage.openHolds).toBe(0);
     expect(usage.spentTokens).toBe(ok.reduce((a, r) => a + r.used, 0));
     expect(usage.spentTokens).toBe(budget);
@@ -193,7 +193,7 @@ describe("concurrency", () => {
 
 describe("settle on disconnect", () => {
   it("a caller that goes away mid-stream is charged what was generated, and the Hold is closed", async () => {
-    const { id, key } = ledger().createKey({ budgetTokens: 100_000 });
+    const { id, key } = await ledger().createKey({ budgetTokens: 100_000 });
     const controller = new AbortController();
     const res = await fetch(`${stack.url}/v1/completions`, {
       method: "POST",
@@ -204,8 +204,8 @@ describe("settle on disconnect", () => {
     const reader = res.body?.getReader();
     await reader?.read();
     controller.abort();
-    await until(() => ledger().usage(id).openHolds === 0, "the Hold was settled");
-    const spent = ledger().usage(id).spentTokens;
+    await until(async () => (await ledger().usage(id)).openHolds === 0, "the Hold was settled");
+    const spent = (await ledger().usage(id)).spentTokens;
     expect(spent).toBeGreaterThanOrEqual(promptTokens);
     expect(spent).toBeLessThan(promptTokens + 400);
   });
@@ -213,7 +213,7 @@ describe("settle on disconnect", () => {
 
 describe("model allow-lists", () => {
   it("a key restricted to other models gets 403 model_not_allowed; an alias in the list is enough", async () => {
-    const other = ledger().createKey({ budgetTokens: 1000, models: ["some/other-model"] });
+    const other = await ledger().createKey({ budgetTokens: 1000, models: ["some/other-model"] });
     const res = await rest(small, `Bearer ${other.key}`);
     expect(res.status).toBe(403);
     const json = (await res.json()) as { error: Record<string, unknown> };
@@ -223,14 +223,14 @@ describe("model allow-lists", () => {
       param: "model",
     });
 
-    const byAlias = ledger().createKey({ budgetTokens: 1000, models: ["tiny"] });
+    const byAlias = await ledger().createKey({ budgetTokens: 1000, models: ["tiny"] });
     expect((await rest(small, `Bearer ${byAlias.key}`)).status).toBe(200);
   });
 });
 
 describe("settle of a non-streamed request cut short", () => {
   it("charges the prompt and the tokens generated until the caller disconnected", async () => {
-    const { id, key } = ledger().createKey({ budgetTokens: 100_000 });
+    const { id, key } = await ledger().createKey({ budgetTokens: 100_000 });
     const controller = new AbortController();
     const engine = stack.engine;
     if (!engine) throw new Error("no engine");
@@ -243,8 +243,8 @@ describe("settle of a non-streamed request cut short", () => {
     await until(() => engine.stats.active > 0, "the engine is generating");
     controller.abort();
     await request;
-    await until(() => ledger().usage(id).openHolds === 0, "the Hold was settled");
-    const spent = ledger().usage(id).spentTokens;
+    await until(async () => (await ledger().usage(id)).openHolds === 0, "the Hold was settled");
+    const spent = (await ledger().usage(id)).spentTokens;
     expect(spent).toBeGreaterThanOrEqual(promptTokens);
     expect(spent).toBeLessThan(promptTokens + 400);
   });

@@ -65,22 +65,22 @@ async function post(stack: Stack, key: string, body: Record<string, unknown>) {
 describe("charging without usage from Inference", () => {
   it.each([false, true])("stream %s: prompt + the tokens generated", async (stream) => {
     const ledger = scripted.ledger!;
-    const { id, key } = ledger.createKey({ budgetTokens: 1000 });
+    const { id, key } = await ledger.createKey({ budgetTokens: 1000 });
     const res = await post(scripted, key, { prompt: "no usage", max_tokens: 8, stream });
     expect(res.status).toBe(200);
     await res.text();
-    const usage = ledger.usage(id);
+    const usage = await ledger.usage(id);
     expect(usage.spentTokens).toBe(PROMPT_TOKENS + GENERATED);
     expect(usage.openHolds).toBe(0);
   });
 
   it.each([false, true])("stream %s: Inference's usage when it reports one", async (stream) => {
     const ledger = scripted.ledger!;
-    const { id, key } = ledger.createKey({ budgetTokens: 1000 });
+    const { id, key } = await ledger.createKey({ budgetTokens: 1000 });
     const res = await post(scripted, key, { prompt: "usage", max_tokens: 50, stream });
     expect(res.status).toBe(200);
     await res.text();
-    expect(ledger.usage(id).spentTokens).toBe(40);
+    expect((await ledger.usage(id)).spentTokens).toBe(40);
   });
 });
 
@@ -90,7 +90,7 @@ describe("a streamed capture", () => {
     // The Hold: "Hi" is 3 tokens, + 4 generated, + the replay of 3 + 4 − 1 = 13 tokens; a Budget of
     // exactly that is not clamped, and the charge must fit it.
     const hold = 3 + 4 + (3 + 4 - 1);
-    const { id, key } = ledger.createKey({ budgetTokens: hold });
+    const { id, key } = await ledger.createKey({ budgetTokens: hold });
     const res = await post(engine, key, {
       prompt: "Hi",
       max_tokens: 4,
@@ -110,15 +110,15 @@ describe("a streamed capture", () => {
     expect(usage).toMatchObject({ prompt_tokens: 3, completion_tokens: 4 });
     expect(chunks.at(-1)?.activations).toBeDefined();
     const replay = usage!.prompt_tokens + usage!.completion_tokens - 1;
-    expect(ledger.usage(id).spentTokens).toBe(usage!.total_tokens + replay);
-    expect(ledger.usage(id).spentTokens).toBeLessThanOrEqual(hold);
-    expect(ledger.usage(id).openHolds).toBe(0);
+    expect((await ledger.usage(id)).spentTokens).toBe(usage!.total_tokens + replay);
+    expect((await ledger.usage(id)).spentTokens).toBeLessThanOrEqual(hold);
+    expect((await ledger.usage(id)).openHolds).toBe(0);
   });
 
   it("holds the replay too: a Budget that fits the text but not the replay is clamped", async () => {
     const ledger = engine.ledger!;
     // "Hi" is 3 tokens: 4 tokens of text need 3 + 4 = 7; with the replay 7 + 3 + 3 = 13.
-    const { id, key } = ledger.createKey({ budgetTokens: 12 });
+    const { id, key } = await ledger.createKey({ budgetTokens: 12 });
     const res = await post(engine, key, {
       prompt: "Hi",
       max_tokens: 4,
@@ -131,6 +131,6 @@ describe("a streamed capture", () => {
     expect(res.headers.get("x-acs-max-tokens-clamped")).toBe("3");
     await res.text();
     // 3 prompt + 3 generated + replay of 3 + 3 − 1.
-    expect(ledger.usage(id).spentTokens).toBe(11);
+    expect((await ledger.usage(id)).spentTokens).toBe(11);
   });
 });

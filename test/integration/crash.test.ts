@@ -31,8 +31,8 @@ async function startGateway(port: number): Promise<ChildProcess> {
 
 describe("crash", () => {
   it("reclaims the Holds of a SIGKILLed gateway on restart, charging nothing twice", async () => {
-    const admin = createBudgetLedger({ path: dbPath, reclaimIntervalMs: 0 });
-    const { id, key } = admin.createKey({ budgetTokens: 100_000 });
+    const admin = await createBudgetLedger({ path: dbPath, reclaimIntervalMs: 0 });
+    const { id, key } = await admin.createKey({ budgetTokens: 100_000 });
     const port = await freePort();
     const url = `http://127.0.0.1:${port}/v1/completions`;
     const headers = { "content-type": "application/json", authorization: `Bearer ${key}` };
@@ -46,7 +46,7 @@ describe("crash", () => {
         body: JSON.stringify({ model: "tiny", prompt: "Hi", max_tokens: 3 }),
       })
     ).json()) as { usage: { total_tokens: number } };
-    expect(admin.usage(id).spentTokens).toBe(done.usage.total_tokens);
+    expect((await admin.usage(id)).spentTokens).toBe(done.usage.total_tokens);
 
     // Five streams in flight, then SIGKILL.
     const streams = await Promise.all(
@@ -67,19 +67,19 @@ describe("crash", () => {
         return reader;
       }),
     );
-    expect(admin.usage(id).openHolds).toBe(5);
+    expect((await admin.usage(id)).openHolds).toBe(5);
     gateway.kill("SIGKILL");
     await new Promise((r) => gateway.once("exit", r));
     for (const r of streams) await r?.cancel().catch(() => undefined);
-    expect(admin.usage(id).openHolds).toBe(5); // nobody settled them
+    expect((await admin.usage(id)).openHolds).toBe(5); // nobody settled them
 
     gateway = await startGateway(port);
-    const after = admin.usage(id);
+    const after = await admin.usage(id);
     expect(after.openHolds).toBe(0);
     expect(after.reclaimedHolds).toBe(5);
     expect(after.spentTokens).toBe(done.usage.total_tokens);
     expect(after.availableTokens).toBe(100_000 - done.usage.total_tokens);
     gateway.kill("SIGTERM");
-    admin.close();
+    await admin.close();
   });
 });

@@ -139,7 +139,7 @@ describe("a replica killed under load", () => {
       healthIntervalMs: 0,
       pool: { backoff: { initialMs: 100, maxMs: 400 }, checkTimeoutMs: 2000 },
     });
-    const created = stack.ledger?.createKey({ budgetTokens: 1_000_000 });
+    const created = await stack.ledger?.createKey({ budgetTokens: 1_000_000 });
     if (created === undefined) throw new Error("no ledger");
     ({ key, id: keyId } = created);
   }, 180_000);
@@ -230,8 +230,10 @@ describe("a replica killed under load", () => {
     const expected =
       usages.reduce((n, e) => n + (e.usage as { total_tokens: number }).total_tokens, 0) +
       cut.reduce((n, s) => n + promptTokens + s.events.reduce((m, e) => m + tokenIds(e), 0), 0);
-    await expect.poll(() => stack.ledger?.usage(keyId).spentTokens, { timeout: 5000 }).toBe(expected);
-    await expect.poll(() => stack.ledger?.usage(keyId).heldTokens, { timeout: 5000 }).toBe(0);
+    await expect
+      .poll(async () => (await stack.ledger?.usage(keyId))?.spentTokens, { timeout: 5000 })
+      .toBe(expected);
+    await expect.poll(async () => (await stack.ledger?.usage(keyId))?.heldTokens, { timeout: 5000 }).toBe(0);
 
     // The dead replica is out; back on the same port, it is put back and gets requests again.
     await expect.poll(async () => (await replicaUp(stack.url))[victimUrl], { timeout: 10_000 }).toBe(0);
@@ -358,7 +360,7 @@ describe("a model whose upstream is down or serves another model at start-up", (
           model("late/model", `http://127.0.0.1:${latePort}`),
           model("wrong/model", engine.url, "other/model"),
         ],
-        dbPath: undefined,
+        db: undefined,
         keepaliveIntervalMs: 5000,
         nonStreamDeadlineMs: 60_000,
       },

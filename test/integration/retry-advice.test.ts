@@ -126,7 +126,7 @@ function rpcRequests(key: string): [ErrorForm, WireRequest][] {
 
 describe("a spent Budget: x-should-retry: false", () => {
   it("the OpenAI SDK does not retry: the gateway sees one request", async () => {
-    const { key } = ledger().createKey({ budgetTokens: 2 }); // "Hi" needs 2 + 1 tokens
+    const { key } = await ledger().createKey({ budgetTokens: 2 }); // "Hi" needs 2 + 1 tokens
     const before = await rest429s();
     const err = await sdkError(sdk(key).completions.create({ model: "tiny", prompt: "Hi", max_tokens: 10 }));
     expect(err.status).toBe(429);
@@ -137,7 +137,7 @@ describe("a spent Budget: x-should-retry: false", () => {
   });
 
   it.each([0, 1, 2, 3])("RPC surface %# carries the same advice", async (i) => {
-    const { key } = ledger().createKey({ budgetTokens: 2 });
+    const { key } = await ledger().createKey({ budgetTokens: 2 });
     const [form, req] = rpcRequests(key)[i] as [ErrorForm, WireRequest];
     const error = decodeError(form, await exchange(stack.url, req));
     expect(error.envelope.code).toBe("insufficient_quota");
@@ -148,7 +148,7 @@ describe("a spent Budget: x-should-retry: false", () => {
 
 describe("Holds in flight block the request: Retry-After", () => {
   it("the SDK waits and retries (three requests); the request fits once the Hold settles", async () => {
-    const { id, key } = ledger().createKey({ budgetTokens: 20 });
+    const { id, key } = await ledger().createKey({ budgetTokens: 20 });
     // A request Inference never answers holds 4 + 14 = 18 of the 20 tokens.
     const blocker = new AbortController();
     const blocked = fetch(`${stack.url}/v1/completions`, {
@@ -157,7 +157,7 @@ describe("Holds in flight block the request: Retry-After", () => {
       body: JSON.stringify({ model: "tiny", prompt: "hold", max_tokens: 14, stream: true }),
       signal: blocker.signal,
     }).catch(() => undefined);
-    await expect.poll(() => ledger().usage(id).openHolds, { timeout: 5000 }).toBe(1);
+    await expect.poll(async () => (await ledger().usage(id)).openHolds, { timeout: 5000 }).toBe(1);
 
     // "Hi" needs at least 3; 2 are left, but 20 would be once the Hold settles.
     const before = await rest429s();
@@ -176,7 +176,7 @@ describe("Holds in flight block the request: Retry-After", () => {
 
     blocker.abort();
     await blocked;
-    await expect.poll(() => ledger().usage(id).openHolds, { timeout: 5000 }).toBe(0);
+    await expect.poll(async () => (await ledger().usage(id)).openHolds, { timeout: 5000 }).toBe(0);
     const ok = await sdk(key).completions.create({ model: "tiny", prompt: "Hi", max_tokens: 10 });
     expect(ok.choices[0]?.text).toBe("ok");
   });
@@ -187,7 +187,7 @@ describe("a caller's deadline settles the Hold", () => {
     ["Connect", { "content-type": "application/json", "connect-timeout-ms": "500" }, false],
     ["gRPC", { "content-type": "application/grpc+json", "grpc-timeout": "500m" }, true],
   ] as const)("%s", async (_name, headers, grpc) => {
-    const { id, key } = ledger().createKey({ budgetTokens: 1000 });
+    const { id, key } = await ledger().createKey({ budgetTokens: 1000 });
     const json = new TextEncoder().encode('{"model":"tiny","text":"hold","maxTokens":10}');
     const res = await exchange(stack.url, {
       ...(grpc ? { http2: true } : {}),
@@ -196,8 +196,8 @@ describe("a caller's deadline settles the Hold", () => {
       body: grpc ? frame(json) : json,
     });
     expect(decodeError(grpc ? "grpc" : "connect", res).envelope.code).toBe("deadline_exceeded");
-    await expect.poll(() => ledger().usage(id).openHolds, { timeout: 5000 }).toBe(0);
+    await expect.poll(async () => (await ledger().usage(id)).openHolds, { timeout: 5000 }).toBe(0);
     // Inference generated nothing: the prompt is charged, the rest of the Hold released.
-    expect(ledger().usage(id).spentTokens).toBeLessThanOrEqual(4);
+    expect((await ledger().usage(id)).spentTokens).toBeLessThanOrEqual(4);
   });
 });

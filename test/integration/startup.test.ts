@@ -140,9 +140,9 @@ describe("start-up log", () => {
 describe("npm run keys", () => {
   it("list into a reader that stops early (| head) ends quietly", async () => {
     const db = join(dir, "keys.db");
-    const ledger = createBudgetLedger({ path: db, reclaimIntervalMs: 0 });
-    ledger.createKey({ budgetTokens: 10, name: "a" });
-    ledger.close();
+    const ledger = await createBudgetLedger({ path: db, reclaimIntervalMs: 0 });
+    await ledger.createKey({ budgetTokens: 10, name: "a" });
+    await ledger.close();
     const child = startGateway({ ACS_DB: db }, ["src/budget/cli.ts", "list"]);
     // The reader is gone before the CLI writes its first line: every write meets a closed pipe.
     child.stdout?.destroy();

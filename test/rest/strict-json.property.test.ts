@@ -7,5 +7,5 @@ import { strictJsonProperty } from "../helpers/strict-json-property.js";
 describe("strict JSON decoding agrees with exact references", () => {
   it("documents, corrupted bodies and number fields", async () => {
     await fc.assert(strictJsonProperty, { numRuns: 400 });
-  }, 120_000);
+  });
 });

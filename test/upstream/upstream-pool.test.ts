@@ -13,6 +13,7 @@ import {
   type VllmClient,
   type VllmCompletionChunk,
 } from "../../src/upstream/index.js";
+import { until } from "../helpers/hang-guard.js";
 import { chunk, closedPortUrl, type FakeUpstream, sse, startFakeUpstream } from "./fake-upstream.js";
 
 type Mode = "ok" | "503" | "500" | "400" | "cut-after-first" | "reset-before-first" | "hang";
@@ -205,7 +206,7 @@ describe("choice", () => {
       deadlineMs: 10_000,
       upstreamRequestId: "h",
     });
-    await expect.poll(() => a.ids.length).toBe(1);
+    await until(() => a.ids.length === 1, "the first request reached a");
     for (let i = 0; i < 3; i++) await texts(p, `next-${i}`);
     expect([a.ids.length, b.ids.length]).toEqual([1, 3]);
     expect(p.replicas().map((r) => r.outstanding)).toEqual([1, 0]);
@@ -337,16 +338,14 @@ describe("health", () => {
     const [a, b] = replicas as [Replica, Replica];
     const p = await setup(replicas, { healthIntervalMs: 30 });
     a.health = "503";
-    await expect.poll(() => stateOf(p), { timeout: 5000 }).toEqual(["down", "up"]);
+    await until(() => stateOf(p).join() === "down,up", "a was taken out");
     for (let i = 0; i < 4; i++) expect(await texts(p)).toBe("b");
     expect(a.ids).toEqual([]);
     const failedChecks = p.replicas()[0]?.errors.health ?? 0;
     // Checked again while down (backoff 50, 100, 200, 200 ms…), then put back.
-    await expect
-      .poll(() => p.replicas()[0]?.errors.health ?? 0, { timeout: 5000 })
-      .toBeGreaterThan(failedChecks);
+    await until(() => (p.replicas()[0]?.errors.health ?? 0) > failedChecks, "a was checked again while down");
     a.health = "ok";
-    await expect.poll(() => stateOf(p), { timeout: 5000 }).toEqual(["up", "up"]);
+    await until(() => stateOf(p).join() === "up,up", "a was put back");
     expect(logged.some((l) => l === `info: replica of m at ${a.up.url} is up`)).toBe(true);
     const seen = a.ids.length;
     for (let i = 0; i < 4; i++) await texts(p);

@@ -1,0 +1,469 @@
+// The transactions of a BudgetStore, written once for every backend (SQLite, PostgreSQL): each
+// backend gives row access inside a transaction (TxRows) and a few plain statements
+// (StoreBackend); the arithmetic and the rules live here, so both stores behave alike.
+import type {
+  BudgetStore,
+  DailyUsageRecord,
+  KeyRecord,
+  KeyState,
+  KeyUsageRecord,
+  LeaseSyncInput,
+  LeaseSyncOutcome,
+  PlaceHoldOutcome,
+  ReclaimCount,
+} from "./budget-store.js";
+import { planHold } from "./plan-hold.js";
+
+/** A key row. Times are Unix epoch ms; amounts are tokens. */
+export interface KeyRow extends KeyRecord {
+  /** Σ tokens of the key's open Holds (not in a lease). */
+  readonly heldTokens: number;
+  /** Σ tokens of the key's open leases. */
+  readonly leasedTokens: number;
+  readonly leaseBlockUntil: number;
+}
+
+/** A Hold row. */
+export interface HoldRow {
+  readonly id: string;
+  readonly keyId: string;
+  readonly tokens: number;
+  readonly state: "open" | "settled" | "reclaimed";
+  /** Tokens used as last recorded (by a renew or the settle); null before any. */
+  readonly usedTokens: number | null;
+  readonly chargedTokens: number;
+  readonly expiresAt: number;
+}
+
+/** A lease row. */
+export interface LeaseRow {
+  readonly id: string;
+  readonly keyId: string;
+  readonly state: "open" | "closed" | "reclaimed";
+  readonly tokens: number;
+  readonly reclaimCharge: number;
+  readonly holds: number;
+  /** The last step applied. */
+  readonly seq: number;
+  /** The last step's answer: tokens granted (open, closed) or charged (reclaimed). */
+  readonly lastResult: number;
+  readonly drain: boolean;
+  readonly closing: boolean;
+  readonly expiresAt: number;
+}
+
+/** The columns a lease step writes. */
+export interface LeaseUpdate {
+  readonly state: LeaseRow["state"];
+  readonly tokens: number;
+  readonly reclaimCharge: number;
+  readonly holds: number;
+  readonly seq: number;
+  readonly lastResult: number;
+  readonly drain: boolean;
+  readonly closing: boolean;
+  readonly expiresAt: number;
+  readonly closedAt: number | null;
+}
+
+/**
+ * Row access inside one transaction. `lock*` reads a row and keeps it from other writers until the
+ * transaction ends (PostgreSQL: `FOR UPDATE`; SQLite: the whole database is locked by `BEGIN
+ * IMMEDIATE`). Every transaction locks the key row first, then its Hold or lease rows. Writes
+ * return nothing: a backend may send them without waiting (PostgreSQL pipelines them with the
+ * COMMIT); a failed write fails the transaction.
+ */
+export interface TxRows {
+  lockKey(id: string): Promise<KeyRow | undefined>;
+  lockHold(id: string): Promise<HoldRow | undefined>;
+  lockLease(id: string): Promise<LeaseRow | undefined>;
+  insertHold(hold: {
+    id: string;
+    keyId: string;
+    tokens: number;
+    createdAt: number;
+    expiresAt: number;
+    instanceId: string;
+  }): void;
+  closeHold(
+    id: string,
+    state: "settled" | "reclaimed",
+    usedTokens: number,
+    chargedTokens: number,
+    closedAt: number,
+  ): void;
+  insertLease(
+    lease: { id: string; keyId: string; instanceId: string; createdAt: number },
+    columns: LeaseUpdate,
+  ): void;
+  updateLease(id: string, update: LeaseUpdate): void;
+  setKeyNumbers(id: string, spent: number, held: number, leased: number): void;
+  addDaily(keyId: string, day: string, charged: number, settled: number, reclaimed: number): void;
+  /**
+   * Flags the key's open leases to drain: all of them, or (with `others`) the live ones of other
+   * instances that still have tokens and are not already closing. Returns how many.
+   */
+  flagDrain(keyId: string, others?: { instanceId: string; now: number }): Promise<number>;
+  blockLeases(keyId: string, until: number): void;
+  revoke(keyId: string, now: number): Promise<boolean>;
+}
+
+/** What a backend provides besides transactions: plain statements, each atomic on its own. */
+export interface StoreBackend {
+  readonly kind: BudgetStore["kind"];
+  /** Runs fn in one transaction (committed when it resolves, rolled back when it throws). */
+  transaction<T>(fn: (rows: TxRows) => Promise<T>): Promise<T>;
+  insertKey(record: KeyRecord): Promise<void>;
+  findKeyByHash(keyHash: Uint8Array): Promise<KeyRecord | undefined>;
+  listKeys(): Promise<KeyRecord[]>;
+  /** The key, its open Hold and lease counts and its usage days, read in one snapshot. */
+  keyUsage(
+    keyId: string,
+    days: number,
+  ): Promise<
+    | {
+        key: KeyRow;
+        openHolds: number;
+        leases: number;
+        settledHolds: number;
+        reclaimedHolds: number;
+        daily: DailyUsageRecord[];
+      }
+    | undefined
+  >;
+  addBudget(keyId: string, tokens: number): Promise<boolean>;
+  renewHold(holdId: string, expiresAt: number, usedTokens: number): Promise<boolean>;
+  /** The key of a Hold (no lock), to lock the key first. */
+  holdKeyId(holdId: string): Promise<string | undefined>;
+  /** Open Holds and leases expired at `now`, or (expired undefined) open ones of an instance or all. */
+  openItems(
+    filter: { expiredAt: number } | { instanceId: string | undefined },
+  ): Promise<{ holds: { id: string; keyId: string }[]; leases: { id: string; keyId: string }[] }>;
+  drainRequests(instanceId: string): Promise<string[]>;
+  drainsPending(keyId: string, now: number, exceptInstanceId: string): Promise<number>;
+  purgeClosed(before: number): Promise<number>;
+  close(): Promise<void>;
+}
+
+type Item = { readonly id: string; readonly keyId: string };
+/** Whether an item expiring at expiresAt is (still) to be reclaimed, checked under its lock. */
+type Due = (expiresAt: number) => boolean;
+
+const freeOf = (k: KeyRow): number => k.budgetTokens - k.spentTokens - k.heldTokens - k.leasedTokens;
+
+function keyState(k: KeyRow): KeyState {
+  return {
+    budgetTokens: k.budgetTokens,
+    spentTokens: k.spentTokens,
+    heldTokens: k.heldTokens,
+    leasedTokens: k.leasedTokens,
+    revokedAt: k.revokedAt,
+    leaseBlockUntil: k.leaseBlockUntil,
+  };
+}
+
+/** The BudgetStore of a backend: every rule of Holds, leases and reclaim, one transaction each. */
+export function createBudgetStoreOn(backend: StoreBackend): BudgetStore {
+  const tx = backend.transaction.bind(backend);
+
+  /** Releases one open Hold, charging what its last renewal recorded. */
+  async function reclaimHold(rows: TxRows, item: Item, now: number, day: string, due: Due) {
+    const [key, hold] = await Promise.all([rows.lockKey(item.keyId), rows.lockHold(item.id)]);
+    if (key === undefined || hold === undefined || hold.state !== "open" || !due(hold.expiresAt))
+      return false;
+    const { keyId, id: holdId } = item;
+    const charged = Math.min(hold.usedTokens ?? 0, hold.tokens);
+    rows.closeHold(holdId, "reclaimed", hold.usedTokens ?? 0, charged, now);
+    rows.setKeyNumbers(keyId, key.spentTokens + charged, key.heldTokens - hold.tokens, key.leasedTokens);
+    rows.addDaily(keyId, day, charged, 0, 1);
+    return true;
+  }
+
+  /** Releases one open lease, charging its reclaimCharge. */
+  async function reclaimLease(rows: TxRows, item: Item, now: number, day: string, due: Due) {
+    const [key, lease] = await Promise.all([rows.lockKey(item.keyId), rows.lockLease(item.id)]);
+    if (key === undefined || lease === undefined || lease.state !== "open" || !due(lease.expiresAt))
+      return false;
+    const { keyId, id: leaseId } = item;
+    rows.updateLease(leaseId, {
+      state: "reclaimed",
+      tokens: lease.tokens,
+      reclaimCharge: lease.reclaimCharge,
+      holds: lease.holds,
+      seq: lease.seq,
+      lastResult: lease.lastResult,
+      drain: lease.drain,
+      closing: lease.closing,
+      expiresAt: now,
+      closedAt: now,
+    });
+    rows.setKeyNumbers(
+      keyId,
+      key.spentTokens + lease.reclaimCharge,
+      key.heldTokens,
+      key.leasedTokens - lease.tokens,
+    );
+    rows.addDaily(keyId, day, lease.reclaimCharge, 0, lease.holds);
+    return true;
+  }
+
+  /** Reclaims items one transaction each (a Hold's or lease's key locked first). */
+  async function reclaimItems(
+    items: Awaited<ReturnType<StoreBackend["openItems"]>>,
+    now: number,
+    day: string,
+    due: Due,
+  ): Promise<ReclaimCount> {
+    let holds = 0;
+    let leases = 0;
+    for (const h of items.holds) if (await tx((rows) => reclaimHold(rows, h, now, day, due))) holds++;
+    for (const l of items.leases) if (await tx((rows) => reclaimLease(rows, l, now, day, due))) leases++;
+    return { holds, leases };
+  }
+
+  /** A step of a lease that is gone: its charge, up to what is free; recorded for a retry. */
+  async function lost(rows: TxRows, key: KeyRow, input: LeaseSyncInput, lease: LeaseRow | undefined) {
+    const charged = Math.min(input.chargeIfLost, Math.max(0, freeOf(key)));
+    rows.setKeyNumbers(input.keyId, key.spentTokens + charged, key.heldTokens, key.leasedTokens);
+    if (charged > 0 || input.settled > 0) rows.addDaily(input.keyId, input.day, charged, input.settled, 0);
+    if (lease !== undefined) {
+      rows.updateLease(lease.id, {
+        state: lease.state,
+        tokens: lease.tokens,
+        reclaimCharge: lease.reclaimCharge,
+        holds: lease.holds,
+        seq: input.seq,
+        lastResult: charged,
+        drain: lease.drain,
+        closing: lease.closing,
+        expiresAt: input.now,
+        closedAt: input.now,
+      });
+    }
+    return { kind: "lost", charged } as const;
+  }
+
+  return {
+    kind: backend.kind,
+    insertKey: (record) => backend.insertKey(record),
+    findKeyByHash: (hash) => backend.findKeyByHash(hash),
+    listKeys: () => backend.listKeys(),
+
+    async keyUsage(keyId, days = 31): Promise<KeyUsageRecord | undefined> {
+      const u = await backend.keyUsage(keyId, days);
+      if (u === undefined) return undefined;
+      const { key } = u;
+      return {
+        id: key.id,
+        keyHash: key.keyHash,
+        hint: key.hint,
+        name: key.name,
+        budgetTokens: key.budgetTokens,
+        spentTokens: key.spentTokens,
+        models: key.models,
+        createdAt: key.createdAt,
+        revokedAt: key.revokedAt,
+        heldTokens: key.heldTokens,
+        openHolds: u.openHolds,
+        leasedTokens: key.leasedTokens,
+        leases: u.leases,
+        settledHolds: u.settledHolds,
+        reclaimedHolds: u.reclaimedHolds,
+        daily: u.daily,
+      };
+    },
+
+    addBudget: (keyId, tokens) => backend.addBudget(keyId, tokens),
+
+    revokeKey: (keyId, now) =>
+      tx(async (rows) => {
+        if (!(await rows.revoke(keyId, now))) return false;
+        await rows.flagDrain(keyId);
+        return true;
+      }),
+
+    placeHold: (input) =>
+      tx(async (rows): Promise<PlaceHoldOutcome> => {
+        const key = await rows.lockKey(input.keyId);
+        if (key === undefined) return { kind: "unknown_key" };
+        if (key.revokedAt !== null) return { kind: "revoked" };
+        const plan = planHold(freeOf(key), input.demand);
+        if ((plan.kind === "insufficient" || plan.clamped) && input.drainOthersUntil !== undefined) {
+          // Other replicas' leases may hold free tokens: have them back before clamping or refusing.
+          const leases = await rows.flagDrain(input.keyId, { instanceId: input.instanceId, now: input.now });
+          if (leases > 0) {
+            rows.blockLeases(input.keyId, input.drainOthersUntil);
+            return { kind: "drain_requested", leases };
+          }
+        }
+        if (plan.kind === "insufficient") {
+          return {
+            kind: "insufficient",
+            minimumTokens: plan.minimumTokens,
+            budgetTokens: key.budgetTokens,
+            spentTokens: key.spentTokens,
+            heldTokens: key.heldTokens + key.leasedTokens,
+          };
+        }
+        rows.insertHold({
+          id: input.holdId,
+          keyId: input.keyId,
+          tokens: plan.tokens,
+          createdAt: input.now,
+          expiresAt: input.expiresAt,
+          instanceId: input.instanceId,
+        });
+        rows.setKeyNumbers(input.keyId, key.spentTokens, key.heldTokens + plan.tokens, key.leasedTokens);
+        return { kind: "held", tokens: plan.tokens, maxTokens: plan.maxTokens, clamped: plan.clamped };
+      }),
+
+    renewHold: (holdId, expiresAt, usedTokens) => backend.renewHold(holdId, expiresAt, usedTokens),
+
+    async settleHold(holdId, usedTokens, now, day) {
+      const keyId = await backend.holdKeyId(holdId);
+      if (keyId === undefined) return undefined;
+      return tx(async (rows) => {
+        const [key, hold] = await Promise.all([rows.lockKey(keyId), rows.lockHold(holdId)]);
+        if (key === undefined || hold === undefined) return undefined;
+        if (hold.state === "settled")
+          return { outcome: "already_settled", chargedTokens: 0, releasedTokens: 0 };
+        const wanted = Math.min(usedTokens, hold.tokens);
+        if (hold.state === "open") {
+          rows.closeHold(holdId, "settled", usedTokens, wanted, now);
+          rows.setKeyNumbers(keyId, key.spentTokens + wanted, key.heldTokens - hold.tokens, key.leasedTokens);
+          rows.addDaily(keyId, day, wanted, 1, 0);
+          return { outcome: "settled", chargedTokens: wanted, releasedTokens: hold.tokens - wanted };
+        }
+        // Reclaimed as stale (charged what its last renewal recorded), then settled late: the rest
+        // of its tokens went back to the Budget and may be held by other requests since, so the
+        // rest of its charge is capped at what is still free.
+        const extra = Math.min(Math.max(0, wanted - hold.chargedTokens), Math.max(0, freeOf(key)));
+        rows.closeHold(holdId, "settled", usedTokens, hold.chargedTokens + extra, now);
+        rows.setKeyNumbers(keyId, key.spentTokens + extra, key.heldTokens, key.leasedTokens);
+        rows.addDaily(keyId, day, extra, 1, 0);
+        return { outcome: "settled_after_reclaim", chargedTokens: extra, releasedTokens: 0 };
+      });
+    },
+
+    chargeLate: (keyId, tokens, day) =>
+      tx(async (rows) => {
+        const key = await rows.lockKey(keyId);
+        if (key === undefined) return 0;
+        const charged = Math.min(tokens, Math.max(0, freeOf(key)));
+        rows.setKeyNumbers(keyId, key.spentTokens + charged, key.heldTokens, key.leasedTokens);
+        rows.addDaily(keyId, day, charged, 1, 0);
+        return charged;
+      }),
+
+    syncLease: (input) =>
+      tx(async (rows): Promise<LeaseSyncOutcome> => {
+        const [key, locked] = await Promise.all([rows.lockKey(input.keyId), rows.lockLease(input.leaseId)]);
+        if (key === undefined) return { kind: "unknown_key" };
+        let lease = locked;
+        const isNew = lease === undefined;
+        if (lease === undefined) {
+          // A lease's first step creates its row, unless it is granted nothing.
+          if (input.seq !== 1) return lost(rows, key, input, undefined);
+          lease = {
+            id: input.leaseId,
+            keyId: input.keyId,
+            state: "open",
+            tokens: 0,
+            reclaimCharge: 0,
+            holds: 0,
+            seq: 0,
+            lastResult: 0,
+            drain: false,
+            closing: false,
+            expiresAt: input.expiresAt,
+          };
+        }
+        if (lease.keyId !== input.keyId)
+          throw new Error(`lease ${input.leaseId} is not a lease of ${input.keyId}`);
+        if (lease.state === "reclaimed") {
+          if (lease.seq === input.seq) return { kind: "lost", charged: lease.lastResult };
+          return lost(rows, key, input, lease);
+        }
+        if (lease.seq === input.seq) {
+          // A retry of the step last applied (its answer was lost): answer as then.
+          return {
+            kind: "synced",
+            granted: lease.lastResult,
+            tokens: lease.tokens,
+            drain: lease.drain,
+            key: keyState(key),
+          };
+        }
+        if (lease.state === "closed" || lease.seq !== input.seq - 1) {
+          throw new Error(
+            `lease ${input.leaseId}: step ${input.seq} out of order (${lease.state}, last step ${lease.seq})`,
+          );
+        }
+        const { charge, release } = input;
+        if (charge + release > lease.tokens) {
+          throw new Error(
+            `lease ${input.leaseId}: charge ${charge} + release ${release} > its ${lease.tokens} tokens`,
+          );
+        }
+        let tokens = lease.tokens - charge - release;
+        const spent = key.spentTokens + charge;
+        let leased = key.leasedTokens - charge - release;
+        let granted = 0;
+        if (input.grow !== undefined && key.revokedAt === null && !input.close) {
+          const free = key.budgetTokens - spent - key.heldTokens - leased;
+          const state: KeyState = { ...keyState(key), spentTokens: spent, leasedTokens: leased };
+          granted = Math.max(0, Math.min(Math.floor(input.grow(free, state)), free));
+          tokens += granted;
+          leased += granted;
+        }
+        if (input.close) {
+          leased -= tokens;
+          tokens = 0;
+        }
+        const drain = input.acknowledgeDrain ? false : lease.drain;
+        const update: LeaseUpdate = {
+          state: input.close ? "closed" : "open",
+          tokens,
+          reclaimCharge: input.close ? 0 : Math.min(input.reclaimCharge, tokens),
+          holds: input.close ? 0 : input.holds,
+          seq: input.seq,
+          lastResult: granted,
+          drain,
+          closing: input.closing,
+          expiresAt: input.expiresAt,
+          closedAt: input.close ? input.now : null,
+        };
+        if (!isNew) rows.updateLease(input.leaseId, update);
+        else if (tokens > 0) {
+          rows.insertLease(
+            { id: input.leaseId, keyId: input.keyId, instanceId: input.instanceId, createdAt: input.now },
+            update,
+          );
+        }
+        rows.setKeyNumbers(input.keyId, spent, key.heldTokens, leased);
+        if (charge > 0 || input.settled > 0) rows.addDaily(input.keyId, input.day, charge, input.settled, 0);
+        return {
+          kind: "synced",
+          granted,
+          tokens,
+          drain,
+          key: { ...keyState(key), spentTokens: spent, leasedTokens: leased },
+        };
+      }),
+
+    drainRequests: (instanceId) => backend.drainRequests(instanceId),
+    drainsPending: (keyId, now, exceptInstanceId) =>
+      backend.drainsPending(keyId, now, exceptInstanceId ?? ""),
+
+    async reclaimExpired(now, day) {
+      return reclaimItems(await backend.openItems({ expiredAt: now }), now, day, (e) => e <= now);
+    },
+
+    async reclaimOpen(now, day, instanceId) {
+      return reclaimItems(await backend.openItems({ instanceId }), now, day, () => true);
+    },
+
+    purgeClosed: (before) => backend.purgeClosed(before),
+    close: () => backend.close(),
+  };
+}
