@@ -35,6 +35,12 @@ export interface ModelConfig {
   readonly numLayers: number;
   /** `owned_by` in /v1/models. @default "acs" */
   readonly ownedBy: string;
+  /**
+   * Concurrent completions each replica accepts (vLLM's own queue is behind it): the gateway opens
+   * up to this many connections per replica, and no more. @default 16384 (enough for 10,000
+   * streams; undefined = the default)
+   */
+  readonly maxConcurrentRequests?: number | undefined;
 }
 
 /** The embedded reference engine that `npm start` runs when no models file is given. */

@@ -87,6 +87,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
           baseUrl: u.url,
           tokenizeCache,
           ...(u.apiKey === undefined ? {} : { apiKey: u.apiKey }),
+          ...(m.maxConcurrentRequests === undefined ? {} : { connections: m.maxConcurrentRequests }),
         }),
       })),
       admit,

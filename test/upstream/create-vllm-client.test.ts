@@ -468,3 +468,50 @@ describe("tokenize, models, health", () => {
     }
   });
 });
+
+describe("connections", () => {
+  it("reuses one connection for serial streams whose [DONE] and chunked end come in two writes (uvicorn)", async () => {
+    const { up, c } = await setup((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write(sse([chunk(0, "a", "length")], false));
+      res.write("data: [DONE]\n\n");
+      // the chunked terminator as a write of its own, a moment later, as uvicorn does
+      setTimeout(() => res.end(), 10);
+    });
+    for (let i = 0; i < 20; i++) expect(await collect(streamOf(c))).toHaveLength(1);
+    expect(up.requests).toHaveLength(20);
+    // Reused: a few at most (undici may dispatch the next request a moment before the socket is
+    // back in the pool), where a body destroyed at [DONE] costs one connection per stream (20).
+    expect(up.connections).toBeLessThanOrEqual(3);
+  });
+
+  it("answers /tokenize while every completion connection is held by a stream", async () => {
+    const held: Array<() => void> = [];
+    const { up, c } = await setup(
+      (req, res) => {
+        if (req.url === "/tokenize") {
+          res.setHeader("content-type", "application/json");
+          res.end(JSON.stringify({ count: 2, max_model_len: 512, tokens: [1, 2] }));
+          return;
+        }
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        res.write(sse([chunk(0, "a")], false));
+        held.push(() => res.end(sse([chunk(0, "b", "length")])));
+      },
+      { connections: 2 },
+    );
+    const streams = [collect(streamOf(c)), collect(streamOf(c))];
+    await until(() => held.length === 2, "both completion connections are busy");
+    expect((await c.tokenize("m", "Hi", true)).count).toBe(2);
+    for (const release of held) release();
+    expect((await Promise.all(streams)).map((s) => s.length)).toEqual([2, 2]);
+    expect(up.requests.filter((r) => r.url === "/tokenize")).toHaveLength(1);
+  });
+
+  it("gives a /tokenize that Inference never answers 504 deadline_exceeded at the control deadline", async () => {
+    const { up, c } = await setup(() => {}, { controlDeadlineMs: 50 });
+    const err = await apiErrorOf(c.tokenize("m", "Hi", true));
+    expect(err.code).toBe("deadline_exceeded");
+    expect((await up.requests[0]?.closed)?.aborted).toBe(true);
+  });
+});

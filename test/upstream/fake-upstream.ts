@@ -15,6 +15,8 @@ export interface SeenRequest {
 export interface FakeUpstream {
   url: string;
   requests: SeenRequest[];
+  /** TCP connections accepted so far (a client that reuses its connections opens few). */
+  readonly connections: number;
   close(): Promise<void>;
 }
 
@@ -35,7 +37,9 @@ export async function startFakeUpstream(
       void Promise.resolve(handler(req, res, body)).catch(() => res.destroy());
     });
   });
+  let connections = 0;
   server.on("connection", (s: Socket) => {
+    connections++;
     sockets.add(s);
     s.on("close", () => sockets.delete(s));
   });
@@ -44,6 +48,9 @@ export async function startFakeUpstream(
   return {
     url: `http://127.0.0.1:${port}`,
     requests,
+    get connections() {
+      return connections;
+    },
     close: () =>
       new Promise<void>((resolve) => {
         for (const s of sockets) s.destroy();

@@ -20,8 +20,19 @@ export interface VllmClientOptions {
   baseUrl: string;
   /** Sent as `Authorization: Bearer <apiKey>` (vLLM `--api-key`). */
   apiKey?: string;
-  /** Keep-alive connections in the pool. @default 128 */
+  /**
+   * Most connections to this server for completions, i.e. concurrent completions (an HTTP/1.1
+   * stream holds one connection): set it to what Inference accepts, so that the queue is
+   * Inference's and not a hidden one here. @default {@link DEFAULT_MAX_CONCURRENT_COMPLETIONS}
+   */
   connections?: number;
+  /**
+   * Connections kept apart for the control calls (`/tokenize`, `/v1/models`, `/health`), so that
+   * they never queue behind completions. @default 16
+   */
+  controlConnections?: number;
+  /** Longest wait for a control call's whole answer (`/tokenize`, `/v1/models`), then 504. @default 30_000 */
+  controlDeadlineMs?: number;
   /**
    * Longest wait for response headers. Must exceed the 14-minute non-stream deadline (undici's
    * default of 300 s would cut it short). @default 900_000 (15 min)
@@ -109,6 +120,15 @@ export interface VllmClient {
   close(): Promise<void>;
 }
 
+/**
+ * Default of {@link VllmClientOptions.connections}: concurrent completions per Inference server,
+ * high enough for 10,000 concurrent streams (undici's own default of 128 was a hidden queue).
+ */
+export const DEFAULT_MAX_CONCURRENT_COMPLETIONS = 16_384;
+
+/** Most bytes read after `data: [DONE]` to let the connection be reused (the chunked terminator). */
+const MAX_BYTES_AFTER_DONE = 64 * 1024;
+
 /** A fresh upstream request id: 32 lowercase hex (vLLM answers with id `cmpl-<it>`). */
 export function newUpstreamRequestId(): string {
   return randomBytes(16).toString("hex");
@@ -127,6 +147,8 @@ const callerAbort = (signal: AbortSignal): ApiError =>
     : canceled();
 
 interface CallSpec {
+  /** The pool the call goes through (completions, or control calls). */
+  pool: Pool;
   method: "GET" | "POST";
   path: string;
   /** A small JSON body, or a completion's (streamed when it holds tensors). */
@@ -208,18 +230,26 @@ function parseJson(text: string, what: string): unknown {
 }
 
 /**
- * A client of one Inference server over an undici `Pool` (keep-alive, explicit timeouts longer
- * than the 14-minute non-stream wait). Nothing here reads the environment.
+ * A client of one Inference server over two undici `Pool`s (keep-alive, explicit timeouts longer
+ * than the 14-minute non-stream wait): one for completions, as many connections as Inference
+ * accepts; one for the control calls, which therefore never wait behind completions. A streamed
+ * body is read to its end after `[DONE]`, so its connection is reused. Nothing here reads the
+ * environment.
  */
 export function createVllmClient(opts: VllmClientOptions): VllmClient {
   const url = new URL(opts.baseUrl);
   const prefix = url.pathname.replace(/\/+$/, "");
-  const pool = new Pool(url.origin, {
-    connections: opts.connections ?? 128,
+  const timeouts = {
     headersTimeout: opts.headersTimeoutMs ?? 900_000,
     bodyTimeout: opts.bodyTimeoutMs ?? 900_000,
     connectTimeout: opts.connectTimeoutMs ?? 10_000,
+  };
+  const pool = new Pool(url.origin, {
+    connections: opts.connections ?? DEFAULT_MAX_CONCURRENT_COMPLETIONS,
+    ...timeouts,
   });
+  const control = new Pool(url.origin, { connections: opts.controlConnections ?? 16, ...timeouts });
+  const controlDeadlineMs = opts.controlDeadlineMs ?? 30_000;
   const cache =
     opts.tokenizeCache ??
     createTokenizeCache({
@@ -253,7 +283,7 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
         ? { body: spec.body, contentLength: Buffer.byteLength(spec.body) }
         : spec.body;
     try {
-      const res = await pool.request({
+      const res = await spec.pool.request({
         method: spec.method,
         path: prefix + spec.path,
         headers: headersFor({
@@ -314,19 +344,25 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
           `Inference answered a stream request with ${contentType || "no content type"}.`,
         );
       }
+      let done = false;
+      // The body is not destroyed when the loop stops at [DONE]: it is read to its end below.
       for await (const data of decodeSse(
-        res.body,
+        res.body.iterator({ destroyOnReturn: false }),
         maxSseEventChars === undefined ? {} : { maxEventChars: maxSseEventChars },
       )) {
         if (data === "[DONE]") {
-          finished = true;
-          return;
+          done = true;
+          break;
         }
         const json = parseJson(data, "stream event");
         if (isVllmErrorBody(json)) throw mapUpstreamError({ kind: "event", body: json });
         yield parseVllmCompletionChunk(json);
       }
-      throw new ApiError("upstream_error", "Inference's stream ended without [DONE].");
+      if (!done) throw new ApiError("upstream_error", "Inference's stream ended without [DONE].");
+      finished = true;
+      // What follows [DONE] (the chunked terminator, often a write of its own) is read, so the
+      // connection goes back to the pool instead of being closed; more than a little is dropped.
+      await res.body.dump({ limit: MAX_BYTES_AFTER_DONE }).catch(() => undefined);
     } catch (error) {
       throw link.reason() ?? mapUpstreamError({ kind: "transport", error, responseStarted });
     } finally {
@@ -341,6 +377,7 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
     async complete(body, o) {
       if (body.stream) throw new RangeError("complete() needs a body with stream: false");
       const json = await callJson({
+        pool,
         method: "POST",
         path: "/v1/completions",
         body: vllmRequestBody(body),
@@ -361,11 +398,13 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
       if (hit !== undefined)
         return { count: hit.tokens.length, tokens: [...hit.tokens], maxModelLen: hit.maxModelLen };
       const json = await callJson({
+        pool: control,
         method: "POST",
         path: "/tokenize",
         body: JSON.stringify({ model, prompt, add_special_tokens: addSpecialTokens }),
         accept: "application/json",
         signal,
+        deadlineMs: controlDeadlineMs,
         requestId: newUpstreamRequestId(),
       });
       const r = parseVllmTokenizeResponse(json);
@@ -375,10 +414,12 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
 
     async listModels(signal) {
       const json = await callJson({
+        pool: control,
         method: "GET",
         path: "/v1/models",
         accept: "application/json",
         signal,
+        deadlineMs: controlDeadlineMs,
         requestId: newUpstreamRequestId(),
       });
       return parseVllmModelList(json);
@@ -387,7 +428,7 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
     async health(signal) {
       const timeout = AbortSignal.timeout(5_000);
       try {
-        const res = await pool.request({
+        const res = await control.request({
           method: "GET",
           path: `${prefix}/health`,
           headers: headersFor({ accept: "*/*", requestId: newUpstreamRequestId() }),
@@ -401,7 +442,7 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
     },
 
     async close() {
-      await pool.close();
+      await Promise.all([pool.close(), control.close()]);
     },
   };
 }
