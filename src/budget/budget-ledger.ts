@@ -174,7 +174,7 @@ export interface KeyUsage extends KeySummary {
 }
 
 /**
- * The ledger of keys, Budgets and Holds (API.md §9) that the service calls. Every refusal meant
+ * The ledger of keys, Budgets and Holds (proto/API.md §9) that the service calls. Every refusal meant
  * for a caller is an ApiError; misuse by the calling code (a negative token count, an unknown
  * Hold id) is a RangeError or an {@link UnknownIdError}. Methods that reach the store are async.
  */

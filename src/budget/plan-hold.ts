@@ -1,5 +1,5 @@
 /**
- * What one request asks of a Budget (API.md §9), all in tokens as the Hold counts them.
+ * What one request asks of a Budget (proto/API.md §9), all in tokens as the Hold counts them.
  */
 export interface HoldDemand {
   /** Σ of the prompt tokens over every prompt of the request; integer ≥ 0. */
@@ -12,7 +12,7 @@ export interface HoldDemand {
   readonly maxTokens: number;
   /**
    * The request is a streamed capture: after the text, Inference prefills each choice's prompt +
-   * generated tokens − 1 once more to read its activations (docs/API.md §6). That replay is held,
+   * generated tokens − 1 once more to read its activations (proto/API.md §6). That replay is held,
    * and charged, as prompt tokens: n × promptTokens + prompts × n × (maxTokens − 1) more.
    * @default false
    */

@@ -1,4 +1,4 @@
-/** The limits and defaults of the API's contract (docs/API.md §3–§5): their one home. */
+/** The limits and defaults of the API's contract (proto/API.md §3–§5): their one home. */
 export const limits = {
   /** prompts × n × max_tokens ≤ this, tokens (§3). */
   maxGeneratedTokens: 32_000,

@@ -1,5 +1,5 @@
 /**
- * vllm-lens steering vectors: parsing (the checks vllm-lens makes) and the maths of VLLM.md.
+ * vllm-lens steering vectors: parsing (the checks vllm-lens makes) and the maths of src/upstream/vllm/VLLM.md.
  *
  * 2D vector v (layers × hidden) at layer l: every processed token t gets h[t] += scale·v[l].
  * 3D vector (layers × positions × hidden): vec[k] is added at absolute position position_indices[k]

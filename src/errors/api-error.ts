@@ -1,6 +1,6 @@
 import { type ErrorCode, type ErrorType, errorCatalogue } from "./catalogue.js";
 
-/** The JSON error envelope of API.md §7: all four keys always present. */
+/** The JSON error envelope of proto/API.md §7: all four keys always present. */
 export interface ErrorEnvelopeJson {
   error: { message: string; type: ErrorType; param: string | null; code: string | null };
   request_id: string;

@@ -1,6 +1,6 @@
 import { Code } from "@connectrpc/connect";
 
-/** OpenAI's error `type` values used by the API (API.md §7). */
+/** OpenAI's error `type` values used by the API (proto/API.md §7). */
 export type ErrorType = "invalid_request_error" | "insufficient_quota" | "rate_limit_error" | "server_error";
 
 /** One entry of the closed catalogue: HTTP status, OpenAI type and Connect code of an error code. */
@@ -13,7 +13,7 @@ export interface ErrorKind {
 }
 
 /**
- * The closed catalogue of error codes (API.md §7). Every ApiError carries one of these codes;
+ * The closed catalogue of error codes (proto/API.md §7). Every ApiError carries one of these codes;
  * the status, type and Connect code come from here and nowhere else.
  *
  * One choice differs from the contract's table: `unknown_route` is Connect/gRPC `unimplemented`

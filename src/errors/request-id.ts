@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 
-/** A fresh request id: `req_` + 32 lowercase hex (API.md §5), sent as X-Request-Id. */
+/** A fresh request id: `req_` + 32 lowercase hex (proto/API.md §5), sent as X-Request-Id. */
 export function newRequestId(): string {
   return `req_${randomBytes(16).toString("hex")}`;
 }

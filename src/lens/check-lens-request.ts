@@ -1,4 +1,4 @@
-// The lens checks of docs/API.md §6 that need the model's facts, before a request reaches
+// The lens checks of proto/API.md §6 that need the model's facts, before a request reaches
 // Inference, complete on their own (protovalidate's rules are not assumed to have run). The
 // service runs three steps at their places in its order of checks: checkLensCounts,
 // checkLensShapes, checkCaptureCap.
@@ -53,7 +53,7 @@ export interface LensRequestCounts {
   maxTokens: number;
 }
 
-/** Most numbers one capture may hold (API.md §6): layers × positions × hidden ≤ 2^25. */
+/** Most numbers one capture may hold (proto/API.md §6): layers × positions × hidden ≤ 2^25. */
 export const MAX_CAPTURE_NUMBERS = 2 ** 25;
 
 /**
@@ -104,7 +104,7 @@ export function captureLayers(request: CreateCompletionRequest, model: LensModel
 }
 
 /**
- * The capture cap (API.md §6, a size cap): layers × (promptTokens + maxTokens) ≤ ⌊2^25 / hidden⌋
+ * The capture cap (proto/API.md §6, a size cap): layers × (promptTokens + maxTokens) ≤ ⌊2^25 / hidden⌋
  * (8,192 for llama-8b). Throws ApiError 400 `invalid_request`, param `output_residual_stream`,
  * naming the numbers.
  */
@@ -126,7 +126,7 @@ export function checkCaptureCap(
 }
 
 /**
- * The cross-field rule of capture and steering (API.md §6): one prompt and n = 1, since
+ * The cross-field rule of capture and steering (proto/API.md §6): one prompt and n = 1, since
  * vllm-lens silently skips both when n > 1 and serves only one prompt of several. Throws ApiError
  * 400 with param `output_residual_stream` or `apply_steering_vectors`.
  */

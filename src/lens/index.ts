@@ -1,5 +1,5 @@
 // The lens module: acs.v1.Tensor codec (base64, zstd, bf16/f16/f32), the REST tensor forms of
-// API.md §6, the capture and steering checks, the budget of decoded steering bytes, and the
+// proto/API.md §6, the capture and steering checks, the budget of decoded steering bytes, and the
 // vllm_xargs of the lens fields.
 // Signatures agreed between its users (REST decoder, service, upstream).
 export { zstdCompress, zstdDecompressExact } from "./bounded-zstd.js";

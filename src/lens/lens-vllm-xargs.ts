@@ -1,4 +1,4 @@
-// The vllm_xargs entries of the lens fields, as JSON strings (VLLM.md: strings work on every vLLM).
+// The vllm_xargs entries of the lens fields, as JSON strings (src/upstream/vllm/VLLM.md: strings work on every vLLM).
 import type { CreateCompletionRequest } from "../../gen/acs/v1/completions_pb.js";
 import { Dtype, type Tensor } from "../../gen/acs/v1/lens_pb.js";
 import { invalidRequest } from "../errors/index.js";

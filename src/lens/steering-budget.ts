@@ -48,7 +48,7 @@ function checkBound(name: string, value: number): number {
 }
 
 /**
- * The budget of decoded steering bytes (API.md §6's tensors, counted in their dtype: elements ×
+ * The budget of decoded steering bytes (proto/API.md §6's tensors, counted in their dtype: elements ×
  * 2 or 4 bytes, whatever their compression on the wire). A request reserves its total once its
  * shapes are checked and before any tensor is decoded, and keeps it until its answer is complete
  * (the bytes are sent to Inference, and again for a streamed capture's replay).

@@ -1,4 +1,4 @@
-// Tensors in JSON: the REST forms of API.md §6 (nested number arrays, or the vllm-lens dict) and
+// Tensors in JSON: the REST forms of proto/API.md §6 (nested number arrays, or the vllm-lens dict) and
 // the vllm-lens dict of Inference's responses.
 import { create } from "@bufbuild/protobuf";
 import { Compression, Dtype, type Tensor, TensorSchema } from "../../gen/acs/v1/lens_pb.js";
@@ -268,7 +268,7 @@ function requestError(param: string, refusal: TensorRefusal): ApiError {
 }
 
 /**
- * A REST tensor → acs.v1.Tensor (API.md §6).
+ * A REST tensor → acs.v1.Tensor (proto/API.md §6).
  *
  * Accepts nested number arrays, 2D or 3D, rectangular, every element a finite number within the
  * float32 range (plain JS numbers, as JSON.parse gives them) → FLOAT32 raw; or the vllm-lens

@@ -226,7 +226,7 @@ function readStop(value: unknown): string[] {
 
 function readOutputResidualStream(value: unknown): Partial<RequestInit> {
   const param = "output_residual_stream";
-  // `false` is a wrong type, not "left out" (API.md §2: int[] or true); only null is left out.
+  // `false` is a wrong type, not "left out" (proto/API.md §2: int[] or true); only null is left out.
   if (value === true) return { outputResidualStream: { allLayers: true } };
   const expected = "an array of integers or true";
   if (Array.isArray(value)) {
@@ -319,7 +319,7 @@ function readSteeringVectors(value: unknown, param: string): SteeringVectorInit[
   });
 }
 
-/** The body's fields: every request field of API.md §2, plus `stream` (it selects the RPC). */
+/** The body's fields: every request field of proto/API.md §2, plus `stream` (it selects the RPC). */
 type BodyInit = RequestInit & { stream?: boolean };
 
 const requestFields = new Map<string, FieldReader<BodyInit>>([
@@ -355,7 +355,7 @@ const requestFields = new Map<string, FieldReader<BodyInit>>([
   ["apply_steering_vectors", (v, p) => ({ applySteeringVectors: readSteeringVectors(v, p) })],
 ]);
 
-/** The JSON names of every field `POST /v1/completions` takes (API.md §2). */
+/** The JSON names of every field `POST /v1/completions` takes (proto/API.md §2). */
 export const completionRequestFieldNames: readonly string[] = [...requestFields.keys()];
 
 /** The decoded request of a parsed body (a JSON object, else 400). */
@@ -366,7 +366,7 @@ function toCompletionRequest(json: unknown): DecodedCompletionRequest {
 }
 
 /**
- * Decodes the JSON body of `POST /v1/completions` strictly (API.md §2, §4) into the proto request.
+ * Decodes the JSON body of `POST /v1/completions` strictly (proto/API.md §2, §4) into the proto request.
  *
  * - The body is parsed by `parseStrictJson` (strict UTF-8, no BOM, duplicate keys with different
  *   values refused, no prototype keys, exact numbers), in time linear in its length.

@@ -231,7 +231,7 @@ function renderActivations(activations: Activations | undefined): ActivationsJso
 }
 
 /**
- * A whole completion in OpenAI's JSON (`object: "text_completion"`, API.md §5), with every key
+ * A whole completion in OpenAI's JSON (`object: "text_completion"`, proto/API.md §5), with every key
  * vLLM writes: `created` becomes a number (Unix seconds); a choice's `logprobs` is column-wise or
  * null; `prompt_logprobs` is null unless asked for, `prompt_token_ids`/`token_ids` null without
  * return_token_ids; `service_tier`, `system_fingerprint` and `kv_transfer_params` are null;
@@ -255,7 +255,7 @@ export function renderCompletion(res: CreateCompletionResponse, opts: RenderOpti
 }
 
 /**
- * One chunk of a stream in OpenAI's JSON (API.md §5), with every key vLLM writes: the next text of
+ * One chunk of a stream in OpenAI's JSON (proto/API.md §5), with every key vLLM writes: the next text of
  * one choice (finish_reason/stop_reason null until its last chunk; `usage` null, or the usage so
  * far with continuous_usage_stats), the usage chunk (`choices: []`), or the activations chunk
  * (`choices: []`, `usage: null`, `activations`).

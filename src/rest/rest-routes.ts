@@ -33,11 +33,11 @@ import { createSseWriter, type SseWriter } from "./sse-writer.js";
 export interface RestRoutesOptions {
   /** The service (the same one the Connect routes call). */
   api: CompletionsApi;
-  /** Milliseconds between `: keepalive` comments of a stream (API.md §5: 5000). */
+  /** Milliseconds between `: keepalive` comments of a stream (proto/API.md §5: 5000). */
   keepaliveIntervalMs: number;
 }
 
-/** The message of API.md §8 for `POST /v1/chat/completions`. */
+/** The message of proto/API.md §8 for `POST /v1/chat/completions`. */
 export const CHAT_COMPLETIONS_MESSAGE =
   "This API serves Base models, which have no chat format: send POST /v1/completions with a prompt instead of POST /v1/chat/completions with messages.";
 
@@ -267,7 +267,7 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
     return reply.type("application/json; charset=utf-8").send(JSON.stringify(renderModel(model, id)));
   });
 
-  // Chat is always refused (API.md §8), whatever the body: any content type is read and ignored.
+  // Chat is always refused (proto/API.md §8), whatever the body: any content type is read and ignored.
   await app.register(async (chat) => {
     chat.removeAllContentTypeParsers();
     chat.addContentTypeParser(
@@ -288,6 +288,6 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
  * `POST /v1/chat/completions` (always 400). In its scope: an `X-Request-Id` on every response,
  * bodies up to 8 MiB (413 above) — decoded when they carry `Content-Encoding: gzip`, `deflate` or
  * `br`, the 8 MiB then applying to the decoded body (415 for another coding) —, JSON only (415
- * otherwise), and every error rendered as the API.md §7 envelope by {@link sendError}.
+ * otherwise), and every error rendered as the proto/API.md §7 envelope by {@link sendError}.
  */
 export const restRoutes: FastifyPluginAsync<RestRoutesOptions> = registerRoutes;

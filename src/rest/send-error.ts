@@ -78,7 +78,7 @@ export function apiErrorFrom(err: unknown): ApiError {
 }
 
 /**
- * Sends `err` as the error envelope of API.md §7 (`{error: {message, type, param, code},
+ * Sends `err` as the error envelope of proto/API.md §7 (`{error: {message, type, param, code},
  * request_id}`, all four keys always present) with its catalogue status, the `X-Request-Id`
  * header, `Content-Type: application/json`, and the retry advice of a 429 (`x-should-retry`,
  * `Retry-After`; see retryHeaders). Does nothing when the response has already

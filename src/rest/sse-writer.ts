@@ -9,7 +9,7 @@ export interface SseWriterOptions {
 }
 
 /**
- * Writes an SSE response body as API.md §5 describes: only `data:` events and `: keepalive`
+ * Writes an SSE response body as proto/API.md §5 describes: only `data:` events and `: keepalive`
  * comments — never `event:`, `id:` or `retry:` lines.
  */
 export interface SseWriter {

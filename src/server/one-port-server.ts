@@ -94,7 +94,9 @@ export const h2SessionLimits = {
  * clients send) on the same port: each connection's first bytes are compared with the HTTP/2
  * preface and the connection goes to an http or an http2 server accordingly. Bytes read while
  * deciding are replayed: pushed back onto the socket for HTTP/1.1, and fed through a JS Duplex for
- * HTTP/2 (http2 would otherwise read the native handle and miss them). See TOOLCHAIN.md.
+ * HTTP/2 (http2 would otherwise read the native handle and miss them). Why not fastify's own
+ * options: `fastify({ http2: true })` refuses HTTP/1.1, and `allowHTTP1` works only with TLS.
+ * h2 sockets get `setNoDelay(true)` (else ~130 ms per unary call, Nagle + delayed ACK).
  */
 export function createOnePortServer(
   handler: Handler,

@@ -1,5 +1,5 @@
 // The checks of a completion request that need no Inference call, one function per rule of the
-// contract (docs/API.md §3, §4). The service runs them in the contract's order (see
+// contract (proto/API.md §3, §4). The service runs them in the contract's order (see
 // completions-service.ts, `prepare`); each has unit tests of its own (test/service/checks.test.ts).
 import type { CreateCompletionRequest } from "../../gen/acs/v1/completions_pb.js";
 import { limits } from "../config/index.js";

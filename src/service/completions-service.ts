@@ -59,7 +59,7 @@ export interface CompletionsServiceDeps {
   readonly models: ModelRegistry<VllmClient>;
   /** The Budget ledger; undefined = keys and Budgets off (loopback only). */
   readonly ledger: Ledger | undefined;
-  /** Longest wait for a non-streamed answer, ms (docs/API.md §5: 14 minutes). */
+  /** Longest wait for a non-streamed answer, ms (proto/API.md §5: 14 minutes). */
   readonly nonStreamDeadlineMs: number;
   /** How often a stream renews its Hold, ms. @default 60000 */
   readonly holdRenewIntervalMs?: number;
@@ -69,7 +69,7 @@ export interface CompletionsServiceDeps {
   readonly steeringBudget?: SteeringBudget;
 }
 
-/** Header that reports a max_tokens lowered to what the Budget holds (docs/API.md §3). */
+/** Header that reports a max_tokens lowered to what the Budget holds (proto/API.md §3). */
 export const clampedHeader = "X-Acs-Max-Tokens-Clamped";
 
 /** Everything decided before Inference is called. */
@@ -98,7 +98,7 @@ function completionIds(model: string): CompletionIds {
 
 /**
  * The completions service: the one implementation behind REST and Connect. `prepare` runs the
- * contract's checks in its order (docs/API.md §3), each a named step, all before Inference sees the
+ * contract's checks in its order (proto/API.md §3), each a named step, all before Inference sees the
  * request; then the request runs against Inference, and its Hold is settled exactly once, in one
  * place, by one rule ({@link UsageMeter}).
  */
@@ -133,7 +133,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     stream: boolean,
     steeringLease: SteeringLease,
   ): Promise<Prepared> {
-    // The order of checks of docs/API.md §3: key; ranges and cross-field rules; the size caps;
+    // The order of checks of proto/API.md §3: key; ranges and cross-field rules; the size caps;
     // deadline_infeasible; prompt length; then the Hold.
     const key = await authenticate(ctx); //                                      §9 key (401)
     validateRequest(request); //                                                  §4 ranges, cross-field rules

@@ -27,7 +27,7 @@ export interface CallContext {
 }
 
 /**
- * The service both surfaces call: the same code for REST and Connect (API.md §1).
+ * The service both surfaces call: the same code for REST and Connect (proto/API.md §1).
  * Every method throws ApiError (src/errors) for a refusal.
  */
 export interface CompletionsApi {

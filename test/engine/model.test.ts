@@ -1,6 +1,6 @@
 /**
  * The model's maths, checked against an independent naive implementation (no KV cache, plain
- * number arrays), plus causality and the steering maths of VLLM.md.
+ * number arrays), plus causality and the steering maths of src/upstream/vllm/VLLM.md.
  */
 import { describe, expect, it } from "vitest";
 import { loadPreset } from "../../src/engine/index.js";

@@ -297,7 +297,7 @@ describe("disconnects", () => {
   );
 });
 
-describe("the default max_tokens with a long max_model_len (API.md §3)", () => {
+describe("the default max_tokens with a long max_model_len (proto/API.md §3)", () => {
   let longContext: Stack;
   beforeAll(async () => {
     const port = (fake.server.address() as AddressInfo).port;

@@ -188,7 +188,7 @@ describe("steering (apply_steering_vectors)", () => {
     const json = (await res.json()) as { error: { param: string } };
     expect(json.error.param).toBe("apply_steering_vectors[0].activations");
 
-    // Inference alone: vllm-lens accepts it and steers nothing (VLLM.md).
+    // Inference alone: vllm-lens accepts it and steers nothing (src/upstream/vllm/VLLM.md).
     const direct = await fetch(`${stack.engine?.url}/v1/completions`, {
       method: "POST",
       headers: { "content-type": "application/json" },

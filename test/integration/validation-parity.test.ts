@@ -1,4 +1,4 @@
-// Every rule of API.md §2–§4 and §8, over REST and (where proto can express the request) over
+// Every rule of proto/API.md §2–§4 and §8, over REST and (where proto can express the request) over
 // Connect, asserting status, type, code, param, identical envelopes, and that Inference never saw
 // the request.
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
@@ -591,7 +591,7 @@ describe("REST-only refusals", () => {
     expect(res.status).toBe(200);
   });
 
-  it("refuses chat completions with the message of API.md §8", async () => {
+  it("refuses chat completions with the message of proto/API.md §8", async () => {
     const res = await fetch(`${stack.url}/v1/chat/completions`, {
       method: "POST",
       headers: { "content-type": "application/json" },

@@ -27,7 +27,7 @@ function checkLensRequest(
 
 /** A small model: hidden 8, 4 layers, 64 positions. */
 const small: LensModelFacts = { hiddenSize: 8, numLayers: 4, maxModelLen: 64 };
-/** llama-8b's facts (API.md §6). */
+/** llama-8b's facts (proto/API.md §6). */
 const llama: LensModelFacts = { hiddenSize: 4096, numLayers: 32, maxModelLen: 131072 };
 const one: LensRequestCounts = { prompts: 1, n: 1, promptTokens: 5, maxTokens: 10 };
 

@@ -4,7 +4,7 @@ import { Dtype, TensorSchema } from "../../gen/acs/v1/lens_pb.js";
 import { ApiError } from "../../src/errors/index.js";
 import { decodeCompletionRequest } from "../../src/rest/decode-completion-request.js";
 
-// The decoder with the real lens codec (src/lens): the tensor forms of API.md §6 arrive as
+// The decoder with the real lens codec (src/lens): the tensor forms of proto/API.md §6 arrive as
 // acs.v1.Tensor, and the codec's refusals name the steering vector's param path.
 
 const f32 = (...values: number[]) => new Uint8Array(new Float32Array(values).buffer);

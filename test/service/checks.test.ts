@@ -1,4 +1,4 @@
-// Each named step of the service's order of checks (docs/API.md §3, §4), on its own.
+// Each named step of the service's order of checks (proto/API.md §3, §4), on its own.
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";

@@ -17,7 +17,7 @@ import type { VllmCompletionRequest, VllmPrompt, VllmXargValue } from "./types.j
 export interface ResolvedCompletion {
   /** Inference's `--served-model-name` for the requested model or alias. */
   servedModelName: string;
-  /** The final max_tokens (API.md §3, after any Budget clamp): an integer ≥ 1. */
+  /** The final max_tokens (proto/API.md §3, after any Budget clamp): an integer ≥ 1. */
   maxTokens: number;
   /** Whether the upstream request streams (SSE). */
   stream: boolean;
@@ -31,7 +31,7 @@ export interface ResolvedCompletion {
 /**
  * The vLLM body for a checked proto request. Every sampling value is explicit — the caller's, or
  * OpenAI's default, or the value that turns a vLLM feature off — because vLLM fills omitted ones
- * from the model's `generation_config.json` (VLLM.md):
+ * from the model's `generation_config.json` (src/upstream/vllm/VLLM.md):
  * temperature 1, top_p 1, top_k −1 (off; 0 from the caller is sent as −1 too, since vLLM before
  * ≈0.8 refuses 0 and every version takes −1), min_p 0, repetition_penalty 1, presence/frequency 0,
  * min_tokens 0, n 1, ignore_eos false, skip_special_tokens true, spaces_between_special_tokens

@@ -1,6 +1,6 @@
 import type { JsonText } from "../../json-text/index.js";
 // Wire types of Inference: vLLM's OpenAI-compatible HTTP API with the vllm-lens plugin
-// (docs/VLLM.md). These are vLLM's own JSON shapes (snake_case), not the proto messages.
+// (src/upstream/vllm/VLLM.md). These are vLLM's own JSON shapes (snake_case), not the proto messages.
 
 /** The prompt in one of its four forms; token-id prompts get no BOS. */
 export type VllmPrompt = string | string[] | number[] | number[][];
