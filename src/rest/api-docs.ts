@@ -14,6 +14,7 @@ const openApiJson = JSON.stringify(openApiDocument);
 const assets: Readonly<Record<string, string>> = {
   "swagger-ui.css": "text/css; charset=utf-8",
   "swagger-ui-bundle.js": "text/javascript; charset=utf-8",
+  "favicon-32x32.png": "image/png",
 };
 
 /** Starts Swagger UI on /openapi.json; no validator badge (it would call a remote validator). */
@@ -34,6 +35,7 @@ const page = `<!doctype html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>acs-gateway REST API</title>
+<link rel="icon" type="image/png" href="/docs/favicon-32x32.png">
 <link rel="stylesheet" href="/docs/swagger-ui.css">
 </head>
 <body>

@@ -667,7 +667,19 @@ const paths: Record<string, Record<string, OpenApiOperation>> = {
         "200": {
           description: "The OpenAPI 3.1 document of the REST surface.",
           headers: requestIdHeader,
-          content: { "application/json": { schema: { type: "object", required: ["openapi", "paths"] } } },
+          content: {
+            "application/json": {
+              schema: {
+                type: "object",
+                required: ["openapi", "info", "paths"],
+                properties: {
+                  openapi: { type: "string" },
+                  info: { type: "object" },
+                  paths: { type: "object" },
+                },
+              },
+            },
+          },
         },
       },
     },

@@ -314,3 +314,11 @@ export function assertConforming(): void {
       .join("\n")}`,
   );
 }
+
+/**
+ * The problems of a response read by other means than {@link checkedFetch} (a raw HTTP exchange):
+ * empty when it conforms. RPC responses are not for this.
+ */
+export function conformanceProblems(res: CheckedResponse): string[] {
+  return checker().check(res);
+}
