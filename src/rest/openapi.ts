@@ -552,7 +552,8 @@ const completionsOperation: OpenApiOperation = {
   },
 };
 
-const modelsErrors = errorsOf(401, 500, 503);
+/** A malformed URL (`/v1/models/%zz`) is 400 on any route. */
+const modelsErrors = errorsOf(400, 401, 500, 503);
 
 const paths: Record<string, Record<string, OpenApiOperation>> = {
   "/v1/completions": { post: completionsOperation },
