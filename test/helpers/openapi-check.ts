@@ -20,6 +20,7 @@ import {
   type OpenApiResponse,
   openApiDocument,
 } from "../../src/rest/index.js";
+import { exchange, type WireRequest, type WireResponse } from "./rpc-wire.js";
 
 const DOC_ID = "https://acs-gateway.invalid/openapi.json";
 
@@ -321,4 +322,25 @@ export function assertConforming(): void {
  */
 export function conformanceProblems(res: CheckedResponse): string[] {
   return checker().check(res);
+}
+
+/**
+ * {@link exchange} (a raw HTTP/1.1 or h2c exchange), with a REST answer checked against the
+ * document like {@link checkedFetch}'s (recorded for {@link assertConforming}); RPCs pass unchecked.
+ */
+export async function checkedExchange(baseUrl: string, req: WireRequest): Promise<WireResponse> {
+  const res = await exchange(baseUrl, req);
+  const type =
+    Object.entries(req.headers ?? {}).find(([name]) => name.toLowerCase() === "content-type")?.[1] ?? "";
+  if (req.http2 === true || rpcPath.test(req.path.split("?", 1)[0] ?? "") || rpcType.test(type)) return res;
+  const checked = {
+    method: req.method ?? "POST",
+    url: new URL(req.path, baseUrl).href,
+    status: res.status,
+    headers: res.headers,
+    body: res.body.toString("utf8"),
+    complete: true,
+  };
+  record(checked, checker().check(checked));
+  return res;
 }
