@@ -186,3 +186,86 @@ describe("the OpenAPI document", () => {
     ).not.toStrictEqual([]);
   });
 });
+
+describe("the response checker of the end-to-end tests (test/helpers/openapi-check.ts)", () => {
+  const checker = createOpenApiChecker();
+  const requestId = `req_${"b".repeat(32)}`;
+  const chunk = {
+    id: `cmpl-${"1".repeat(32)}`,
+    object: "text_completion",
+    created: 1,
+    model: "tiny",
+    choices: [
+      {
+        index: 0,
+        text: "a",
+        logprobs: null,
+        finish_reason: null,
+        stop_reason: null,
+        prompt_token_ids: null,
+        token_ids: null,
+      },
+    ],
+    usage: null,
+  };
+  const stream = (body: string, complete = true, headers: Record<string, string> = {}) =>
+    checker.check({
+      method: "POST",
+      url: "http://h/v1/completions",
+      status: 200,
+      headers: new Headers({
+        "content-type": "text/event-stream; charset=utf-8",
+        "x-request-id": requestId,
+        ...headers,
+      }),
+      body,
+      complete,
+    });
+  const data = (value: unknown) => `data: ${JSON.stringify(value)}\n\n`;
+
+  it("takes a stream of chunks, keepalives, an error event and [DONE]", () => {
+    const envelope = {
+      error: { message: "m", type: "server_error", param: null, code: "upstream_error" },
+      request_id: requestId,
+    };
+    expect(stream(`: keepalive\n\n${data(chunk)}${data(envelope)}data: [DONE]\n\n`)).toStrictEqual([]);
+    // Cut short by the reader: no [DONE] needed.
+    expect(stream(data(chunk), false)).toStrictEqual([]);
+  });
+
+  it("refuses what the document does not allow", () => {
+    const problems = [
+      stream(`event: x\n${data(chunk)}data: [DONE]\n\n`),
+      stream(data(chunk)),
+      stream(`${data({ ...chunk, extra: 1 })}data: [DONE]\n\n`),
+      stream(`data: [DONE]\n\n${data(chunk)}`),
+      stream("data: {\n\ndata: [DONE]\n\n"),
+      stream("data: [DONE]\n\n", true, { "x-request-id": "nope" }),
+      checker.check({
+        method: "GET",
+        url: "http://h/v1/models",
+        status: 200,
+        headers: new Headers({ "content-type": "text/plain", "x-request-id": requestId }),
+        body: "x",
+        complete: true,
+      }),
+      checker.check({
+        method: "GET",
+        url: "http://h/v1/models",
+        status: 418,
+        headers: new Headers({ "content-type": "application/json", "x-request-id": requestId }),
+        body: "{}",
+        complete: true,
+      }),
+      checker.check({
+        method: "GET",
+        url: "http://h/v1/models",
+        status: 200,
+        headers: new Headers({ "content-type": "application/json" }),
+        body: JSON.stringify({ object: "list", data: [] }),
+        complete: true,
+      }),
+    ];
+    for (const found of problems) expect(found).not.toStrictEqual([]);
+  });
+});
