@@ -527,7 +527,36 @@ const completionsOperation: OpenApiOperation = {
     "OpenAI's completions API for base models, with vLLM's sampling fields and vllm-lens activations (`output_residual_stream`) and steering (`apply_steering_vectors`). Every check runs before the first byte of a stream, so a refusal is a real HTTP status; an error after the stream started is one `data:` event holding the envelope, then `data: [DONE]`. The body may be sent with `Content-Encoding: gzip`, `deflate` or `br` (8 MiB after decoding).",
   requestBody: {
     required: true,
-    content: { "application/json": { schema: ref("CompletionRequest") } },
+    content: {
+      "application/json": {
+        schema: ref("CompletionRequest"),
+        examples: {
+          text: {
+            summary: "A completion",
+            value: { model: "llama-8b", prompt: "The sky is", max_tokens: 8 },
+          },
+          stream: {
+            summary: "A stream with its usage",
+            value: {
+              model: "llama-8b",
+              prompt: "The sky is",
+              max_tokens: 8,
+              stream: true,
+              stream_options: { include_usage: true },
+            },
+          },
+          activations: {
+            summary: "The residual stream of layers 15 and 20",
+            value: {
+              model: "llama-8b",
+              prompt: "The sky is",
+              max_tokens: 4,
+              output_residual_stream: [15, 20],
+            },
+          },
+        },
+      },
+    },
   },
   responses: {
     "200": {

@@ -19,6 +19,7 @@ import { Dtype, SteeringVectorSchema } from "../../gen/acs/v1/lens_pb.js";
 import { errorCatalogue } from "../../src/errors/index.js";
 import {
   completionRequestFieldNames,
+  decodeCompletionRequest,
   errorCodesOfStatus,
   errorStatuses,
   type JsonSchema,
@@ -118,6 +119,24 @@ describe("the OpenAPI document", () => {
     const documented = Object.keys(openApiDocument.paths["/v1/completions"]?.post?.responses ?? {});
     expect(sorted(documented)).toStrictEqual(
       sorted(["200", ...errorStatuses.filter((s) => s !== 405).map(String)]),
+    );
+  });
+
+  it("the request examples validate and the REST decoder takes them", () => {
+    const checker = createOpenApiChecker();
+    const body = openApiDocument.paths["/v1/completions"]?.post?.requestBody as
+      | { content: Record<string, { examples: Record<string, { value: unknown }> }> }
+      | undefined;
+    const media = body?.content["application/json"];
+    const examples = Object.values(media?.examples ?? {});
+    expect(examples.length).toBeGreaterThan(0);
+    for (const { value } of examples) {
+      expect(checker.validate("CompletionRequest", value)).toStrictEqual([]);
+      expect(() => decodeCompletionRequest(JSON.stringify(value))).not.toThrow();
+    }
+    // A field the decoder refuses is refused by the schema too.
+    expect(checker.validate("CompletionRequest", { model: "m", prompt: "p", best_of: 2 })).not.toStrictEqual(
+      [],
     );
   });
 
