@@ -1,3 +1,4 @@
+export { apiDocsRoutes } from "./api-docs.js";
 export { createCallContext, createShutdownLink, type ShutdownLink } from "./call-context.js";
 export {
   type BodyEncoding,
@@ -12,6 +13,15 @@ export {
   invalidType,
   unknownField,
 } from "./decode-completion-request.js";
+export {
+  errorCodesOfStatus,
+  errorStatuses,
+  type JsonSchema,
+  type OpenApiDocument,
+  type OpenApiOperation,
+  type OpenApiResponse,
+  openApiDocument,
+} from "./openapi.js";
 export {
   type ActivationsJson,
   type CompletionChoiceJson,

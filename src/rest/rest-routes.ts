@@ -10,6 +10,7 @@ import type { StreamCompletionResponse } from "../../gen/acs/v1/completions_pb.j
 import { limits } from "../config/index.js";
 import { ApiError, invalidRequest } from "../errors/index.js";
 import { type CompletionsApi, modelNotFound } from "../service/index.js";
+import { apiDocsRoutes } from "./api-docs.js";
 import { createCallContext, createShutdownLink } from "./call-context.js";
 import { decodeContentEncoding } from "./content-encoding.js";
 import { decodeCompletionRequestAsync } from "./decode-completion-request.js";
@@ -46,6 +47,8 @@ export const restRouteMethods: Readonly<Record<string, readonly string[]>> = {
   "/v1/completions": ["POST"],
   "/v1/chat/completions": ["POST"],
   "/v1/models": ["GET", "HEAD"],
+  "/openapi.json": ["GET", "HEAD"],
+  "/docs": ["GET", "HEAD"],
 };
 
 /**
@@ -279,13 +282,17 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
       throw invalidRequest(null, CHAT_COMPLETIONS_MESSAGE);
     });
   });
+
+  // GET /openapi.json and the API reference at GET /docs.
+  await app.register(apiDocsRoutes);
 }
 
 /**
  * The OpenAI-compatible REST surface as an encapsulated fastify plugin (register it as a sibling
  * of the Connect plugin): `POST /v1/completions` (JSON, or SSE with `stream: true`),
- * `GET /v1/models`, `GET /v1/models/{id}` (id or alias; `/` URL-encoded or not) and
- * `POST /v1/chat/completions` (always 400). In its scope: an `X-Request-Id` on every response,
+ * `GET /v1/models`, `GET /v1/models/{id}` (id or alias; `/` URL-encoded or not),
+ * `POST /v1/chat/completions` (always 400), and `GET /openapi.json` and `GET /docs` (the OpenAPI
+ * document and its rendering: src/rest/api-docs.ts). In its scope: an `X-Request-Id` on every response,
  * bodies up to 8 MiB (413 above) — decoded when they carry `Content-Encoding: gzip`, `deflate` or
  * `br`, the 8 MiB then applying to the decoded body (415 for another coding) —, JSON only (415
  * otherwise), and every error rendered as the proto/API.md §7 envelope by {@link sendError}.

@@ -5,7 +5,8 @@
 // its last byte (the server cannot start before it), the server is given the turns to read all
 // of it, and the last byte goes out together with the first poll.
 import http from "node:http";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { assertConforming, checkedFetch } from "../helpers/openapi-check.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 
 let stack: Stack;
@@ -15,6 +16,8 @@ beforeAll(async () => {
 afterAll(async () => {
   await stack.close();
 });
+// Every REST response also conforms to /openapi.json (test/helpers/openapi-check.ts).
+afterEach(assertConforming);
 
 interface Answer {
   status: number;
@@ -56,6 +59,7 @@ async function postHoldingLastByte(
 }
 
 async function healthz(): Promise<void> {
+  // Plain fetch: this counts answers served meanwhile, nothing more.
   const res = await fetch(`${stack.url}/healthz`);
   expect(res.status).toBe(200);
   await res.arrayBuffer();
@@ -117,7 +121,7 @@ describe("number shapes that were quadratic get their envelope", () => {
     ],
     ["prompt", `{"model": "tiny", "prompt": [1, 2, 1${zeros}1]}`, int32Message("prompt")],
   ])("%s", async (param, body, message) => {
-    const res = await fetch(`${stack.url}/v1/completions`, {
+    const res = await checkedFetch(`${stack.url}/v1/completions`, {
       method: "POST",
       headers: { "content-type": "application/json" },
       body,

@@ -6,10 +6,11 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import OpenAI from "openai";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { CompletionsService, CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { ErrorEnvelopeSchema } from "../../gen/acs/v1/error_pb.js";
 import { until } from "../helpers/hang-guard.js";
+import { assertConforming, checkedFetch } from "../helpers/openapi-check.js";
 import { sseChunks } from "../helpers/parse-sse.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 
@@ -24,6 +25,8 @@ afterAll(async () => {
   await stack.close();
   rmSync(dir, { recursive: true, force: true });
 });
+// Every REST response also conforms to /openapi.json (test/helpers/openapi-check.ts).
+afterEach(assertConforming);
 
 const ledger = () => {
   if (!stack.ledger) throw new Error("no ledger");
@@ -34,7 +37,7 @@ const connect = () =>
   createClient(CompletionsService, createConnectTransport({ baseUrl: stack.url, httpVersion: "1.1" }));
 
 async function rest(body: Record<string, unknown>, authorization?: string): Promise<Response> {
-  return fetch(`${stack.url}/v1/completions`, {
+  return checkedFetch(`${stack.url}/v1/completions`, {
     method: "POST",
     headers: { "content-type": "application/json", ...(authorization ? { authorization } : {}) },
     body: JSON.stringify({ model: "tiny", ...body }),
@@ -96,7 +99,12 @@ describe("authentication, REST and Connect alike", () => {
 describe("the clamp near the end of a Budget", () => {
   it("lowers max_tokens and says so in X-Acs-Max-Tokens-Clamped (REST, openai SDK, Connect)", async () => {
     const { key } = await ledger().createKey({ budgetTokens: promptTokens + 3 });
-    const client = new OpenAI({ baseURL: `${stack.url}/v1`, apiKey: key, maxRetries: 0 });
+    const client = new OpenAI({
+      baseURL: `${stack.url}/v1`,
+      apiKey: key,
+      maxRetries: 0,
+      fetch: checkedFetch,
+    });
     const { data, response } = await client.completions
       .create({
         model: "tiny",
@@ -195,7 +203,7 @@ describe("settle on disconnect", () => {
   it("a caller that goes away mid-stream is charged what was generated, and the Hold is closed", async () => {
     const { id, key } = await ledger().createKey({ budgetTokens: 100_000 });
     const controller = new AbortController();
-    const res = await fetch(`${stack.url}/v1/completions`, {
+    const res = await checkedFetch(`${stack.url}/v1/completions`, {
       method: "POST",
       headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
       body: JSON.stringify({ model: "tiny", prompt: "Hi", max_tokens: 400, ignore_eos: true, stream: true }),
@@ -234,7 +242,7 @@ describe("settle of a non-streamed request cut short", () => {
     const controller = new AbortController();
     const engine = stack.engine;
     if (!engine) throw new Error("no engine");
-    const request = fetch(`${stack.url}/v1/completions`, {
+    const request = checkedFetch(`${stack.url}/v1/completions`, {
       method: "POST",
       headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
       body: JSON.stringify({ model: "tiny", prompt: "Hi", max_tokens: 400, ignore_eos: true }),

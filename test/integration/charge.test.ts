@@ -4,7 +4,8 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { assertConforming, checkedFetch } from "../helpers/openapi-check.js";
 import { sseChunks } from "../helpers/parse-sse.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 import { chunk, type FakeUpstream, sse, startFakeUpstream, withVllmOps } from "../upstream/fake-upstream.js";
@@ -53,9 +54,11 @@ afterAll(async () => {
   await upstream?.close();
   rmSync(dir, { recursive: true, force: true });
 });
+// Every REST response also conforms to /openapi.json (test/helpers/openapi-check.ts).
+afterEach(assertConforming);
 
 async function post(stack: Stack, key: string, body: Record<string, unknown>) {
-  return fetch(`${stack.url}/v1/completions`, {
+  return checkedFetch(`${stack.url}/v1/completions`, {
     method: "POST",
     headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
     body: JSON.stringify({ model: stack.alias, ...body }),

@@ -3,9 +3,10 @@
 // compression bomb is refused with 413 request_too_large, in the envelope, on each.
 import * as zlib from "node:zlib";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
-import { decodeError, exchange, frame } from "../helpers/rpc-wire.js";
+import { assertConforming, checkedExchange as exchange } from "../helpers/openapi-check.js";
+import { decodeError, frame } from "../helpers/rpc-wire.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 
 let stack: Stack;
@@ -15,6 +16,8 @@ beforeAll(async () => {
 afterAll(async () => {
   await stack.close();
 });
+// Every REST answer also conforms to /openapi.json (checkedExchange).
+afterEach(assertConforming);
 
 const MIB = 1024 * 1024;
 const UNARY = "/acs.v1.CompletionsService/CreateCompletion";

@@ -11,6 +11,7 @@ import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { type ErrorCode, errorCatalogue } from "../../src/errors/index.js";
+import { conformanceProblems } from "../helpers/openapi-check.js";
 import { decodeError, type ErrorForm, exchange, frame, type WireRequest } from "../helpers/rpc-wire.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 import { type FakeUpstream, startFakeUpstream, withVllmOps } from "../upstream/fake-upstream.js";
@@ -491,6 +492,17 @@ describe.each(cases)("$name", (c) => {
     switch (formOf[surface]) {
       case "rest":
         expect(error.httpStatus).toBe(kind.status);
+        // The answer is what /openapi.json documents for it.
+        expect(
+          conformanceProblems({
+            method: req.method ?? "POST",
+            url: new URL(req.path, stack.url).href,
+            status: res.status,
+            headers: res.headers,
+            body: res.body.toString("utf8"),
+            complete: true,
+          }),
+        ).toStrictEqual([]);
         break;
       case "connect":
         expect(error.httpStatus).toBe(kind.status);

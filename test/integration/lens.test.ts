@@ -3,11 +3,12 @@
 import { create } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { CompletionsService, CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { roundBf16 } from "../../src/engine/index.js";
 import { decodeTensor, tensorFromVllmLensJson, type VllmLensTensorJson } from "../../src/lens/index.js";
 import { independentDecoders } from "../helpers/decode-tensor.js";
+import { assertConforming, checkedFetch } from "../helpers/openapi-check.js";
 import { sseChunks } from "../helpers/parse-sse.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 
@@ -20,6 +21,8 @@ beforeAll(async () => {
 afterAll(async () => {
   await stack.close();
 });
+// Every REST response also conforms to /openapi.json (test/helpers/openapi-check.ts).
+afterEach(assertConforming);
 
 interface Choice {
   text: string;
@@ -32,7 +35,7 @@ interface Completion {
 }
 
 async function post(body: Record<string, unknown>): Promise<Response> {
-  return fetch(`${stack.url}/v1/completions`, {
+  return checkedFetch(`${stack.url}/v1/completions`, {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify({ model: "tiny", ...body }),

@@ -1,6 +1,7 @@
 // End to end with the official openai SDK against the real gateway and the reference engine.
 import OpenAI from "openai";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { assertConforming, checkedFetch } from "../helpers/openapi-check.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 
 let stack: Stack;
@@ -8,11 +9,13 @@ let client: OpenAI;
 
 beforeAll(async () => {
   stack = await startStack();
-  client = new OpenAI({ baseURL: `${stack.url}/v1`, apiKey: "unused", maxRetries: 0 });
+  // Every response the SDK gets is checked against /openapi.json (test/helpers/openapi-check.ts).
+  client = new OpenAI({ baseURL: `${stack.url}/v1`, apiKey: "unused", maxRetries: 0, fetch: checkedFetch });
 });
 afterAll(async () => {
   await stack.close();
 });
+afterEach(assertConforming);
 
 /** What the engine itself answers for the same body (Inference called directly). */
 async function engineDirect(body: Record<string, unknown>) {
@@ -219,7 +222,7 @@ describe("a non-streamed answer is Inference's stream collected", () => {
       choices: Array<Record<string, unknown>>;
       usage: unknown;
     };
-    const res = await fetch(`${stack.url}/v1/completions`, {
+    const res = await checkedFetch(`${stack.url}/v1/completions`, {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({ model: stack.alias, ...body }),

@@ -1,8 +1,9 @@
 // Arbitrary JSON bodies against the real gateway and engine: every answer is a response with a
 // known status and a well-formed body — never a 500, a crash or a hang.
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { completionRequestFieldNames } from "../../src/rest/index.js";
+import { assertConforming, checkedFetch } from "../helpers/openapi-check.js";
 import { sseChunks } from "../helpers/parse-sse.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 
@@ -13,6 +14,8 @@ beforeAll(async () => {
 afterAll(async () => {
   await stack.close();
 });
+// Every REST response also conforms to /openapi.json (test/helpers/openapi-check.ts).
+afterEach(assertConforming);
 
 const smallInt = fc.integer({ min: -3, max: 40 });
 const value = fc.oneof(
@@ -45,7 +48,7 @@ describe("arbitrary bodies", () => {
     await fc.assert(
       fc.asyncProperty(body, async ({ extra, ...fields }) => {
         const json = { ...extra, ...fields };
-        const res = await fetch(`${stack.url}/v1/completions`, {
+        const res = await checkedFetch(`${stack.url}/v1/completions`, {
           method: "POST",
           headers: { "content-type": "application/json" },
           body: JSON.stringify(json),
@@ -66,6 +69,6 @@ describe("arbitrary bodies", () => {
       { numRuns: 150 },
     );
     // and the server is still healthy
-    expect((await fetch(`${stack.url}/healthz`)).status).toBe(200);
+    expect((await checkedFetch(`${stack.url}/healthz`)).status).toBe(200);
   });
 });

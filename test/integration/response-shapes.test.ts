@@ -4,8 +4,9 @@
 // `CompletionResponse.model_dump()` (every field); a text chunk is `CompletionStreamResponse`
 // dumped with every field (`usage: null`); the usage chunk drops nulls. REST and SSE, structures
 // compared after parsing (exact key sets: toStrictEqual).
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import type { CompletionChunkJson, CompletionJson } from "../../src/rest/index.js";
+import { assertConforming, checkedFetch } from "../helpers/openapi-check.js";
 import { sseChunks } from "../helpers/parse-sse.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 
@@ -16,11 +17,13 @@ beforeAll(async () => {
 afterAll(async () => {
   await stack.close();
 });
+// Every response also conforms to /openapi.json.
+afterEach(assertConforming);
 
 const base = { model: "tiny", prompt: "Hi", max_tokens: 2, temperature: 0, ignore_eos: true };
 
 async function complete(body: Record<string, unknown>): Promise<CompletionJson> {
-  const res = await fetch(`${stack.url}/v1/completions`, {
+  const res = await checkedFetch(`${stack.url}/v1/completions`, {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify({ ...base, ...body }),
@@ -31,7 +34,7 @@ async function complete(body: Record<string, unknown>): Promise<CompletionJson> 
 }
 
 async function stream(body: Record<string, unknown>): Promise<CompletionChunkJson[]> {
-  const res = await fetch(`${stack.url}/v1/completions`, {
+  const res = await checkedFetch(`${stack.url}/v1/completions`, {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify({ ...base, ...body, stream: true }),

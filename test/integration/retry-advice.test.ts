@@ -6,7 +6,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { assertConforming, checkedFetch } from "../helpers/openapi-check.js";
 import { decodeError, type ErrorForm, exchange, frame, type WireRequest } from "../helpers/rpc-wire.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 import { type FakeUpstream, startFakeUpstream, withVllmOps } from "../upstream/fake-upstream.js";
@@ -66,6 +67,8 @@ afterAll(async () => {
   await upstream.close();
   rmSync(dir, { recursive: true, force: true });
 });
+// Every REST response also conforms to /openapi.json (test/helpers/openapi-check.ts).
+afterEach(assertConforming);
 
 const ledger = () => {
   if (!stack.ledger) throw new Error("no ledger");
@@ -74,7 +77,7 @@ const ledger = () => {
 
 /** 429s the gateway answered on POST /v1/completions, from its Prometheus counter. */
 async function rest429s(): Promise<number> {
-  const text = await (await fetch(`${stack.url}/metrics`)).text();
+  const text = await (await checkedFetch(`${stack.url}/metrics`)).text();
   const line = text
     .split("\n")
     .find(
@@ -86,7 +89,8 @@ async function rest429s(): Promise<number> {
   return line === undefined ? 0 : Number(line.split(" ").at(-1));
 }
 
-const sdk = (key: string) => new OpenAI({ apiKey: key, baseURL: `${stack.url}/v1`, maxRetries: 2 });
+const sdk = (key: string) =>
+  new OpenAI({ apiKey: key, baseURL: `${stack.url}/v1`, maxRetries: 2, fetch: checkedFetch });
 
 async function sdkError(p: Promise<unknown>): Promise<InstanceType<typeof OpenAI.APIError>> {
   try {
@@ -151,7 +155,7 @@ describe("Holds in flight block the request: Retry-After", () => {
     const { id, key } = await ledger().createKey({ budgetTokens: 20 });
     // A request Inference never answers holds 4 + 14 = 18 of the 20 tokens.
     const blocker = new AbortController();
-    const blocked = fetch(`${stack.url}/v1/completions`, {
+    const blocked = checkedFetch(`${stack.url}/v1/completions`, {
       method: "POST",
       headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
       body: JSON.stringify({ model: "tiny", prompt: "hold", max_tokens: 14, stream: true }),

@@ -13,10 +13,11 @@ import { encodeEnvelope } from "@connectrpc/connect/protocol";
 import { endStreamFlag, endStreamFromJson, errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
 import { findTrailerError } from "@connectrpc/connect/protocol-grpc";
 import { trailerFlag, trailerParse } from "@connectrpc/connect/protocol-grpc-web";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { ErrorEnvelopeSchema } from "../../gen/acs/v1/error_pb.js";
 import { h2SessionLimits } from "../../src/server/index.js";
+import { assertConforming, checkedFetch } from "../helpers/openapi-check.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 
 let stack: Stack;
@@ -28,6 +29,8 @@ beforeAll(async () => {
 afterAll(async () => {
   await stack.close();
 });
+// Every REST response also conforms to /openapi.json (test/helpers/openapi-check.ts).
+afterEach(assertConforming);
 
 const port = () => Number(new URL(stack.url).port);
 
@@ -303,7 +306,7 @@ describe("a request with more than ten text prompts", () => {
     process.on("warning", onWarning);
     try {
       const tag = randomUUID(); // prompts not yet in the /tokenize cache: twelve concurrent calls
-      const res = await fetch(`${stack.url}/v1/completions`, {
+      const res = await checkedFetch(`${stack.url}/v1/completions`, {
         method: "POST",
         headers: { "content-type": "application/json" },
         body: JSON.stringify({
@@ -324,7 +327,7 @@ describe("a request with more than ten text prompts", () => {
 
 describe("errors before routing keep the envelope", () => {
   it("a malformed URL", async () => {
-    const res = await fetch(`${stack.url}/v1/models/%zz`);
+    const res = await checkedFetch(`${stack.url}/v1/models/%zz`);
     expect(res.status).toBe(400);
     const json = (await res.json()) as { error: Record<string, unknown>; request_id: string };
     expect(json.error).toMatchObject({ type: "invalid_request_error", code: "invalid_request", param: null });
@@ -332,7 +335,7 @@ describe("errors before routing keep the envelope", () => {
   });
 
   it("a CORS preflight on a Connect route carries X-Request-Id", async () => {
-    const res = await fetch(`${stack.url}/acs.v1.CompletionsService/CreateCompletion`, {
+    const res = await checkedFetch(`${stack.url}/acs.v1.CompletionsService/CreateCompletion`, {
       method: "OPTIONS",
       headers: { origin: "http://example.test", "access-control-request-method": "POST" },
     });
@@ -341,13 +344,13 @@ describe("errors before routing keep the envelope", () => {
   });
 
   it("an OPTIONS without Origin is not a plain-text failure", async () => {
-    const res = await fetch(`${stack.url}/v1/completions`, { method: "OPTIONS" });
+    const res = await checkedFetch(`${stack.url}/v1/completions`, { method: "OPTIONS" });
     expect(res.headers.get("content-type") ?? "").not.toMatch(/text\/plain/);
     expect(res.status).toBeLessThan(300);
   });
 
   it("413 carries CORS headers so a browser can read it", async () => {
-    const res = await fetch(`${stack.url}/v1/completions`, {
+    const res = await checkedFetch(`${stack.url}/v1/completions`, {
       method: "POST",
       headers: { "content-type": "application/json", origin: "http://example.test" },
       body: "x".repeat(8 * 1024 * 1024 + 1),
@@ -375,7 +378,7 @@ describe("413 on the Connect surfaces, with the envelope (bodies that declare th
   }
 
   it("Connect unary (JSON): HTTP 413 with the Connect error body", async () => {
-    const res = await fetch(`${stack.url}${path}`, {
+    const res = await checkedFetch(`${stack.url}${path}`, {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: json,
@@ -386,7 +389,7 @@ describe("413 on the Connect surfaces, with the envelope (bodies that declare th
   });
 
   it("Connect streaming: the end-of-stream message", async () => {
-    const res = await fetch(`${stack.url}/acs.v1.CompletionsService/StreamCompletion`, {
+    const res = await checkedFetch(`${stack.url}/acs.v1.CompletionsService/StreamCompletion`, {
       method: "POST",
       headers: { "content-type": "application/connect+proto" },
       body: encodeEnvelope(0, binary),
@@ -398,7 +401,7 @@ describe("413 on the Connect surfaces, with the envelope (bodies that declare th
   });
 
   it("gRPC-Web: a trailer frame", async () => {
-    const res = await fetch(`${stack.url}${path}`, {
+    const res = await checkedFetch(`${stack.url}${path}`, {
       method: "POST",
       headers: { "content-type": "application/grpc-web+proto" },
       body: encodeEnvelope(0, binary),
@@ -437,7 +440,7 @@ describe("413 on the Connect surfaces, with the envelope (bodies that declare th
 
 describe("Connect JSON is strict", () => {
   it("an unknown field is refused", async () => {
-    const res = await fetch(`${stack.url}/acs.v1.CompletionsService/CreateCompletion`, {
+    const res = await checkedFetch(`${stack.url}/acs.v1.CompletionsService/CreateCompletion`, {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({ model: "tiny", text: "Hi", max_tokens: 1, apply_hooks: "x" }),

@@ -5,9 +5,10 @@
 // engine's tokenizer), on both presets: llama-8b (the Llama 3 tokenizer: special tokens,
 // multi-byte tokens) and tiny (one token per byte: every non-ASCII character is split).
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { loadPreset } from "../../src/engine/index.js";
 import type { CompletionChunkJson, CompletionJson, LogprobsJson } from "../../src/rest/index.js";
+import { assertConforming, checkedFetch } from "../helpers/openapi-check.js";
 import { sseChunks } from "../helpers/parse-sse.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 import { expectOffsetsIntoText, type OracleToken } from "../helpers/text-offsets-oracle.js";
@@ -22,10 +23,12 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const s of stacks.values()) await s.close();
 });
+// Every REST response also conforms to /openapi.json (test/helpers/openapi-check.ts).
+afterEach(assertConforming);
 
 async function post(preset: Preset, body: Record<string, unknown>): Promise<Response> {
   const stack = stacks.get(preset) as Stack;
-  return fetch(`${stack.url}/v1/completions`, {
+  return checkedFetch(`${stack.url}/v1/completions`, {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify({ model: stack.alias, ...body }),

@@ -4,9 +4,10 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { CompletionsService, CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { ErrorEnvelopeSchema } from "../../gen/acs/v1/error_pb.js";
+import { assertConforming, checkedFetch } from "../helpers/openapi-check.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 
 let stack: Stack;
@@ -22,6 +23,8 @@ beforeAll(async () => {
 afterAll(async () => {
   await stack.close();
 });
+// Every REST response also conforms to /openapi.json (test/helpers/openapi-check.ts).
+afterEach(assertConforming);
 
 /** Completion requests that reached Inference at all (refused there or not). */
 function receivedByInference(): number {
@@ -500,7 +503,7 @@ async function postRest(
   body: string,
   headers: Record<string, string> = { "content-type": "application/json" },
 ) {
-  const res = await fetch(`${stack.url}/v1/completions`, { method: "POST", headers, body });
+  const res = await checkedFetch(`${stack.url}/v1/completions`, { method: "POST", headers, body });
   const json = (await res.json()) as {
     error: { message: string; type: string; param: string | null; code: string | null };
     request_id: string;
@@ -565,7 +568,7 @@ describe("REST-only refusals", () => {
   it("refuses a body over 8 MiB with 413 on every route", async () => {
     const big = JSON.stringify({ ...base, user: "x".repeat(8 * 1024 * 1024 + 10) });
     for (const path of ["/v1/completions", "/v1/chat/completions", "/v1/nope"]) {
-      const res = await fetch(`${stack.url}${path}`, {
+      const res = await checkedFetch(`${stack.url}${path}`, {
         method: "POST",
         headers: { "content-type": "application/json" },
         body: big,
@@ -583,7 +586,7 @@ describe("REST-only refusals", () => {
   });
 
   it("takes priority as a string holding an integer", async () => {
-    const res = await fetch(`${stack.url}/v1/completions`, {
+    const res = await checkedFetch(`${stack.url}/v1/completions`, {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({ ...base, max_tokens: 1, priority: "2" }),
@@ -592,7 +595,7 @@ describe("REST-only refusals", () => {
   });
 
   it("refuses chat completions with the message of proto/API.md §8", async () => {
-    const res = await fetch(`${stack.url}/v1/chat/completions`, {
+    const res = await checkedFetch(`${stack.url}/v1/chat/completions`, {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "hi" }] }),
@@ -607,10 +610,10 @@ describe("REST-only refusals", () => {
   });
 
   it("answers unknown routes with 404 and wrong methods with 405, in the envelope", async () => {
-    const notFound = await fetch(`${stack.url}/v1/nope`);
+    const notFound = await checkedFetch(`${stack.url}/v1/nope`);
     expect(notFound.status).toBe(404);
     expect(((await notFound.json()) as { error: { code: string } }).error.code).toBe("unknown_route");
-    const wrong = await fetch(`${stack.url}/v1/completions`);
+    const wrong = await checkedFetch(`${stack.url}/v1/completions`);
     expect(wrong.status).toBe(405);
     const body = (await wrong.json()) as { error: { code: string }; request_id: string };
     expect(body.error.code).toBe("method_not_allowed");
@@ -618,7 +621,7 @@ describe("REST-only refusals", () => {
   });
 
   it("lets CORS preflights through without a key", async () => {
-    const res = await fetch(`${stack.url}/v1/completions`, {
+    const res = await checkedFetch(`${stack.url}/v1/completions`, {
       method: "OPTIONS",
       headers: {
         origin: "http://example.test",
