@@ -205,10 +205,20 @@ describe.skipIf(skipBrowserTests())("playground page in chromium", () => {
     expect(geometry.centres.filter((c) => c === "255,255,255,255")).toEqual([]);
     expect(new Set(geometry.centres).size).toBeGreaterThan(4);
 
-    // Hover: the per-token view shows the token and the norm the page decoded (bf16 + zstd in the
-    // browser), checked against an independent decoder of the same capture.
+    // The colours follow the norms (global range): the largest norm is viridis's top colour, the
+    // smallest its bottom one, in the cells where an independent decoder of the same capture puts them.
     const [stream] = jsDecoder.decode([reference.json.activations.residual_stream]);
     const hidden = stream!.shape[2]!;
+    const norms = Array.from({ length: 4 * positions }, (_, i) =>
+      l2(stream!.values.subarray(i * hidden, (i + 1) * hidden)),
+    );
+    const argmax = norms.indexOf(Math.max(...norms));
+    const argmin = norms.indexOf(Math.min(...norms));
+    expect(geometry.centres[argmax]).toBe("253,231,37,255");
+    expect(geometry.centres[argmin]).toBe("68,1,84,255");
+
+    // Hover: the per-token view shows the token and the norm the page decoded (bf16 + zstd in the
+    // browser), checked against the independent decoder.
     const box = (await page.locator("#heatmap").boundingBox())!;
     const row = 2;
     const position = 3;
