@@ -99,6 +99,11 @@ export interface Config {
    * 429 `rate_limited` with `Retry-After: 1`. @default 268435456 (256 MiB) (env ACS_STEERING_PROCESS_BYTES)
    */
   readonly steeringProcessBytes: number;
+  /**
+   * The built playground page served at GET /playground (`npm run build:playground` writes it).
+   * @default dist/playground of the package (env ACS_PLAYGROUND_DIR)
+   */
+  readonly playgroundDir: string | undefined;
 }
 
 /** Why a file could not be read, in words (Node's errno codes). */
@@ -158,6 +163,7 @@ export function loadConfig(rawEnv: Record<string, string | undefined> = process.
     logLevel: env.ACS_LOG_LEVEL,
     steeringRequestBytes: env.ACS_STEERING_REQUEST_BYTES,
     steeringProcessBytes: env.ACS_STEERING_PROCESS_BYTES,
+    playgroundDir: env.ACS_PLAYGROUND_DIR,
   };
   return Object.freeze(config);
 }

@@ -29,7 +29,12 @@ export type AppConfig = Pick<Config, "models" | "db" | "keepaliveIntervalMs" | "
   Partial<
     Pick<
       Config,
-      "steeringRequestBytes" | "steeringProcessBytes" | "instanceId" | "leaseTtlMs" | "holdRenewMs"
+      | "steeringRequestBytes"
+      | "steeringProcessBytes"
+      | "instanceId"
+      | "leaseTtlMs"
+      | "holdRenewMs"
+      | "playgroundDir"
     >
   >;
 
@@ -139,6 +144,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     isReady: () => isReady() && registry.status().some((m) => m.serving),
     modelStatus: () => registry.status(),
     steeringBudget,
+    ...(config.playgroundDir === undefined ? {} : { playgroundDir: config.playgroundDir }),
     ...(options.timeouts ? { timeouts: options.timeouts } : {}),
     onClose: async () => {
       await closePools();

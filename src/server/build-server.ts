@@ -42,6 +42,7 @@ import {
 import type { CompletionsApi } from "../service/index.js";
 import { createMetrics, type GatewayMetrics } from "./metrics.js";
 import { createOnePortServer, defaultOnePortTimeouts, type OnePortTimeouts } from "./one-port-server.js";
+import { defaultPlaygroundDir, playgroundRoutes } from "./playground-routes.js";
 
 /** What buildServer needs. */
 export interface ServerDeps {
@@ -61,6 +62,8 @@ export interface ServerDeps {
   readonly onClose?: () => Promise<void>;
   /** The service's steering budget, for its gauges on /metrics. */
   readonly steeringBudget?: SteeringBudget;
+  /** The built playground page (GET /playground). @default dist/playground of the package */
+  readonly playgroundDir?: string;
 }
 
 /** Ops routes (GET/HEAD only); REST routes know their own methods (src/rest). */
@@ -247,6 +250,8 @@ export async function buildServer(
     });
   });
   await app.register(restRoutes, { api: deps.api, keepaliveIntervalMs: deps.config.keepaliveIntervalMs });
+
+  await app.register(playgroundRoutes, { dir: deps.playgroundDir ?? defaultPlaygroundDir() });
 
   app.get("/healthz", async (_request, reply) => reply.send({ status: "ok" }));
   app.get("/readyz", async (_request, reply) => {

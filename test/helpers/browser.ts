@@ -37,10 +37,14 @@ export function chromiumUnavailable(): string | undefined {
  * The browser tests' skip condition: true (skip) when chromium is missing and not required; a
  * missing chromium with ACS_TEST_BROWSER=required is not skipped, so its launch fails the tests.
  */
+let skipSaid = false;
+
 export function skipBrowserTests(): boolean {
   const reason = chromiumUnavailable();
   if (reason === undefined) return false;
   if (BROWSER_REQUIRED) return false;
+  if (!skipSaid) skipSaid = true;
+  else return true;
   process.stderr.write(
     `\n*** ${reason}: the browser tests are SKIPPED (ACS_TEST_BROWSER=required fails instead) ***\n`,
   );

@@ -32,6 +32,8 @@ export interface StackOptions {
   /** Bounds of the steering budget, bytes (default: the config's defaults). */
   steeringRequestBytes?: number;
   steeringProcessBytes?: number;
+  /** The built playground page served at GET /playground. @default dist/playground */
+  playgroundDir?: string;
 }
 
 export interface Stack {
@@ -81,6 +83,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       nonStreamDeadlineMs: opts.nonStreamDeadlineMs ?? limits.nonStreamDeadlineMs,
       ...(opts.steeringRequestBytes === undefined ? {} : { steeringRequestBytes: opts.steeringRequestBytes }),
       ...(opts.steeringProcessBytes === undefined ? {} : { steeringProcessBytes: opts.steeringProcessBytes }),
+      ...(opts.playgroundDir === undefined ? {} : { playgroundDir: opts.playgroundDir }),
     },
     {
       logger: pino({ level: "silent" }),

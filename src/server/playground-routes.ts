@@ -1,0 +1,73 @@
+// GET /playground: the playground page (src/playground), built by vite into a folder of static
+// files (`npm run build:playground` → dist/playground) and served from it by @fastify/static.
+// The page loads nothing from other origins: its Content-Security-Policy allows 'self' only.
+import { existsSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import fastifyStatic from "@fastify/static";
+import type { FastifyInstance, FastifyReply } from "fastify";
+import { ApiError } from "../errors/index.js";
+import { requestIdOf, sendError } from "../rest/index.js";
+
+/** Where the playground page lives in a URL: /playground and /playground/… */
+export const PLAYGROUND_PATH = "/playground";
+
+/**
+ * The page's Content-Security-Policy: scripts, styles, fetches and images from the gateway itself
+ * (images also as data: and blob: URLs), no frames, no plugins.
+ */
+export const PLAYGROUND_CSP =
+  "default-src 'self'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data: blob:; " +
+  "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'none'";
+
+/** dist/playground of the package this module belongs to (the folder above src/ or dist/src/ holding package.json). */
+export function defaultPlaygroundDir(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    if (existsSync(join(dir, "package.json"))) return join(dir, "dist", "playground");
+    const parent = dirname(dir);
+    if (parent === dir) return join(process.cwd(), "dist", "playground");
+    dir = parent;
+  }
+}
+
+function withPageHeaders(reply: FastifyReply): FastifyReply {
+  return reply
+    .header("content-security-policy", PLAYGROUND_CSP)
+    .header("x-content-type-options", "nosniff")
+    .header("referrer-policy", "no-referrer");
+}
+
+/**
+ * Serves the built page of `dir`: GET /playground and /playground/ answer its index.html, GET
+ * /playground/<file> its assets (vite's hashed names). A folder without index.html (the page was
+ * never built) answers 404 `unknown_route` with the command that builds it; a missing asset is
+ * the gateway's usual 404 envelope.
+ */
+export async function playgroundRoutes(app: FastifyInstance, options: { dir: string }): Promise<void> {
+  const { dir } = options;
+  if (!existsSync(join(dir, "index.html"))) {
+    const notBuilt = (_request: unknown, reply: FastifyReply) =>
+      sendError(
+        reply,
+        new ApiError(
+          "unknown_route",
+          `The playground page is not built: run \`npm run build:playground\` (it writes ${dir}), or set ACS_PLAYGROUND_DIR to a built copy.`,
+        ),
+        requestIdOf(reply),
+      );
+    app.get(PLAYGROUND_PATH, notBuilt);
+    app.get(`${PLAYGROUND_PATH}/*`, notBuilt);
+    return;
+  }
+  await app.register(fastifyStatic, {
+    root: dir,
+    prefix: `${PLAYGROUND_PATH}/`,
+    index: "index.html",
+    dotfiles: "ignore",
+    setHeaders: (reply) => {
+      withPageHeaders(reply);
+    },
+  });
+  app.get(PLAYGROUND_PATH, async (_request, reply) => withPageHeaders(reply).sendFile("index.html"));
+}

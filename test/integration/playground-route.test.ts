@@ -1,0 +1,88 @@
+// GET /playground over HTTP (no browser): the built page and its assets with their types and a
+// CSP of 'self' only, the gateway's 404 envelope for anything else under /playground/, and a
+// 404 naming the build command when the page was never built.
+import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { buildPlayground } from "../helpers/build-playground.js";
+import { type Stack, startStack } from "../helpers/start-stack.js";
+
+describe("GET /playground", () => {
+  let dir: string;
+  let empty: string;
+  let built: Stack;
+  let unbuilt: Stack;
+
+  beforeAll(async () => {
+    dir = await buildPlayground();
+    empty = await mkdtemp(join(tmpdir(), "acs-playground-empty-"));
+    built = await startStack({ playgroundDir: dir });
+    unbuilt = await startStack({ playgroundDir: empty });
+  });
+
+  afterAll(async () => {
+    await built?.close();
+    await unbuilt?.close();
+    for (const d of [dir, empty]) if (d) await rm(d, { recursive: true, force: true });
+  });
+
+  it("answers the built page at /playground and /playground/, with a CSP of 'self' only", async () => {
+    for (const path of ["/playground", "/playground/"]) {
+      const response = await fetch(`${built.url}${path}`);
+      expect(response.status).toBe(200);
+      expect(response.headers.get("content-type")).toBe("text/html; charset=utf-8");
+      expect(response.headers.get("content-security-policy")).toContain("default-src 'self'");
+      expect(response.headers.get("x-request-id")).toMatch(/^req_[0-9a-f]{32}$/);
+      const html = await response.text();
+      expect(html).toContain("<title>acs-gateway playground</title>");
+      // Every script and stylesheet is the gateway's own: no other origin, no CDN.
+      const refs = [...html.matchAll(/(?:src|href)="([^"]+)"/g)].map((m) => m[1]!);
+      expect(refs.length).toBeGreaterThanOrEqual(2);
+      // (The icon is an empty data: URL, so that the browser asks for no /favicon.ico.)
+      for (const ref of refs) expect(ref).toMatch(/^(?:\/playground\/assets\/|data:,$)/);
+    }
+    const head = await fetch(`${built.url}/playground`, { method: "HEAD" });
+    expect(head.status).toBe(200);
+  });
+
+  it("serves each asset vite wrote, with its type", async () => {
+    const assets = await readdir(join(dir, "assets"));
+    expect(assets.some((a) => a.endsWith(".js"))).toBe(true);
+    for (const asset of assets) {
+      const response = await fetch(`${built.url}/playground/assets/${asset}`);
+      expect(response.status).toBe(200);
+      const type = response.headers.get("content-type");
+      if (asset.endsWith(".js")) expect(type).toBe("application/javascript; charset=utf-8");
+      if (asset.endsWith(".css")) expect(type).toBe("text/css; charset=utf-8");
+      // The bundle carries the page's code (fzstd and eventsource-parser included), nothing fetched later.
+      if (asset.endsWith(".js")) expect(await response.text()).toContain("acs-playground-api-key");
+    }
+  });
+
+  it("answers anything else under /playground/ with the gateway's 404 envelope", async () => {
+    for (const path of [
+      "/playground/nope.js",
+      "/playground/%2e%2e/package.json",
+      "/playground/../package.json",
+    ]) {
+      const response = await fetch(`${built.url}${path}`);
+      expect(response.status).toBe(404);
+      const body = (await response.json()) as { error: { code: string }; request_id: string };
+      expect(body.error.code).toBe("unknown_route");
+      expect(body.request_id).toBe(response.headers.get("x-request-id"));
+    }
+  });
+
+  it("says how to build the page when it was never built", async () => {
+    for (const path of ["/playground", "/playground/assets/index.js"]) {
+      const response = await fetch(`${unbuilt.url}${path}`);
+      expect(response.status).toBe(404);
+      const body = (await response.json()) as { error: { message: string; code: string } };
+      expect(body.error.code).toBe("unknown_route");
+      expect(body.error.message).toBe(
+        `The playground page is not built: run \`npm run build:playground\` (it writes ${empty}), or set ACS_PLAYGROUND_DIR to a built copy.`,
+      );
+    }
+  });
+});
