@@ -1,4 +1,5 @@
-// Process entry: loadConfig() → (embedded engine) → buildApp() → listen; SIGTERM/SIGINT → close().
+// Process entry: loadConfig() → (embedded engine) → buildApp() → listen; SIGTERM/SIGINT → drain
+// and close (src/server/lifecycle.ts).
 // A mistake in the configuration is one line on stderr and exit code 2; the first log line comes
 // before anything slow (the server's modules are imported after it, the engine is started after it).
 import { spawn } from "node:child_process";
@@ -93,7 +94,7 @@ async function main(): Promise<void> {
       "starting: checking the replicas of each model…",
     );
   }
-  const [{ buildApp }, embedded] = await Promise.all([
+  const [{ buildApp, createLifecycle, drainAndClose }, embedded] = await Promise.all([
     import("./server/index.js"),
     config.embeddedEngine ? startEmbeddedEngine(config, logger) : undefined,
   ]);
@@ -104,11 +105,13 @@ async function main(): Promise<void> {
     );
   }
   const models = embedded ? [embedded.model] : config.models;
+  const lifecycle = createLifecycle({ graceMs: config.shutdownGraceMs });
   const { app, registry } = await buildApp(
     { ...config, models },
     {
       logger,
       isReady: () => embedded?.isAlive() ?? true,
+      lifecycle,
       ...(embedded ? { onClose: embedded.stop } : {}),
     },
   );
@@ -137,14 +140,31 @@ async function main(): Promise<void> {
     `acs-gateway listening on ${url} (REST, Connect, gRPC-Web, gRPC)`,
   );
 
-  let closing = false;
+  // The first signal drains (ACS_DRAIN_DELAY_MS) and closes (ACS_SHUTDOWN_GRACE_MS); a second one
+  // skips what is left of the drain delay and ends the calls in flight at once.
+  let closing: AbortController | undefined;
   const shutdown = (signal: string) => {
-    if (closing) return;
-    closing = true;
-    logger.info({ signal }, "shutting down");
-    const force = setTimeout(() => process.exit(1), 30_000);
+    if (closing !== undefined) {
+      logger.info({ signal }, "second signal: ending the calls in flight now");
+      closing.abort();
+      lifecycle.end();
+      return;
+    }
+    closing = new AbortController();
+    logger.info(
+      { signal, drainDelayMs: config.drainDelayMs, shutdownGraceMs: config.shutdownGraceMs },
+      "shutting down",
+    );
+    // Past the drain delay, the grace and the 5 s linger of build-server, something is stuck.
+    const force = setTimeout(
+      () => {
+        logger.error("shutdown did not finish: exiting");
+        process.exit(1);
+      },
+      config.drainDelayMs + config.shutdownGraceMs + 10_000,
+    );
     force.unref();
-    app.close().then(
+    drainAndClose(app, lifecycle, { drainDelayMs: config.drainDelayMs, logger, signal: closing.signal }).then(
       () => process.exit(0),
       (err: unknown) => {
         logger.error({ err }, "close failed");
