@@ -26,7 +26,7 @@ import { createBudgetLedger } from "../../src/budget/index.js";
 import { createLifecycle, drainAndClose, type Lifecycle } from "../../src/server/index.js";
 import { until } from "../helpers/hang-guard.js";
 import { parseSse } from "../helpers/parse-sse.js";
-import { type Stack, startStack } from "../helpers/start-stack.js";
+import { type Stack, type StackOptions, startStack } from "../helpers/start-stack.js";
 import { answerVllmOps } from "../upstream/fake-upstream.js";
 
 const dir = mkdtempSync(join(tmpdir(), "acs-drain-"));
@@ -98,13 +98,18 @@ afterEach(async () => {
   }
 });
 
-async function start(graceMs: number) {
+async function start(graceMs: number, timeouts?: StackOptions["timeouts"]) {
   const upstream = createHoldingUpstream();
   await new Promise<void>((r) => upstream.server.listen(0, "127.0.0.1", r));
   const port = (upstream.server.address() as AddressInfo).port;
   const dbPath = join(dir, `${graceMs}-${stacks.length}.db`);
   const lifecycle = createLifecycle({ graceMs });
-  const stack = await startStack({ upstreamUrl: `http://127.0.0.1:${port}`, dbPath, lifecycle });
+  const stack = await startStack({
+    upstreamUrl: `http://127.0.0.1:${port}`,
+    dbPath,
+    lifecycle,
+    ...(timeouts ? { timeouts } : {}),
+  });
   stacks.push({ stack, lifecycle, upstream });
   const { id, key } = await stack.ledger!.createKey({ budgetTokens: 100_000, name: "drain" });
   return { stack, upstream, lifecycle, dbPath, keyId: id, key };
@@ -201,7 +206,9 @@ function envelopeOf(err: ConnectError) {
 
 describe("drain: not ready at once, still serving, then in-flight calls finish", () => {
   it("calls in flight on every protocol complete normally; Watch sees NOT_SERVING then ends; Holds settled", async () => {
-    const { stack, upstream, lifecycle, dbPath, keyId, key } = await start(600_000);
+    const { stack, upstream, lifecycle, dbPath, keyId, key } = await start(600_000, {
+      keepAliveMs: 3_600_000,
+    });
     const h2 = new Http2SessionManager(stack.url);
     const watch = watchHealth(stack.url, h2);
     await until(() => watch.statuses.length === 1, "Watch sent the first status");
@@ -352,6 +359,41 @@ describe("stopping: a new request", () => {
     expect(refusedCall.connection).toBe("close");
     upstream.release();
     expect((await held).status).toBe(200);
+    agent.destroy();
+  });
+});
+
+describe("stopping: HTTP/1.1 keep-alive", () => {
+  it("a connection whose call finishes during the grace is closed after its response, not held open", async () => {
+    // Keep-alive connections would otherwise stay open for keepAliveMs, holding app.close().
+    const { stack, upstream, key } = await start(600_000, { keepAliveMs: 3_600_000 });
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const sockets: import("node:net").Socket[] = [];
+    agent.on("free", (socket) => sockets.push(socket));
+    const response = new Promise<number>((resolve, reject) => {
+      const req = http.request(
+        `${stack.url}/v1/completions`,
+        {
+          method: "POST",
+          agent,
+          headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
+        },
+        (res) => {
+          res.resume();
+          res.on("end", () => resolve(res.statusCode ?? 0));
+        },
+      );
+      req.on("error", reject);
+      req.end(JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 8 }));
+    });
+    await until(() => upstream.held === 1, "the call is held");
+    const closed = stack.app.close();
+    await until(() => refused(stack.url), "the listener stopped accepting");
+    upstream.release();
+    expect(await response).toBe(200);
+    // Resolves only once every connection is closed: the kept-alive one too.
+    await closed;
+    await until(() => sockets.every((s) => s.destroyed), "the client saw its connection closed");
     agent.destroy();
   });
 });
