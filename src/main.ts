@@ -1,9 +1,11 @@
-// Process entry: loadConfig() → (embedded engine) → buildApp() → listen; SIGTERM/SIGINT → close().
+// Process entry: loadConfig() → (embedded engine) → buildApp() → listen; SIGTERM/SIGINT → drain
+// and close (src/server/lifecycle.ts).
 // A mistake in the configuration is one line on stderr and exit code 2; the first log line comes
 // before anything slow (the server's modules are imported after it, the engine is started after it).
-import { spawn } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import type { AddressInfo } from "node:net";
 import { extname } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { pino } from "pino";
 import { type Config, ConfigError, loadConfig, type ModelConfig } from "./config/index.js";
@@ -16,44 +18,109 @@ function refuse(message: string): never {
   process.exit(USAGE_EXIT);
 }
 
+/** Back-off before restarting the embedded engine after its n-th exit in a row (0-based), ms. */
+const engineRestartDelayMs = (n: number): number => Math.min(30_000, 500 * 2 ** n);
+/** An engine that stayed up this long is counted as healthy: the back-off starts over, ms. */
+const ENGINE_STABLE_MS = 60_000;
+
 /**
  * Starts the reference engine as a child process on a loopback port (as Inference runs beside the
  * gateway in production): its CPU-bound forward passes and tokenizer then never block the
  * gateway's event loop. Resolves once it listens; the child is killed when this process exits.
+ *
+ * Supervised: when the child dies (a crash, `kill -9`), it is started again on the same port after
+ * a back-off (0.5 s, doubling to 30 s; back to 0.5 s once it has stayed up a minute), each step
+ * logged; `isAlive()` (hence `/readyz` and gRPC health) is false until it listens again. `stop()`
+ * ends the supervision and the child.
  */
 async function startEmbeddedEngine(config: Config, logger: pino.Logger) {
   // Only main.ts may start the reference engine; the gateway never imports it otherwise.
   const { getPreset } = await import("./engine/index.js");
   const preset = config.embeddedEngine?.preset ?? "llama-8b";
   const dims = getPreset(preset);
+  // The engine's own extension: dist/src/engine/main.js under `npm start`, .ts under tsx.
   const entry = fileURLToPath(
     new URL(`./engine/main${extname(fileURLToPath(import.meta.url))}`, import.meta.url),
   );
-  const child = spawn(
-    process.execPath,
-    [...process.execArgv, entry, "--preset", preset, "--port", "0", "--exit-with-stdin"],
-    { stdio: ["pipe", "pipe", "inherit"] },
-  );
-  process.on("exit", () => child.kill("SIGTERM"));
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = "";
-    child.stdout.setEncoding("utf8");
-    child.stdout.on("data", (d: string) => {
-      out += d;
-      const m = /serving .* at (http:\/\/[^\s]+)/.exec(out);
-      if (m?.[1]) resolve(m[1]);
+  let child: ChildProcess | undefined;
+  process.on("exit", () => child?.kill("SIGTERM"));
+
+  /** Spawns the engine on `port` (0: any); resolves with its URL once it listens. */
+  const spawnEngine = (port: number) => {
+    const c = spawn(
+      process.execPath,
+      [...process.execArgv, entry, "--preset", preset, "--port", String(port), "--exit-with-stdin"],
+      { stdio: ["pipe", "pipe", "inherit"] },
+    );
+    child = c;
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+      c.once("exit", (code, signal) => resolve({ code, signal })),
+    );
+    const listening = new Promise<string>((resolve, reject) => {
+      let out = "";
+      c.stdout?.setEncoding("utf8");
+      const onData = (d: string) => {
+        out += d;
+        const m = /serving .* at (http:\/\/[^\s]+)/.exec(out);
+        if (!m?.[1]) return;
+        c.stdout?.off("data", onData);
+        c.stdout?.resume(); // its later output is not kept
+        resolve(m[1]);
+      };
+      c.stdout?.on("data", onData);
+      void exited.then(({ code, signal }) =>
+        reject(new Error(`reference engine exited (code ${code}, signal ${signal}) before listening`)),
+      );
     });
-    child.once("exit", (code) => reject(new Error(`reference engine exited with ${code} before listening`)));
-  });
+    return { child: c, exited, listening };
+  };
+
+  const first = spawnEngine(0);
+  const url = await first.listening;
+  const port = Number(new URL(url).port);
   let alive = true;
-  child.once("exit", (code, signal) => {
-    alive = false;
-    logger.error({ code, signal }, "reference engine exited");
-  });
+  const stopping = new AbortController();
   logger.info(
-    { url, preset, model: dims.servedModelName, pid: child.pid },
+    { url, preset, model: dims.servedModelName, enginePid: first.child.pid },
     "reference engine started (no ACS_MODELS)",
   );
+
+  // The supervision loop: wait for the child's exit, back off, start it again on the same port.
+  const supervise = async (running: ReturnType<typeof spawnEngine>) => {
+    let current = running;
+    let failures = 0;
+    let upSince = Date.now();
+    for (;;) {
+      const { code, signal } = await current.exited;
+      alive = false;
+      if (stopping.signal.aborted) return;
+      if (Date.now() - upSince >= ENGINE_STABLE_MS) failures = 0;
+      const delayMs = engineRestartDelayMs(failures);
+      failures += 1;
+      logger.error(
+        { code, signal, enginePid: current.child.pid, restartInMs: delayMs, attempt: failures },
+        `reference engine exited; restarting it in ${delayMs} ms (not ready meanwhile)`,
+      );
+      try {
+        await sleep(delayMs, undefined, { signal: stopping.signal });
+      } catch {
+        return;
+      }
+      current = spawnEngine(port);
+      try {
+        await current.listening;
+      } catch (err) {
+        logger.error({ err, attempt: failures }, "reference engine restart failed");
+        continue;
+      }
+      if (stopping.signal.aborted) return;
+      alive = true;
+      upSince = Date.now();
+      logger.info({ url, enginePid: current.child.pid, attempt: failures }, "reference engine restarted");
+    }
+  };
+  const supervised = supervise(first);
+
   const model: ModelConfig = {
     id: dims.servedModelName,
     aliases: config.embeddedEngine?.aliases ?? [],
@@ -64,12 +131,17 @@ async function startEmbeddedEngine(config: Config, logger: pino.Logger) {
     numLayers: dims.numLayers,
     ownedBy: "acs-reference-engine",
   };
-  const stop = () =>
-    new Promise<void>((resolve) => {
-      if (!alive) return resolve();
-      child.once("exit", () => resolve());
-      child.kill("SIGTERM");
-    });
+  const stop = async () => {
+    stopping.abort();
+    const c = child;
+    if (c !== undefined && c.exitCode === null && c.signalCode === null) {
+      const gone = new Promise<void>((resolve) => c.once("exit", () => resolve()));
+      c.kill("SIGTERM");
+      await gone;
+    }
+    await supervised;
+    logger.info("reference engine stopped");
+  };
   return { model, isAlive: () => alive, stop };
 }
 
@@ -93,7 +165,7 @@ async function main(): Promise<void> {
       "starting: checking the replicas of each model…",
     );
   }
-  const [{ buildApp }, embedded] = await Promise.all([
+  const [{ buildApp, createLifecycle, drainAndClose }, embedded] = await Promise.all([
     import("./server/index.js"),
     config.embeddedEngine ? startEmbeddedEngine(config, logger) : undefined,
   ]);
@@ -104,11 +176,13 @@ async function main(): Promise<void> {
     );
   }
   const models = embedded ? [embedded.model] : config.models;
+  const lifecycle = createLifecycle({ graceMs: config.shutdownGraceMs });
   const { app, registry } = await buildApp(
     { ...config, models },
     {
       logger,
       isReady: () => embedded?.isAlive() ?? true,
+      lifecycle,
       ...(embedded ? { onClose: embedded.stop } : {}),
     },
   );
@@ -137,14 +211,31 @@ async function main(): Promise<void> {
     `acs-gateway listening on ${url} (REST, Connect, gRPC-Web, gRPC)`,
   );
 
-  let closing = false;
+  // The first signal drains (ACS_DRAIN_DELAY_MS) and closes (ACS_SHUTDOWN_GRACE_MS); a second one
+  // skips what is left of the drain delay and ends the calls in flight at once.
+  let closing: AbortController | undefined;
   const shutdown = (signal: string) => {
-    if (closing) return;
-    closing = true;
-    logger.info({ signal }, "shutting down");
-    const force = setTimeout(() => process.exit(1), 30_000);
+    if (closing !== undefined) {
+      logger.info({ signal }, "second signal: ending the calls in flight now");
+      closing.abort();
+      lifecycle.end();
+      return;
+    }
+    closing = new AbortController();
+    logger.info(
+      { signal, drainDelayMs: config.drainDelayMs, shutdownGraceMs: config.shutdownGraceMs },
+      "shutting down",
+    );
+    // Past the drain delay, the grace and the 5 s linger of build-server, something is stuck.
+    const force = setTimeout(
+      () => {
+        logger.error("shutdown did not finish: exiting");
+        process.exit(1);
+      },
+      config.drainDelayMs + config.shutdownGraceMs + 10_000,
+    );
     force.unref();
-    app.close().then(
+    drainAndClose(app, lifecycle, { drainDelayMs: config.drainDelayMs, logger, signal: closing.signal }).then(
       () => process.exit(0),
       (err: unknown) => {
         logger.error({ err }, "close failed");

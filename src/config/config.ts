@@ -104,6 +104,17 @@ export interface Config {
    * @default dist/playground of the package (env ACS_PLAYGROUND_DIR)
    */
   readonly playgroundDir: string | undefined;
+  /**
+   * After SIGTERM/SIGINT, how long the gateway reports not ready (`/readyz` 503, gRPC health
+   * NOT_SERVING) while still accepting and serving, so that load balancers stop sending first, ms.
+   * @default 5000 (env ACS_DRAIN_DELAY_MS)
+   */
+  readonly drainDelayMs: number;
+  /**
+   * Once it stops accepting, how long calls in flight (unary and streams, every protocol) may go on
+   * before they end with the shutdown error, ms. @default 20000 (env ACS_SHUTDOWN_GRACE_MS)
+   */
+  readonly shutdownGraceMs: number;
 }
 
 /** Why a file could not be read, in words (Node's errno codes). */
@@ -164,6 +175,8 @@ export function loadConfig(rawEnv: Record<string, string | undefined> = process.
     steeringRequestBytes: env.ACS_STEERING_REQUEST_BYTES,
     steeringProcessBytes: env.ACS_STEERING_PROCESS_BYTES,
     playgroundDir: env.ACS_PLAYGROUND_DIR,
+    drainDelayMs: env.ACS_DRAIN_DELAY_MS,
+    shutdownGraceMs: env.ACS_SHUTDOWN_GRACE_MS,
   };
   return Object.freeze(config);
 }

@@ -45,6 +45,8 @@ const envSchema = z.object({
   ACS_STEERING_REQUEST_BYTES: intText(1, 2 ** 40, limits.steeringRequestBytes),
   ACS_STEERING_PROCESS_BYTES: intText(1, 2 ** 40, limits.steeringProcessBytes),
   ACS_PLAYGROUND_DIR: z.string().optional(),
+  ACS_DRAIN_DELAY_MS: intText(0, 3_600_000, 5000),
+  ACS_SHUTDOWN_GRACE_MS: intText(0, 24 * 3_600_000, 20_000),
 });
 
 /** The checked environment. */

@@ -1,4 +1,3 @@
-import { setTimeout as sleep } from "node:timers/promises";
 import { create } from "@bufbuild/protobuf";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { CompletionsService } from "../../gen/acs/v1/completions_pb.js";
@@ -10,6 +9,27 @@ import {
 } from "../../gen/grpc/health/v1/health_pb.js";
 import { ApiError, newRequestId } from "../errors/index.js";
 import { toConnectError } from "./error-conversion.js";
+
+/** What the health routes follow of the server's lifecycle (src/server/lifecycle.ts). */
+export interface HealthLifecycle {
+  /** True once the server stops accepting: open Watch streams end. */
+  readonly stopped: boolean;
+  /** Calls `listener` on each change of phase; returns the function that removes it. */
+  onChange(listener: () => void): () => void;
+}
+
+/** Options of {@link createHealthRoutes}. */
+export interface HealthRoutesOptions {
+  /** How often Watch looks at the status between lifecycle changes, ms. @default 1000 */
+  readonly pollMs?: number;
+  /** A change of phase wakes every Watch at once (drain: NOT_SERVING now); stopping ends them. */
+  readonly lifecycle?: HealthLifecycle;
+}
+
+/** The error an open Watch ends with when the server stops accepting (UNAVAILABLE, the envelope). */
+const stoppingError = () =>
+  new ApiError("upstream_unavailable", "The server is shutting down; retry the request.");
+
 import { requestIdKey } from "./routes.js";
 
 /** Services the health protocol reports on for the gateway as a whole ("" is the server). */
@@ -21,13 +41,18 @@ const gatewayServices = ["", CompletionsService.typeName];
  * is a service named by its id, SERVING while it serves (`modelStatus`, e.g. one replica up) and
  * the gateway is ready; else NOT_SERVING. An unknown service name is NOT_FOUND on Check and
  * SERVICE_UNKNOWN on Watch (per the protocol). Watch sends the current status and then each
- * change, polled every `pollMs`.
+ * change, looked at every `pollMs` and at each change of the lifecycle's phase (so the drain's
+ * NOT_SERVING goes out at once). When the server stops accepting, an open Watch sends its last
+ * status and ends with UNAVAILABLE `upstream_unavailable` (it would otherwise hold the shutdown:
+ * a load balancer keeps it open for ever).
  */
 export function createHealthRoutes(
   isReady: () => boolean,
   modelStatus: () => ReadonlyArray<{ readonly id: string; readonly serving: boolean }> = () => [],
-  pollMs = 1000,
+  options: HealthRoutesOptions = {},
 ): (router: ConnectRouter) => void {
+  const pollMs = options.pollMs ?? 1000;
+  const lifecycle = options.lifecycle;
   const servingOf = (service: string): boolean | undefined => {
     if (gatewayServices.includes(service)) return isReady();
     const model = modelStatus().find((m) => m.id === service);
@@ -58,13 +83,40 @@ export function createHealthRoutes(
       },
       async *watch(request, ctx) {
         let last: ServingStatus | undefined;
-        while (!ctx.signal.aborted) {
-          const now = status(request.service);
-          if (now !== last) {
-            last = now;
-            yield create(HealthCheckResponseSchema, { status: now });
+        // A change of phase (or the call's end) cuts the wait short; one that comes while a
+        // status is being sent is remembered, so none is missed.
+        let changed = false;
+        let wakeUp: (() => void) | undefined;
+        const onChange = () => {
+          changed = true;
+          wakeUp?.();
+        };
+        const unsubscribe = lifecycle?.onChange(onChange);
+        ctx.signal.addEventListener("abort", onChange, { once: true });
+        try {
+          while (!ctx.signal.aborted) {
+            changed = false;
+            const now = status(request.service);
+            if (now !== last) {
+              last = now;
+              yield create(HealthCheckResponseSchema, { status: now });
+            }
+            if (lifecycle?.stopped) {
+              throw toConnectError(stoppingError(), ctx.values.get(requestIdKey) ?? newRequestId());
+            }
+            if (changed) continue;
+            await new Promise<void>((resolve) => {
+              const timer = setTimeout(resolve, pollMs);
+              wakeUp = () => {
+                clearTimeout(timer);
+                resolve();
+              };
+            });
+            wakeUp = undefined;
           }
-          await sleep(pollMs, undefined, { signal: ctx.signal }).catch(() => undefined);
+        } finally {
+          unsubscribe?.();
+          ctx.signal.removeEventListener("abort", onChange);
         }
       },
       list() {

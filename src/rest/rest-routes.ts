@@ -11,7 +11,7 @@ import { limits } from "../config/index.js";
 import { ApiError, invalidRequest } from "../errors/index.js";
 import { type CompletionsApi, modelNotFound } from "../service/index.js";
 import { apiDocsRoutes } from "./api-docs.js";
-import { createCallContext, createShutdownLink } from "./call-context.js";
+import { createCallContext, createShutdownLink, type ShutdownLink } from "./call-context.js";
 import { decodeContentEncoding } from "./content-encoding.js";
 import { decodeCompletionRequestAsync } from "./decode-completion-request.js";
 import {
@@ -36,6 +36,12 @@ export interface RestRoutesOptions {
   api: CompletionsApi;
   /** Milliseconds between `: keepalive` comments of a stream (proto/API.md §5: 5000). */
   keepaliveIntervalMs: number;
+  /**
+   * The server's shutdown (src/server/lifecycle.ts): calls still running when it aborts end with
+   * its reason (a 503 envelope, or an SSE error event). @default one aborted by fastify's preClose
+   * with 503 `upstream_unavailable` (app.close() ends calls at once)
+   */
+  shutdown?: ShutdownLink;
 }
 
 /** The message of proto/API.md §8 for `POST /v1/chat/completions`. */
@@ -167,14 +173,20 @@ function shutdownError(shutdown: AbortSignal): ApiError {
 async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions): Promise<void> {
   const { api } = options;
   const keepaliveIntervalMs = options.keepaliveIntervalMs ?? limits.keepaliveIntervalMs;
-  // Aborted when the server starts closing: running calls (streams above all) end with a 503
-  // envelope instead of holding fastify.close() open.
-  const closing = new AbortController();
-  app.addHook("preClose", async () => {
-    closing.abort(new ApiError("upstream_unavailable", "The server is shutting down; retry the request."));
-  });
-  // One listener on the process-long signal for all calls (see ShutdownLink).
-  const shutdown = createShutdownLink(closing.signal);
+  // Without a lifecycle: aborted when the server starts closing, so that running calls (streams
+  // above all) end with a 503 envelope instead of holding fastify.close() open.
+  let closing = options.shutdown;
+  if (closing === undefined) {
+    const controller = new AbortController();
+    app.addHook("preClose", async () => {
+      controller.abort(
+        new ApiError("upstream_unavailable", "The server is shutting down; retry the request."),
+      );
+    });
+    // One listener on the process-long signal for all calls (see ShutdownLink).
+    closing = createShutdownLink(controller.signal);
+  }
+  const shutdown = closing;
   const contextOf = (request: FastifyRequest, reply: FastifyReply) =>
     createCallContext(request, reply, shutdown);
 
@@ -184,8 +196,8 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
   app.setErrorHandler((err, _request, reply) => {
     // A call cut short by the shutdown (the service throws `canceled`) answers 503, not 499.
     const shown =
-      closing.signal.aborted && err instanceof ApiError && err.code === "canceled"
-        ? shutdownError(closing.signal)
+      shutdown.signal.aborted && err instanceof ApiError && err.code === "canceled"
+        ? shutdownError(shutdown.signal)
         : err;
     return sendError(reply, shown, requestIdOf(reply));
   });
@@ -250,7 +262,7 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
     void pumpChunks(first, chunks, writer, {
       render,
       requestId: ctx.requestId,
-      shutdown: closing.signal,
+      shutdown: shutdown.signal,
       log: request.log,
     }).catch((err: unknown) => request.log.error({ err, requestId: ctx.requestId }, "SSE pump failed"));
     return reply;

@@ -18,6 +18,7 @@ import {
   type UpstreamPoolOptions,
 } from "../upstream/index.js";
 import { buildServer } from "./build-server.js";
+import type { Lifecycle } from "./lifecycle.js";
 import { type GatewayMetrics, registerUpstreamMetrics } from "./metrics.js";
 import type { OnePortTimeouts } from "./one-port-server.js";
 
@@ -53,6 +54,11 @@ export interface AppOptions {
   readonly reclaimIntervalMs?: number;
   /** Runs last in app.close(), after the gateway's own resources are closed. */
   readonly onClose?: () => Promise<void>;
+  /**
+   * Drain and shutdown (src/server/lifecycle.ts; src/main.ts makes one with ACS_SHUTDOWN_GRACE_MS).
+   * @default a lifecycle with no grace: app.close() ends the calls in flight at once
+   */
+  readonly lifecycle?: Lifecycle;
 }
 
 /** A built gateway, not yet listening. */
@@ -146,6 +152,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     steeringBudget,
     ...(config.playgroundDir === undefined ? {} : { playgroundDir: config.playgroundDir }),
     ...(options.timeouts ? { timeouts: options.timeouts } : {}),
+    ...(options.lifecycle ? { lifecycle: options.lifecycle } : {}),
     onClose: async () => {
       await closePools();
       await ledger?.close();

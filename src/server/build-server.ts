@@ -40,8 +40,14 @@ import {
   unknownRoute,
 } from "../rest/index.js";
 import type { CompletionsApi } from "../service/index.js";
+import { createLifecycle, type Lifecycle, shutdownError } from "./lifecycle.js";
 import { createMetrics, type GatewayMetrics } from "./metrics.js";
-import { createOnePortServer, defaultOnePortTimeouts, type OnePortTimeouts } from "./one-port-server.js";
+import {
+  createOnePortServer,
+  defaultOnePortTimeouts,
+  type OnePortServer,
+  type OnePortTimeouts,
+} from "./one-port-server.js";
 import { defaultPlaygroundDir, playgroundRoutes } from "./playground-routes.js";
 
 /** What buildServer needs. */
@@ -64,6 +70,16 @@ export interface ServerDeps {
   readonly steeringBudget?: SteeringBudget;
   /** The built playground page (GET /playground). @default dist/playground of the package */
   readonly playgroundDir?: string;
+  /**
+   * Drain and shutdown (src/server/lifecycle.ts): readiness, gRPC health and the calls follow its
+   * phases; app.close() stops it. @default a lifecycle with no grace (app.close() ends calls at once)
+   */
+  readonly lifecycle?: Lifecycle;
+  /**
+   * Once the grace is over and the calls left have been sent their error, how long connections may
+   * take to close on their own before they are destroyed, ms. @default 5000
+   */
+  readonly lingerMs?: number;
 }
 
 /** Ops routes (GET/HEAD only); REST routes know their own methods (src/rest). */
@@ -162,6 +178,8 @@ export async function buildServer(
   deps: ServerDeps,
 ): Promise<{ app: FastifyInstance; metrics: GatewayMetrics }> {
   const metrics = createMetrics(deps.steeringBudget);
+  const lifecycle = deps.lifecycle ?? createLifecycle();
+  const isReady = () => lifecycle.ready && deps.isReady();
   const app = Fastify({
     loggerInstance: deps.logger as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: "requestId" }),
@@ -169,7 +187,8 @@ export async function buildServer(
     bodyLimit: limits.bodyLimitBytes,
     onProtoPoisoning: "error",
     onConstructorPoisoning: "error",
-    return503OnClosing: true,
+    // Requests that arrive while closing get the envelope from the hook below instead.
+    return503OnClosing: false,
     forceCloseConnections: "idle",
     clientErrorHandler: answerClientError,
     // Errors fastify raises before routing (a malformed URL such as /v1/models/%zz) in the envelope.
@@ -186,6 +205,14 @@ export async function buildServer(
     // Every response carries it, Connect's too (connect-fastify copies the reply's headers), also
     // when connect-es refuses a request before our handler runs.
     reply.header("x-request-id", request.id);
+  });
+  // Stopping: calls in flight go on; a new request on a connection still open is refused (503
+  // `upstream_unavailable`, a retryable error) and its HTTP/1.1 connection closed after it. The ops
+  // routes still answer (/readyz: 503).
+  app.addHook("onRequest", async (request, reply) => {
+    if (!lifecycle.stopped || opsPaths.has(request.url.split("?", 1)[0] ?? "")) return;
+    if (request.raw.httpVersionMajor === 1) reply.header("connection", "close");
+    return sendAnyError(request, reply, shutdownError());
   });
   app.addHook("onResponse", async (request, reply) => {
     const url = request.url;
@@ -227,8 +254,8 @@ export async function buildServer(
       // Every error of every RPC carries the envelope, whoever raises it (src/connect/error-envelopes.ts).
       routes: withErrorEnvelopes(
         (router) => {
-          createConnectRoutes(deps.api)(router);
-          createHealthRoutes(deps.isReady, deps.modelStatus)(router);
+          createConnectRoutes(deps.api, lifecycle.link)(router);
+          createHealthRoutes(isReady, deps.modelStatus, { lifecycle })(router);
           createReflectionRoutes([CompletionsService, Health])(router);
         },
         {
@@ -249,13 +276,17 @@ export async function buildServer(
       connect: true,
     });
   });
-  await app.register(restRoutes, { api: deps.api, keepaliveIntervalMs: deps.config.keepaliveIntervalMs });
+  await app.register(restRoutes, {
+    api: deps.api,
+    keepaliveIntervalMs: deps.config.keepaliveIntervalMs,
+    shutdown: lifecycle.link,
+  });
 
   await app.register(playgroundRoutes, { dir: deps.playgroundDir ?? defaultPlaygroundDir() });
 
   app.get("/healthz", async (_request, reply) => reply.send({ status: "ok" }));
   app.get("/readyz", async (_request, reply) => {
-    const ready = deps.isReady();
+    const ready = isReady();
     const models = Object.fromEntries(
       (deps.modelStatus?.() ?? []).map((m) => [m.id, m.serving ? "serving" : "not_serving"]),
     );
@@ -275,6 +306,21 @@ export async function buildServer(
     return handleUnmatchedRoute(request, reply);
   });
 
+  // app.close(): stop accepting (fastify then closes idle connections and the listener), give the
+  // calls in flight the grace, end the rest; connections still open `lingerMs` after that (a
+  // client that does not read its error) are destroyed, so that close() always resolves.
+  const lingerMs = deps.lingerMs ?? 5000;
+  let linger: NodeJS.Timeout | undefined;
+  lifecycle.onChange((phase) => {
+    if (phase !== "ending" || linger !== undefined) return;
+    linger = setTimeout(() => (app.server as unknown as OnePortServer).closeAllConnections(), lingerMs);
+    linger.unref();
+  });
+  app.addHook("preClose", async () => lifecycle.stop());
+  app.addHook("onClose", async () => {
+    clearTimeout(linger);
+    lifecycle.dispose();
+  });
   if (deps.onClose) {
     const onClose = deps.onClose;
     app.addHook("onClose", async () => onClose());

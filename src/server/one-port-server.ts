@@ -15,7 +15,8 @@ type Handler = (
 export type OnePortServer = net.Server & {
   /**
    * Closes idle HTTP/1.1 connections and asks HTTP/2 sessions to finish (GOAWAY); each is destroyed
-   * once its open streams have ended.
+   * once its open streams have ended. From then on, each HTTP/1.1 connection is closed once its
+   * last response is done, and each new HTTP/2 session is sent GOAWAY at once (fastify's close).
    */
   closeIdleConnections(): void;
   /** Destroys every connection at once. */
@@ -133,9 +134,15 @@ export function createOnePortServer(
     session.close();
     if (sessions.get(session)?.streams === 0) session.destroy();
   };
+  // Set by closeIdleConnections() (fastify's close): from then on every connection closes as soon
+  // as it is idle — an HTTP/1.1 one after its last response, an HTTP/2 session opened meanwhile at
+  // once (GOAWAY: the streams it has go on) — so that calls in flight hold the close, idle
+  // keep-alive connections do not.
+  let closingIdle = false;
   h2.on("session", (session) => {
     const state = { streams: 0 };
     sessions.set(session, state);
+    if (closingIdle) setImmediate(() => closeSession(session));
     session.setTimeout(timeouts.h2IdleMs, () => closeSession(session));
     session.on("stream", (stream: http2.ServerHttp2Stream) => {
       state.streams += 1;
@@ -210,6 +217,7 @@ export function createOnePortServer(
     res.once("close", () => {
       pending.delete(req);
       if (pending.size > 0) return;
+      if (closingIdle) setImmediate(() => h1.closeIdleConnections());
       const then = whenFinished.get(socket);
       whenFinished.delete(socket);
       then?.();
@@ -263,6 +271,7 @@ export function createOnePortServer(
   }) as OnePortServer;
 
   server.closeIdleConnections = () => {
+    closingIdle = true;
     h1.closeIdleConnections();
     for (const s of sessions.keys()) closeSession(s);
   };

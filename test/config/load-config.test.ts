@@ -35,6 +35,8 @@ describe("loadConfig", () => {
       keepaliveIntervalMs: 5000,
       nonStreamDeadlineMs: 840_000,
       logLevel: "info",
+      drainDelayMs: 5000,
+      shutdownGraceMs: 20_000,
     });
     expect(Object.isFrozen(config)).toBe(true);
   });
@@ -65,6 +67,8 @@ describe("loadConfig", () => {
     [{ PORT: "70000" }, "PORT must be in [0, 65535], got 70000"],
     [{ ACS_DEADLINE_MS: "5" }, "ACS_DEADLINE_MS must be in [10, 86400000], got 5"],
     [{ ACS_ENGINE_PRESET: "huge" }, 'ACS_ENGINE_PRESET must be tiny or llama-8b, got "huge"'],
+    [{ ACS_DRAIN_DELAY_MS: "-1" }, 'ACS_DRAIN_DELAY_MS must be an integer, got "-1"'],
+    [{ ACS_SHUTDOWN_GRACE_MS: "1e3" }, 'ACS_SHUTDOWN_GRACE_MS must be an integer, got "1e3"'],
     [
       { ACS_MODELS: "/no/such/models.json" },
       "ACS_MODELS=/no/such/models.json: cannot read the models file: no such file",

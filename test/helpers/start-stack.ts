@@ -1,11 +1,12 @@
 // Real servers on loopback for integration tests: the reference engine (or any upstream URL),
 // and the gateway built by buildApp — the wiring src/main.ts uses — listening on 127.0.0.1:0.
 import type { AddressInfo, Server } from "node:net";
+import type { FastifyInstance } from "fastify";
 import { pino } from "pino";
 import type { BudgetLedger } from "../../src/budget/index.js";
 import { type BudgetDb, limits, type ModelConfig } from "../../src/config/index.js";
 import { type RunningEngine, startEngine } from "../../src/engine/index.js";
-import { type AppOptions, buildApp, type OnePortTimeouts } from "../../src/server/index.js";
+import { type AppOptions, buildApp, type Lifecycle, type OnePortTimeouts } from "../../src/server/index.js";
 import type { ModelRegistry } from "../../src/service/index.js";
 import type { UpstreamPool } from "../../src/upstream/index.js";
 
@@ -34,6 +35,8 @@ export interface StackOptions {
   steeringProcessBytes?: number;
   /** The built playground page served at GET /playground. @default dist/playground */
   playgroundDir?: string;
+  /** Drain and shutdown (src/server/lifecycle.ts). @default none: close() ends calls at once */
+  lifecycle?: Lifecycle;
 }
 
 export interface Stack {
@@ -41,6 +44,8 @@ export interface Stack {
   url: string;
   /** The gateway's listening server (its 'connection' events give the server side of a socket). */
   server: Server;
+  /** The gateway app (drainAndClose takes it). */
+  app: FastifyInstance;
   engine: RunningEngine | undefined;
   ledger: BudgetLedger | undefined;
   /** The gateway's models and their replica pools. */
@@ -91,6 +96,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       reclaimIntervalMs: 0,
       ...(opts.pool ? { pool: opts.pool } : {}),
       ...(opts.timeouts ? { timeouts: opts.timeouts } : {}),
+      ...(opts.lifecycle ? { lifecycle: opts.lifecycle } : {}),
     },
   );
   await app.listen({ host: "127.0.0.1", port: 0 });
@@ -98,6 +104,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   return {
     url: `http://127.0.0.1:${port}`,
     server: app.server,
+    app,
     engine,
     ledger,
     registry,
