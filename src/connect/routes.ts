@@ -8,6 +8,7 @@ import {
 import { CompletionsService } from "../../gen/acs/v1/completions_pb.js";
 import { ApiError, callerDeadlineExceeded, newRequestId } from "../errors/index.js";
 import type { CallContext, CompletionsApi } from "../service/index.js";
+import { callRecordKey } from "../telemetry/rpc-outcome.js";
 import { toConnectError } from "./error-conversion.js";
 import { callerTimeoutMs } from "./explain-protocol-error.js";
 
@@ -46,7 +47,9 @@ function callContext(ctx: HandlerContext): CallContext {
     requestId = newRequestId();
     ctx.responseHeader.set("x-request-id", requestId);
   }
+  const record = ctx.values.get(callRecordKey);
   return {
+    ...(record === undefined ? {} : { record }),
     requestId,
     signal: callSignal(ctx),
     authorization: ctx.requestHeader.get("authorization") ?? undefined,

@@ -10,6 +10,7 @@ import {
 import type { Config } from "../config/index.js";
 import { createSteeringBudget } from "../lens/index.js";
 import { createCompletionsService, createModelRegistry, type ModelRegistry } from "../service/index.js";
+import { createTracing, type Tracing } from "../telemetry/index.js";
 import {
   createTokenizeCache,
   createUpstreamPool,
@@ -29,7 +30,12 @@ export type AppConfig = Pick<Config, "models" | "db" | "keepaliveIntervalMs" | "
   Partial<
     Pick<
       Config,
-      "steeringRequestBytes" | "steeringProcessBytes" | "instanceId" | "leaseTtlMs" | "holdRenewMs"
+      | "steeringRequestBytes"
+      | "steeringProcessBytes"
+      | "instanceId"
+      | "leaseTtlMs"
+      | "holdRenewMs"
+      | "otlpEndpoint"
     >
   >;
 
@@ -48,6 +54,11 @@ export interface AppOptions {
   readonly reclaimIntervalMs?: number;
   /** Runs last in app.close(), after the gateway's own resources are closed. */
   readonly onClose?: () => Promise<void>;
+  /**
+   * Spans and `traceparent` propagation (src/telemetry; tests pass one with an in-memory exporter).
+   * @default createTracing({ otlpTracesUrl: config.otlpEndpoint })
+   */
+  readonly tracing?: Tracing;
 }
 
 /** A built gateway, not yet listening. */
@@ -139,6 +150,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     isReady: () => isReady() && registry.status().some((m) => m.serving),
     modelStatus: () => registry.status(),
     steeringBudget,
+    tracing: options.tracing ?? createTracing({ otlpTracesUrl: config.otlpEndpoint }),
     ...(options.timeouts ? { timeouts: options.timeouts } : {}),
     onClose: async () => {
       await closePools();

@@ -32,6 +32,10 @@ export interface StackOptions {
   /** Bounds of the steering budget, bytes (default: the config's defaults). */
   steeringRequestBytes?: number;
   steeringProcessBytes?: number;
+  /** The gateway's logger (tests read the access log from its destination). @default silent */
+  logger?: AppOptions["logger"];
+  /** The gateway's tracing (tests: an in-memory exporter). @default none recorded */
+  tracing?: AppOptions["tracing"];
 }
 
 export interface Stack {
@@ -83,7 +87,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       ...(opts.steeringProcessBytes === undefined ? {} : { steeringProcessBytes: opts.steeringProcessBytes }),
     },
     {
-      logger: pino({ level: "silent" }),
+      logger: opts.logger ?? pino({ level: "silent" }),
+      ...(opts.tracing ? { tracing: opts.tracing } : {}),
       healthIntervalMs: opts.healthIntervalMs ?? 0,
       reclaimIntervalMs: 0,
       ...(opts.pool ? { pool: opts.pool } : {}),
