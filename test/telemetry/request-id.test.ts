@@ -119,6 +119,23 @@ describe("X-Request-Id", () => {
         .slice(before)
         .map((r) => r.headers["x-request-id"]),
     ).toEqual([id]);
+
+    // Connect too: the response's header.
+    const client = createClient(
+      CompletionsService,
+      createConnectTransport({ baseUrl: stack.url, httpVersion: "1.1" }),
+    );
+    let header: string | null = null;
+    await client.listModels(
+      {},
+      {
+        headers: { "x-request-id": bad },
+        onHeader: (h) => {
+          header = h.get("x-request-id");
+        },
+      },
+    );
+    expect(header).toMatch(/^req_[0-9a-f]{32}$/);
   });
 
   it("the longest accepted id (128 characters) is kept", async () => {
