@@ -47,9 +47,12 @@ async function startEmbeddedEngine(config: Config, logger: pino.Logger) {
     child.once("exit", (code) => reject(new Error(`reference engine exited with ${code} before listening`)));
   });
   let alive = true;
+  let stopping = false;
   child.once("exit", (code, signal) => {
     alive = false;
-    logger.error({ code, signal }, "reference engine exited");
+    // Stopped by us, or a clean exit: info; anything else is an error.
+    if (stopping || code === 0) logger.info({ code, signal }, "reference engine stopped");
+    else logger.error({ code, signal }, "reference engine exited");
   });
   logger.info(
     { url, preset, model: dims.servedModelName, pid: child.pid },
@@ -68,6 +71,7 @@ async function startEmbeddedEngine(config: Config, logger: pino.Logger) {
   const stop = () =>
     new Promise<void>((resolve) => {
       if (!alive) return resolve();
+      stopping = true;
       child.once("exit", () => resolve());
       child.kill("SIGTERM");
     });
