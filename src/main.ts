@@ -7,8 +7,9 @@ import type { AddressInfo } from "node:net";
 import { extname } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
-import { pino } from "pino";
+import type { pino } from "pino";
 import { type Config, ConfigError, loadConfig, type ModelConfig } from "./config/index.js";
+import { createLogger } from "./telemetry/logger.js";
 
 /** Exit code of an operator's mistake (configuration, a port in use): one line on stderr. */
 const USAGE_EXIT = 2;
@@ -153,7 +154,7 @@ async function main(): Promise<void> {
     if (err instanceof ConfigError) refuse(err.message);
     throw err;
   }
-  const logger = pino({ level: config.logLevel, name: "acs-gateway" });
+  const logger = createLogger({ level: config.logLevel, format: config.logFormat });
   if (config.embeddedEngine) {
     logger.info(
       { preset: config.embeddedEngine.preset },

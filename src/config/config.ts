@@ -88,6 +88,14 @@ export interface Config {
   readonly nonStreamDeadlineMs: number;
   /** pino level. @default "info" (env ACS_LOG_LEVEL) */
   readonly logLevel: LogLevel;
+  /** Log lines as JSON (one object a line) or `pretty` (pino-pretty, for people). @default "json" (env ACS_LOG_FORMAT) */
+  readonly logFormat: "json" | "pretty";
+  /**
+   * The OTLP/HTTP URL OpenTelemetry spans are exported to; undefined = none exported (the
+   * `traceparent` header is still passed on). (env OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it is,
+   * else OTEL_EXPORTER_OTLP_ENDPOINT + `/v1/traces`, as the OpenTelemetry specification says)
+   */
+  readonly otlpEndpoint: string | undefined;
   /**
    * Most bytes of decoded steering tensors one request may hold (elements × 2 or 4 bytes, whatever
    * the compression); more → 413 `request_too_large`. @default 33554432 (32 MiB: 2^23 float32)
@@ -172,6 +180,12 @@ export function loadConfig(rawEnv: Record<string, string | undefined> = process.
     keepaliveIntervalMs: env.ACS_KEEPALIVE_MS,
     nonStreamDeadlineMs: env.ACS_DEADLINE_MS,
     logLevel: env.ACS_LOG_LEVEL,
+    logFormat: env.ACS_LOG_FORMAT,
+    otlpEndpoint:
+      env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ??
+      (env.OTEL_EXPORTER_OTLP_ENDPOINT === undefined
+        ? undefined
+        : `${env.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, "")}/v1/traces`),
     steeringRequestBytes: env.ACS_STEERING_REQUEST_BYTES,
     steeringProcessBytes: env.ACS_STEERING_PROCESS_BYTES,
     playgroundDir: env.ACS_PLAYGROUND_DIR,

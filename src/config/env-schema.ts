@@ -42,6 +42,17 @@ const envSchema = z.object({
       error: (iss) => `must be one of ${logLevels.join(", ")}, got ${JSON.stringify(iss.input)}`,
     })
     .default("info"),
+  ACS_LOG_FORMAT: z
+    .enum(["json", "pretty"], {
+      error: (iss) => `must be json or pretty, got ${JSON.stringify(iss.input)}`,
+    })
+    .default("json"),
+  OTEL_EXPORTER_OTLP_ENDPOINT: z
+    .url({ protocol: /^https?$/, error: (iss) => `must be an http(s) URL, got ${JSON.stringify(iss.input)}` })
+    .optional(),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: z
+    .url({ protocol: /^https?$/, error: (iss) => `must be an http(s) URL, got ${JSON.stringify(iss.input)}` })
+    .optional(),
   ACS_STEERING_REQUEST_BYTES: intText(1, 2 ** 40, limits.steeringRequestBytes),
   ACS_STEERING_PROCESS_BYTES: intText(1, 2 ** 40, limits.steeringProcessBytes),
   ACS_PLAYGROUND_DIR: z.string().optional(),

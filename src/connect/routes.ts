@@ -9,6 +9,7 @@ import { CompletionsService } from "../../gen/acs/v1/completions_pb.js";
 import { ApiError, callerDeadlineExceeded, newRequestId } from "../errors/index.js";
 import type { ShutdownLink } from "../rest/index.js";
 import type { CallContext, CompletionsApi } from "../service/index.js";
+import { callRecordKey } from "../telemetry/rpc-outcome.js";
 import { toConnectError } from "./error-conversion.js";
 import { callerTimeoutMs } from "./explain-protocol-error.js";
 
@@ -48,7 +49,9 @@ function callContext(ctx: HandlerContext, controller: AbortController): CallCont
     requestId = newRequestId();
     ctx.responseHeader.set("x-request-id", requestId);
   }
+  const record = ctx.values.get(callRecordKey);
   return {
+    ...(record === undefined ? {} : { record }),
     requestId,
     signal: callSignal(ctx, controller),
     authorization: ctx.requestHeader.get("authorization") ?? undefined,

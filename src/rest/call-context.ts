@@ -1,6 +1,7 @@
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { ApiError } from "../errors/index.js";
 import type { CallContext } from "../service/types.js";
+import { callRecordOf } from "../telemetry/request-telemetry.js";
 import { requestIdOf } from "./send-error.js";
 
 /**
@@ -62,7 +63,8 @@ export function createShutdownLink(shutdown: AbortSignal): ShutdownLink {
  *   has been read — or with the shutdown's reason when `shutdown` aborts first. The call is tied
  *   to `shutdown` until its response closes, then untied (nothing of it stays on the link);
  * - `authorization`: the raw `Authorization` header;
- * - `setResponseHeader`: a header of this response (ignored once the response has started).
+ * - `setResponseHeader`: a header of this response (ignored once the response has started);
+ * - `record`: the request's record for the access log, metrics and traces (src/telemetry).
  */
 export function createCallContext(
   request: FastifyRequest,
@@ -81,7 +83,9 @@ export function createCallContext(
   if (res.destroyed) onClose();
   else res.once("close", onClose);
   const authorization = request.headers.authorization;
+  const record = callRecordOf(request);
   return {
+    ...(record === undefined ? {} : { record }),
     requestId: requestIdOf(reply),
     signal: controller.signal,
     authorization: typeof authorization === "string" ? authorization : undefined,

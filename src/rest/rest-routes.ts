@@ -129,8 +129,9 @@ async function pumpChunks(
     finished = true;
     if (writer.closed) return;
     const apiError = opts.shutdown.aborted ? shutdownError(opts.shutdown) : apiErrorFrom(err);
-    if (apiError.status >= 500)
-      opts.log.error({ err, requestId: opts.requestId }, "stream failed after start");
+    // A bug is an error; Inference's failures are warnings; a cancel is only the access log's.
+    if (apiError.code === "internal_error") opts.log.error({ err }, "stream failed after start");
+    else if (apiError.status >= 500) opts.log.warn({ err }, "stream failed after start");
     await writer.fail(apiError.toEnvelope(opts.requestId));
   } finally {
     if (!finished) await chunks.return?.();
@@ -264,7 +265,7 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
       requestId: ctx.requestId,
       shutdown: shutdown.signal,
       log: request.log,
-    }).catch((err: unknown) => request.log.error({ err, requestId: ctx.requestId }, "SSE pump failed"));
+    }).catch((err: unknown) => request.log.error({ err }, "SSE pump failed"));
     return reply;
   });
 

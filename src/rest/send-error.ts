@@ -9,6 +9,7 @@ import {
   retryHeaders,
   toApiError,
 } from "../errors/index.js";
+import { isAcceptedRequestId } from "../telemetry/request-id.js";
 
 const REQUEST_ID_HEADER = "x-request-id";
 
@@ -17,14 +18,20 @@ export { requestTooLarge };
 /**
  * The request id of this exchange, the one function that names it: the `X-Request-Id` response
  * header when one is already set (the server's root hook sets fastify's `request.id`), else the
- * request's fastify id when it has the request-id form, else a fresh `req_` + 32 hex; set as the
+ * request's fastify id when the server made it (`req_` + 32 hex, or the caller's valid
+ * X-Request-Id: src/telemetry/request-id.ts), else a fresh `req_` + 32 hex; set as the
  * header. Calling it again returns the same id, so every response — errors included — carries the
  * id of its envelope.
  */
 export function requestIdOf(reply: FastifyReply): string {
   const existing = reply.getHeader(REQUEST_ID_HEADER);
-  if (typeof existing === "string" && isRequestId(existing)) return existing;
-  const id = isRequestId(reply.request.id) ? reply.request.id : newRequestId();
+  if (typeof existing === "string" && isAcceptedRequestId(existing)) return existing;
+  // fastify's id when the server made it: ours (req_ + 32 hex), or the caller's X-Request-Id kept.
+  const { id: given, headers } = reply.request;
+  const id =
+    isRequestId(given) || (given === headers["x-request-id"] && isAcceptedRequestId(given))
+      ? given
+      : newRequestId();
   reply.header(REQUEST_ID_HEADER, id);
   return id;
 }
@@ -87,8 +94,10 @@ export function apiErrorFrom(err: unknown): ApiError {
 export function sendError(reply: FastifyReply, err: unknown, requestId: string): FastifyReply {
   if (reply.sent || reply.raw.headersSent) return reply;
   const apiError = apiErrorFrom(err);
-  if (apiError.status >= 500)
-    reply.log.error({ err: apiError.cause ?? apiError, requestId }, apiError.message);
+  // A bug is an error; Inference's failures and the deadline are warnings (the access log has the rest).
+  if (apiError.code === "internal_error")
+    reply.log.error({ err: apiError.cause ?? apiError }, apiError.message);
+  else if (apiError.status >= 500) reply.log.warn({ err: apiError.cause ?? apiError }, apiError.message);
   for (const [name, value] of Object.entries(retryHeaders(apiError.retry))) reply.header(name, value);
   return reply
     .code(apiError.status)

@@ -10,6 +10,7 @@ import {
 import type { Config } from "../config/index.js";
 import { createSteeringBudget } from "../lens/index.js";
 import { createCompletionsService, createModelRegistry, type ModelRegistry } from "../service/index.js";
+import { createTracing, type Tracing } from "../telemetry/index.js";
 import {
   createTokenizeCache,
   createUpstreamPool,
@@ -36,6 +37,7 @@ export type AppConfig = Pick<Config, "models" | "db" | "keepaliveIntervalMs" | "
       | "leaseTtlMs"
       | "holdRenewMs"
       | "playgroundDir"
+      | "otlpEndpoint"
     >
   >;
 
@@ -59,6 +61,11 @@ export interface AppOptions {
    * @default a lifecycle with no grace: app.close() ends the calls in flight at once
    */
   readonly lifecycle?: Lifecycle;
+  /**
+   * Spans and `traceparent` propagation (src/telemetry; tests pass one with an in-memory exporter).
+   * @default createTracing({ otlpTracesUrl: config.otlpEndpoint })
+   */
+  readonly tracing?: Tracing;
 }
 
 /** A built gateway, not yet listening. */
@@ -151,6 +158,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     modelStatus: () => registry.status(),
     steeringBudget,
     ...(config.playgroundDir === undefined ? {} : { playgroundDir: config.playgroundDir }),
+    tracing: options.tracing ?? createTracing({ otlpTracesUrl: config.otlpEndpoint }),
     ...(options.timeouts ? { timeouts: options.timeouts } : {}),
     ...(options.lifecycle ? { lifecycle: options.lifecycle } : {}),
     onClose: async () => {

@@ -40,6 +40,15 @@ import {
   unknownRoute,
 } from "../rest/index.js";
 import type { CompletionsApi } from "../service/index.js";
+import {
+  callRecordKey,
+  callRecordOf,
+  createTracing,
+  observeRequests,
+  requestIdFrom,
+  type Tracing,
+  withRpcOutcome,
+} from "../telemetry/index.js";
 import { createLifecycle, type Lifecycle, shutdownError } from "./lifecycle.js";
 import { createMetrics, type GatewayMetrics } from "./metrics.js";
 import {
@@ -80,6 +89,8 @@ export interface ServerDeps {
    * take to close on their own before they are destroyed, ms. @default 5000
    */
   readonly lingerMs?: number;
+  /** Spans and `traceparent` propagation (src/telemetry). @default createTracing(): none recorded */
+  readonly tracing?: Tracing;
 }
 
 /** Ops routes (GET/HEAD only); REST routes know their own methods (src/rest). */
@@ -133,10 +144,6 @@ function sendAnyError(request: FastifyRequest, reply: FastifyReply, err: unknown
   return sendError(reply, err, requestIdOf(reply));
 }
 
-function routeLabel(request: FastifyRequest): string {
-  return request.routeOptions.url ?? "unknown";
-}
-
 /**
  * Answers an HTTP/1.1 connection Node could not parse (fastify's `clientErrorHandler`; the one-port
  * server calls it once the responses to the requests before the error are written), then closes
@@ -180,6 +187,7 @@ export async function buildServer(
   const metrics = createMetrics(deps.steeringBudget);
   const lifecycle = deps.lifecycle ?? createLifecycle();
   const isReady = () => lifecycle.ready && deps.isReady();
+  const tracing = deps.tracing ?? createTracing();
   const app = Fastify({
     loggerInstance: deps.logger as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: "requestId" }),
@@ -192,10 +200,11 @@ export async function buildServer(
     forceCloseConnections: "idle",
     clientErrorHandler: answerClientError,
     // Errors fastify raises before routing (a malformed URL such as /v1/models/%zz) in the envelope.
-    // Every request's id (req_ + 32 hex): fastify's request.id, logged with each line as requestId.
-    genReqId: () => newRequestId(),
-    frameworkErrors: (error, _request, reply) => {
-      const id = newRequestId();
+    // Every request's id: the caller's X-Request-Id when it has the accepted form, else req_ + 32
+    // hex (src/telemetry/request-id.ts); fastify's request.id, logged with each line as requestId.
+    genReqId: (req) => requestIdFrom(req.headers["x-request-id"]),
+    frameworkErrors: (error, request, reply) => {
+      const id = requestIdFrom(request.headers["x-request-id"]);
       reply.header("x-request-id", id);
       return sendError(reply, invalidRequest(null, `Malformed request URL: ${error.message}`), id);
     },
@@ -214,12 +223,8 @@ export async function buildServer(
     if (request.raw.httpVersionMajor === 1) reply.header("connection", "close");
     return sendAnyError(request, reply, shutdownError());
   });
-  app.addHook("onResponse", async (request, reply) => {
-    const url = request.url;
-    const surface = isRpcPath(url) ? "connect" : url.startsWith("/v1/") ? "rest" : "ops";
-    metrics.requests.inc({ surface, route: routeLabel(request), status: String(reply.statusCode) });
-    metrics.duration.observe({ surface, route: routeLabel(request) }, reply.elapsedTime / 1000);
-  });
+  // The access log, the request metrics and the gateway span of every request (src/telemetry).
+  observeRequests(app, { metrics: metrics.calls, tracing });
 
   await app.register(cors, {
     // Preflights succeed without a key; request headers are reflected, which allows
@@ -252,17 +257,20 @@ export async function buildServer(
     rpc.addContentTypeParser("*", (_request, _payload, done) => done(null, undefined));
     await rpc.register(fastifyConnectPlugin, {
       // Every error of every RPC carries the envelope, whoever raises it (src/connect/error-envelopes.ts).
-      routes: withErrorEnvelopes(
-        (router) => {
-          createConnectRoutes(deps.api, lifecycle.link)(router);
-          createHealthRoutes(isReady, deps.modelStatus, { lifecycle })(router);
-          createReflectionRoutes([CompletionsService, Health])(router);
-        },
-        {
-          readMaxBytes: limits.bodyLimitBytes,
-          onInternalError: (err, requestId) =>
-            deps.logger.error({ err, requestId }, "RPC failed in connect-es"),
-        },
+      // Outermost: the code each RPC ends with, as sent, for the access log and the metrics.
+      routes: withRpcOutcome(
+        withErrorEnvelopes(
+          (router) => {
+            createConnectRoutes(deps.api, lifecycle.link)(router);
+            createHealthRoutes(isReady, deps.modelStatus, { lifecycle })(router);
+            createReflectionRoutes([CompletionsService, Health])(router);
+          },
+          {
+            readMaxBytes: limits.bodyLimitBytes,
+            onInternalError: (err, requestId) =>
+              deps.logger.error({ err, requestId }, "RPC failed in connect-es"),
+          },
+        ),
       ),
       interceptors: [releaseParsedBody],
       readMaxBytes: limits.bodyLimitBytes,
@@ -270,7 +278,8 @@ export async function buildServer(
       acceptCompression: [compressionGzip, compressionBrotli, compressionDeflate],
       // Strict like REST: an unknown field in Connect JSON is an error, not silently dropped.
       jsonOptions: { ignoreUnknownFields: false },
-      contextValues: (request) => createContextValues().set(requestIdKey, request.id),
+      contextValues: (request) =>
+        createContextValues().set(requestIdKey, request.id).set(callRecordKey, callRecordOf(request)),
       grpc: true,
       grpcWeb: true,
       connect: true,
@@ -321,9 +330,13 @@ export async function buildServer(
     clearTimeout(linger);
     lifecycle.dispose();
   });
-  if (deps.onClose) {
-    const onClose = deps.onClose;
-    app.addHook("onClose", async () => onClose());
-  }
+  const onClose = deps.onClose;
+  app.addHook("onClose", async () => {
+    try {
+      await onClose?.();
+    } finally {
+      await tracing.shutdown();
+    }
+  });
   return { app, metrics };
 }

@@ -1,14 +1,13 @@
-import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
+import { Counter, collectDefaultMetrics, Gauge, Registry } from "prom-client";
 import type { SteeringBudget } from "../lens/index.js";
+import { type CallMetrics, createCallMetrics } from "../telemetry/index.js";
 import type { ReplicaStatus, UpstreamPool } from "../upstream/index.js";
 
 /** The gateway's Prometheus metrics (served at GET /metrics). */
 export interface GatewayMetrics {
   readonly registry: Registry;
-  /** Requests by surface (rest, connect, ops), route and HTTP status. */
-  readonly requests: Counter<"surface" | "route" | "status">;
-  /** Time to the end of the response, seconds, by surface and route. */
-  readonly duration: Histogram<"surface" | "route">;
+  /** The per-request metrics (src/telemetry/metrics.ts), fed by the access log. */
+  readonly calls: CallMetrics;
 }
 
 /**
@@ -48,22 +47,7 @@ export function createMetrics(
       () => steering.processBytes,
     );
   }
-  return {
-    registry,
-    requests: new Counter({
-      name: "acs_requests_total",
-      help: "Requests answered, by surface, route and HTTP status.",
-      labelNames: ["surface", "route", "status"],
-      registers: [registry],
-    }),
-    duration: new Histogram({
-      name: "acs_request_duration_seconds",
-      help: "Time from request to the end of the response, seconds.",
-      labelNames: ["surface", "route"],
-      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900],
-      registers: [registry],
-    }),
-  };
+  return { registry, calls: createCallMetrics(registry) };
 }
 
 /** A model's replica pool, as the upstream metrics read it (src/upstream/pool). */

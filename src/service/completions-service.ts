@@ -30,7 +30,6 @@ import {
 import {
   buildVllmRequest,
   newCompletionId,
-  newUpstreamRequestId,
   TextOffsets,
   toCompletionResponse,
   toStreamChunk,
@@ -69,6 +68,44 @@ export interface CompletionsServiceDeps {
   readonly steeringBudget?: SteeringBudget;
 }
 
+/** The options of one upstream call of a prepared request: its X-Request-Id and its tracer. */
+function upstreamCallOptions(prepared: Prepared, ctx: CallContext) {
+  return {
+    upstreamRequestId: prepared.nextUpstreamId(),
+    ...(ctx.record?.traceUpstream === undefined ? {} : { trace: ctx.record.traceUpstream }),
+  };
+}
+
+/** Records the moment Inference's first generated token arrived (once). */
+function markFirstToken(ctx: CallContext): void {
+  if (ctx.record !== undefined && ctx.record.firstTokenAt === undefined) {
+    ctx.record.firstTokenAt = performance.now();
+  }
+}
+
+/** Records the code of the error a call ends with; returns the error. */
+function recordError(ctx: CallContext, err: ApiError): ApiError {
+  if (ctx.record !== undefined) ctx.record.errorCode = err.code;
+  return err;
+}
+
+/** `step`'s result; a refusal's code recorded on the way out. */
+async function recorded<T>(ctx: CallContext, step: Promise<T>): Promise<T> {
+  try {
+    return await step;
+  } catch (err) {
+    recordError(ctx, toApiError(err));
+    throw err;
+  }
+}
+
+/** Records the prompt and completion tokens of a call that reached Inference. */
+function recordTokens(ctx: CallContext, meter: UsageMeter): void {
+  if (ctx.record === undefined) return;
+  ctx.record.promptTokens = meter.promptTokens;
+  ctx.record.completionTokens = meter.generated;
+}
+
 /** Header that reports a max_tokens lowered to what the Budget holds (proto/API.md §3). */
 export const clampedHeader = "X-Acs-Max-Tokens-Clamped";
 
@@ -83,6 +120,17 @@ interface Prepared {
   readonly hold: { readonly id: string; readonly tokens: number } | undefined;
   /** The request's decoded steering bytes on the steering budget; released when the request is done. */
   readonly steering: SteeringLease;
+  /**
+   * The X-Request-Id of the request's next upstream call: the request id, then `<id>-2`, `<id>-3`…
+   * (a streamed capture's replay), so that Inference's logs name the gateway's request.
+   */
+  readonly nextUpstreamId: () => string;
+}
+
+/** The ids of one request's upstream calls (see {@link Prepared.nextUpstreamId}). */
+function upstreamIds(requestId: string): () => string {
+  let n = 0;
+  return () => (++n === 1 ? requestId : `${requestId}-${n}`);
 }
 
 /** Ids shared by every chunk of one completion. */
@@ -136,12 +184,14 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     // The order of checks of proto/API.md §3: key; ranges and cross-field rules; the size caps;
     // deadline_infeasible; prompt length; then the Hold.
     const key = await authenticate(ctx); //                                      §9 key (401)
+    if (key !== undefined && ctx.record !== undefined) ctx.record.keyName = key.name ?? key.id;
     validateRequest(request); //                                                  §4 ranges, cross-field rules
     checkStreamOnlyFields(request, stream); //                                   §4 stream_options, prompt_logprobs
     const shape = requestShape(request);
     checkMaxTokensGiven(request, shape); //                                      §3 several prompts or n > 1
     checkLensCounts(request, shape); //                                          §6 one prompt, n = 1
     const model = models.resolve(request.model); //                             §2 model (404)
+    if (ctx.record !== undefined) ctx.record.model = model.id;
     if (key !== undefined) await ledger?.checkModel(key, model.id, model.aliases); // §9 allowed (403)
     const steering = checkLensShapes(request, model, steeringLease); //          §6 shapes, values (429/413: bytes)
     checkGeneratedTokensCap(request, shape); //                                  §3 size cap: 32,000
@@ -168,6 +218,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       if (placed.clamped) {
         maxTokens = placed.maxTokens;
         ctx.setResponseHeader(clampedHeader, String(maxTokens));
+        if (ctx.record !== undefined) ctx.record.clamped = true;
       }
     }
     try {
@@ -179,7 +230,15 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         vllmXargs: lensVllmXargs(request, model, steering),
       });
       ctx.onPrepared?.();
-      return { model, body, promptTokens, capture, hold, steering: steeringLease };
+      return {
+        model,
+        body,
+        promptTokens,
+        capture,
+        hold,
+        steering: steeringLease,
+        nextUpstreamId: upstreamIds(ctx.requestId),
+      };
     } catch (err) {
       await settle(hold, 0);
       throw err;
@@ -270,7 +329,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const v = await prepared.model.client.complete(body, {
       signal: ctx.signal,
       deadlineMs: deps.nonStreamDeadlineMs,
-      upstreamRequestId: newUpstreamRequestId(),
+      ...upstreamCallOptions(prepared, ctx),
     });
     meter.addReplay(v.usage?.prompt_tokens ?? prompt.length);
     return residualStream(v.activations);
@@ -288,14 +347,16 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     signal: AbortSignal,
     meter: UsageMeter,
     body: VllmCompletionRequest,
+    ctx: CallContext,
   ): AsyncGenerator<StreamCompletionResponse> {
     const offsets = new TextOffsets();
     for await (const upstreamChunk of prepared.model.client.stream(
       { ...body, stream: true, return_token_ids: true },
-      { signal, upstreamRequestId: newUpstreamRequestId() },
+      { signal, ...upstreamCallOptions(prepared, ctx) },
     )) {
       const chunk = toStreamChunk(upstreamChunk, ids, offsets);
       for (const choice of chunk.choices) meter.addGenerated(choice.tokenIds.length);
+      if (meter.generated > 0) markFirstToken(ctx);
       if (chunk.choices.length === 0 && chunk.usage !== undefined) meter.report(chunk.usage.totalTokens);
       yield chunk;
     }
@@ -323,7 +384,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       stream_options: { include_usage: true, continuous_usage_stats: false },
     };
     try {
-      for await (const chunk of upstreamChunks(prepared, ids, signal, meter, body)) {
+      for await (const chunk of upstreamChunks(prepared, ids, signal, meter, body, ctx)) {
         if (chunk.choices.length === 0 && chunk.usage !== undefined) usage = chunk.usage;
         for (const part of chunk.choices) {
           const choice = choices.get(part.index) ?? create(CompletionChoiceSchema, { index: part.index });
@@ -374,10 +435,11 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     meter.markUncounted();
     const v = await prepared.model.client.complete(
       { ...prepared.body, return_token_ids: true },
-      { signal: ctx.signal, deadlineMs: deps.nonStreamDeadlineMs, upstreamRequestId: newUpstreamRequestId() },
+      { signal: ctx.signal, deadlineMs: deps.nonStreamDeadlineMs, ...upstreamCallOptions(prepared, ctx) },
     );
     const response = toCompletionResponse(v, request.model);
     for (const c of response.choices) meter.addGenerated(c.tokenIds.length);
+    if (meter.generated > 0) markFirstToken(ctx);
     if (response.usage !== undefined) meter.report(response.usage.totalTokens);
     if (request.returnTokenIds !== true) {
       for (const c of response.choices) {
@@ -393,7 +455,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     request: CreateCompletionRequest,
     ctx: CallContext,
   ): Promise<CreateCompletionResponse> {
-    const prepared = await prepare(request, ctx, false);
+    const prepared = await recorded(ctx, prepare(request, ctx, false));
     const meter = new UsageMeter(prepared.promptTokens);
     let failure: unknown;
     try {
@@ -403,9 +465,10 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         : await completeUnary(prepared, request, ctx, meter);
     } catch (err) {
       failure = err;
-      throw toApiError(err);
+      throw recordError(ctx, toApiError(err));
     } finally {
       prepared.steering.release();
+      recordTokens(ctx, meter);
       await settle(prepared.hold, meter.charge(failure, prepared.hold?.tokens ?? 0));
     }
   }
@@ -414,16 +477,18 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     request: CreateCompletionRequest,
     ctx: CallContext,
   ): AsyncGenerator<StreamCompletionResponse> {
-    const prepared = await prepare(request, ctx, true);
+    const prepared = await recorded(ctx, prepare(request, ctx, true));
+    ctx.record?.streamStarted?.();
     const meter = new UsageMeter(prepared.promptTokens);
     let failure: unknown;
     try {
       yield* streamChunks(prepared, request, ctx, meter);
     } catch (err) {
       failure = err;
-      throw toApiError(err);
+      throw recordError(ctx, toApiError(err));
     } finally {
       prepared.steering.release();
+      recordTokens(ctx, meter);
       // Also when the consumer stops early (a disconnect): charged what was generated so far.
       await settle(prepared.hold, meter.charge(failure, prepared.hold?.tokens ?? 0));
     }
@@ -451,7 +516,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       ...prepared.body,
       stream_options: { include_usage: true, continuous_usage_stats: continuousUsage },
     };
-    for await (const chunk of upstreamChunks(prepared, ids, ctx.signal, meter, body)) {
+    for await (const chunk of upstreamChunks(prepared, ids, ctx.signal, meter, body, ctx)) {
       if (chunk.choices.length === 0) {
         if (includeUsage && chunk.usage !== undefined) yield chunk;
         continue;
@@ -477,7 +542,8 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
   }
 
   async function listModels(ctx: CallContext): Promise<ListModelsResponse> {
-    await authenticate(ctx);
+    const key = await recorded(ctx, authenticate(ctx));
+    if (key !== undefined && ctx.record !== undefined) ctx.record.keyName = key.name ?? key.id;
     return create(ListModelsResponseSchema, {
       data: models.list().map((m) =>
         create(ModelSchema, {

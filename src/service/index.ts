@@ -14,5 +14,5 @@ export {
   type ServedModel,
 } from "./model-registry.js";
 export type { KeyInfo, Ledger } from "./ports.js";
-export type { CallContext, CompletionsApi } from "./types.js";
+export type { CallContext, CallRecord, CompletionsApi } from "./types.js";
 export { validateRequest, violationParam } from "./validate-request.js";

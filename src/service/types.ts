@@ -4,10 +4,40 @@ import type {
   ListModelsResponse,
   StreamCompletionResponse,
 } from "../../gen/acs/v1/completions_pb.js";
+import type { ErrorCode } from "../errors/index.js";
+import type { UpstreamTracer } from "../upstream/index.js";
+
+/**
+ * What the service tells about one call, for the access log, the metrics and the traces
+ * (src/telemetry reads it when the response ends). The service sets each field when it knows it.
+ */
+export interface CallRecord {
+  /** The served model's id, once the request named one that exists. */
+  model?: string;
+  /** The name of the caller's key (never the key itself); its id when it has no name. */
+  keyName?: string;
+  /** Σ prompt tokens (as the Hold counts them). */
+  promptTokens?: number;
+  /** Tokens generated (all choices), counted from the token ids Inference streams. */
+  completionTokens?: number;
+  /** `performance.now()` when Inference's first generated token arrived. */
+  firstTokenAt?: number;
+  /** max_tokens was lowered to what the Budget holds (`X-Acs-Max-Tokens-Clamped`). */
+  clamped?: boolean;
+  /** The error code the call ended with (src/errors catalogue). */
+  errorCode?: ErrorCode;
+  /** Called once when a streamed completion has passed its checks (the in-flight streams gauge). */
+  streamStarted?(): void;
+  /** Traces each upstream call (a span and the `traceparent` Inference gets). */
+  readonly traceUpstream?: UpstreamTracer;
+}
 
 /** What a surface (REST or Connect) passes into the service for one call. */
 export interface CallContext {
-  /** req_ + 32 hex, already sent as X-Request-Id; the envelope's request_id. */
+  /**
+   * The request id, already sent as X-Request-Id; the envelope's request_id: the caller's valid
+   * X-Request-Id, else `req_` + 32 hex (src/telemetry/request-id.ts). Inference gets it too.
+   */
   readonly requestId: string;
   /** Aborted when the caller disconnects (or the server shuts down). */
   readonly signal: AbortSignal;
@@ -24,6 +54,8 @@ export interface CallContext {
    * surface may commit its status after this, not before.
    */
   onPrepared?(): void;
+  /** Filled in by the service for the access log, metrics and traces. @default none */
+  readonly record?: CallRecord;
 }
 
 /**

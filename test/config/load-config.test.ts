@@ -37,8 +37,29 @@ describe("loadConfig", () => {
       logLevel: "info",
       drainDelayMs: 5000,
       shutdownGraceMs: 20_000,
+      logFormat: "json",
+      otlpEndpoint: undefined,
     });
     expect(Object.isFrozen(config)).toBe(true);
+  });
+
+  it("reads ACS_LOG_FORMAT and the OTLP endpoint (the traces one first), and refuses bad values", () => {
+    const config = loadConfig({
+      ACS_LOG_FORMAT: "pretty",
+      OTEL_EXPORTER_OTLP_ENDPOINT: "http://127.0.0.1:4318",
+    });
+    expect(config.logFormat).toBe("pretty");
+    expect(config.otlpEndpoint).toBe("http://127.0.0.1:4318/v1/traces");
+    expect(
+      loadConfig({
+        OTEL_EXPORTER_OTLP_ENDPOINT: "http://127.0.0.1:4318",
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "http://127.0.0.1:4319/v1/traces",
+      }).otlpEndpoint,
+    ).toBe("http://127.0.0.1:4319/v1/traces");
+    expect(() => loadConfig({ ACS_LOG_FORMAT: "text" })).toThrow(/ACS_LOG_FORMAT.*json or pretty/);
+    expect(() => loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: "collector:4318" })).toThrow(
+      /OTEL_EXPORTER_OTLP_ENDPOINT/,
+    );
   });
 
   it("reads the models file ACS_MODELS names", () => {

@@ -37,6 +37,10 @@ export interface StackOptions {
   playgroundDir?: string;
   /** Drain and shutdown (src/server/lifecycle.ts). @default none: close() ends calls at once */
   lifecycle?: Lifecycle;
+  /** The gateway's logger (tests read the access log from its destination). @default silent */
+  logger?: AppOptions["logger"];
+  /** The gateway's tracing (tests: an in-memory exporter). @default none recorded */
+  tracing?: AppOptions["tracing"];
 }
 
 export interface Stack {
@@ -91,7 +95,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       ...(opts.playgroundDir === undefined ? {} : { playgroundDir: opts.playgroundDir }),
     },
     {
-      logger: pino({ level: "silent" }),
+      logger: opts.logger ?? pino({ level: "silent" }),
+      ...(opts.tracing ? { tracing: opts.tracing } : {}),
       healthIntervalMs: opts.healthIntervalMs ?? 0,
       reclaimIntervalMs: 0,
       ...(opts.pool ? { pool: opts.pool } : {}),

@@ -1,10 +1,9 @@
 import { ApiError } from "../../errors/index.js";
-import {
-  type CompleteOptions,
-  newUpstreamRequestId,
-  type StreamOptions,
-  type TokenizeResult,
-  type VllmClient,
+import type {
+  CompleteOptions,
+  StreamOptions,
+  TokenizeResult,
+  VllmClient,
 } from "../vllm/create-vllm-client.js";
 import { type UpstreamFault, upstreamFaultOf } from "../vllm/map-upstream-error.js";
 import type {
@@ -361,7 +360,7 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
   async function withFailover<T>(
     caller: AbortSignal | undefined,
     mayRetry: (fault: UpstreamFault, err: unknown) => boolean,
-    call: (client: VllmClient, signal: AbortSignal, attempt: number) => Promise<T>,
+    call: (client: VllmClient, signal: AbortSignal, attempt: number, replica: string) => Promise<T>,
   ): Promise<T> {
     const tried = new Set<Replica>();
     for (let attempt = 0; ; attempt++) {
@@ -370,7 +369,7 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
       tried.add(r);
       const link = attemptSignal(r, caller);
       try {
-        const result = await call(r.client, link.signal, attempt);
+        const result = await call(r.client, link.signal, attempt, r.url);
         answered(r);
         return result;
       } catch (err) {
@@ -398,9 +397,15 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
       tried.add(r);
       const link = attemptSignal(r, o.signal);
       let yielded = false;
+      const upstreamRequestId = attempt === 0 ? o.upstreamRequestId : `${o.upstreamRequestId}-retry`;
+      const trace = o.trace?.({ model, replica: r.url, upstreamRequestId, attempt, stream: true });
+      let traceError: unknown;
       try {
-        const upstreamRequestId = attempt === 0 ? o.upstreamRequestId : newUpstreamRequestId();
-        for await (const chunk of r.client.stream(body, { signal: link.signal, upstreamRequestId })) {
+        for await (const chunk of r.client.stream(body, {
+          signal: link.signal,
+          upstreamRequestId,
+          headers: { ...o.headers, ...trace?.headers },
+        })) {
           if (!yielded) {
             yielded = true;
             link.keep();
@@ -410,6 +415,7 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
         answered(r);
         return;
       } catch (err) {
+        traceError = err;
         if (o.signal.aborted) throw err;
         const takenOut = link.takenOut();
         const fault = takenOut ? "broken" : upstreamFaultOf(err);
@@ -420,6 +426,7 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
         if (!replicas.some((x) => x.state === "up" && !tried.has(x))) throw takenOut ? noneUp(err) : err;
         failoverCount++;
       } finally {
+        trace?.end(traceError);
         r.outstanding--;
         link.release();
       }
@@ -439,12 +446,23 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
           fault === "unavailable" ||
           fault === "rejected" ||
           (fault === "broken" && err instanceof ApiError && err.code === "upstream_unavailable"),
-        (client, signal, attempt) =>
-          client.complete(body, {
-            signal,
-            deadlineMs: Math.max(1, o.deadlineMs - (Date.now() - start)),
-            upstreamRequestId: attempt === 0 ? o.upstreamRequestId : newUpstreamRequestId(),
-          }),
+        async (client, signal, attempt, replica) => {
+          const upstreamRequestId = attempt === 0 ? o.upstreamRequestId : `${o.upstreamRequestId}-retry`;
+          const trace = o.trace?.({ model, replica, upstreamRequestId, attempt, stream: false });
+          try {
+            const result = await client.complete(body, {
+              signal,
+              deadlineMs: Math.max(1, o.deadlineMs - (Date.now() - start)),
+              upstreamRequestId,
+              headers: { ...o.headers, ...trace?.headers },
+            });
+            trace?.end();
+            return result;
+          } catch (err) {
+            trace?.end(err);
+            throw err;
+          }
+        },
       );
     },
 

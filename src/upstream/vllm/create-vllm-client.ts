@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { Pool } from "undici";
 import { ApiError } from "../../errors/index.js";
+import { claimUpstreamRequestId, releaseUpstreamRequestId } from "../../telemetry/upstream-request-ids.js";
 import { type VllmRequestBody, vllmRequestBody } from "./build-vllm-request.js";
 import { createTokenizeCache, type TokenizeCache } from "./create-tokenize-cache.js";
 import { decodeSse } from "./decode-sse.js";
@@ -54,6 +55,30 @@ export interface VllmClientOptions {
   maxSseEventChars?: number;
 }
 
+/** One upstream call as a tracer sees it (the replica pool starts one per attempt). */
+export interface UpstreamCallInfo {
+  /** The model's id (src/config). */
+  readonly model: string;
+  /** The replica's base URL. */
+  readonly replica: string;
+  /** The `X-Request-Id` the call is sent with (before the client makes it unique, see VLLM.md). */
+  readonly upstreamRequestId: string;
+  /** 0 for the first replica tried, 1 for the failover. */
+  readonly attempt: number;
+  /** `POST /v1/completions` streamed (true) or not. */
+  readonly stream: boolean;
+}
+
+/** A traced upstream call: the headers to send with it (`traceparent`, `tracestate`), and its end. */
+export interface UpstreamCallTrace {
+  readonly headers: Readonly<Record<string, string>>;
+  /** Called once when the call ends: without an error when it succeeded. */
+  end(error?: unknown): void;
+}
+
+/** Starts tracing one upstream call (src/telemetry); the replica pool calls it per attempt. */
+export type UpstreamTracer = (call: UpstreamCallInfo) => UpstreamCallTrace;
+
 /** Per-call options of {@link VllmClient.complete}. */
 export interface CompleteOptions {
   /**
@@ -63,8 +88,15 @@ export interface CompleteOptions {
   signal: AbortSignal;
   /** Milliseconds to wait for the whole response: then the upstream request is aborted, 504. */
   deadlineMs: number;
-  /** Sent as `X-Request-Id`: unique per upstream request (vllm-lens keys its state by it). */
+  /**
+   * Sent as `X-Request-Id` (vllm-lens keys its state by it): an id already used by a live request
+   * of this process is sent as `<id>-2`, `<id>-3`… instead (see claimUpstreamRequestId).
+   */
   upstreamRequestId: string;
+  /** More headers for Inference (a `traceparent`). */
+  headers?: Readonly<Record<string, string>>;
+  /** Traces each upstream call (the replica pool uses it; a lone client ignores it). */
+  trace?: UpstreamTracer;
 }
 
 /** Per-call options of {@link VllmClient.stream}. */
@@ -74,8 +106,12 @@ export interface StreamOptions {
    * the signal's reason when it is a `deadline_exceeded` ApiError: the caller's deadline).
    */
   signal: AbortSignal;
-  /** Sent as `X-Request-Id`: unique per upstream request. */
+  /** Sent as `X-Request-Id`, made unique among live requests like {@link CompleteOptions.upstreamRequestId}. */
   upstreamRequestId: string;
+  /** More headers for Inference (a `traceparent`). */
+  headers?: Readonly<Record<string, string>>;
+  /** Traces each upstream call (the replica pool uses it; a lone client ignores it). */
+  trace?: UpstreamTracer;
 }
 
 /** The result of {@link VllmClient.tokenize}. */
@@ -157,6 +193,8 @@ interface CallSpec {
   signal: AbortSignal | undefined;
   deadlineMs?: number;
   requestId: string;
+  /** More headers (a `traceparent`). */
+  headers?: Readonly<Record<string, string>> | undefined;
 }
 
 /**
@@ -263,8 +301,13 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
     requestId: string;
     /** A JSON body's length in bytes; undefined without a body. */
     contentLength?: number | undefined;
+    headers?: Readonly<Record<string, string>> | undefined;
   }): Record<string, string> => {
-    const h: Record<string, string> = { accept: spec.accept, "x-request-id": spec.requestId };
+    const h: Record<string, string> = {
+      ...spec.headers,
+      accept: spec.accept,
+      "x-request-id": spec.requestId,
+    };
     if (spec.contentLength !== undefined) {
       h["content-type"] = "application/json";
       // Needed for a streamed body (undici would send it chunked); undici checks it either way.
@@ -277,6 +320,7 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
   /** One request whose whole JSON body is read; error bodies (any status) are mapped. */
   async function callJson(spec: CallSpec): Promise<unknown> {
     const link = linkAbort(spec.signal, spec.deadlineMs);
+    const requestId = claimUpstreamRequestId(spec.requestId);
     let responseStarted = false;
     const payload: VllmRequestBody | undefined =
       typeof spec.body === "string"
@@ -288,8 +332,9 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
         path: prefix + spec.path,
         headers: headersFor({
           accept: spec.accept,
-          requestId: spec.requestId,
+          requestId,
           contentLength: payload?.contentLength,
+          headers: spec.headers,
         }),
         ...(payload === undefined ? {} : { body: payload.body }),
         signal: link.signal,
@@ -306,6 +351,7 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
     } catch (error) {
       throw link.reason() ?? mapUpstreamError({ kind: "transport", error, responseStarted });
     } finally {
+      releaseUpstreamRequestId(requestId);
       link.dispose();
     }
   }
@@ -316,6 +362,7 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
   ): AsyncGenerator<VllmCompletionChunk> {
     if (!body.stream) throw new RangeError("stream() needs a body with stream: true");
     const link = linkAbort(o.signal);
+    const requestId = claimUpstreamRequestId(o.upstreamRequestId);
     let responseStarted = false;
     let finished = false;
     try {
@@ -325,8 +372,9 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
         path: `${prefix}/v1/completions`,
         headers: headersFor({
           accept: "text/event-stream",
-          requestId: o.upstreamRequestId,
+          requestId,
           contentLength: payload.contentLength,
+          headers: o.headers,
         }),
         body: payload.body,
         signal: link.signal,
@@ -369,6 +417,7 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
       // Early stop by the consumer, or an error: abort the upstream request (undici destroys the
       // socket, vLLM sees the disconnect and aborts the engine request).
       if (!finished) link.abort();
+      releaseUpstreamRequestId(requestId);
       link.dispose();
     }
   }
@@ -385,6 +434,7 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
         signal: o.signal,
         deadlineMs: o.deadlineMs,
         requestId: o.upstreamRequestId,
+        headers: o.headers,
       });
       return parseVllmCompletion(json);
     },

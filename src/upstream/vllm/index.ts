@@ -15,6 +15,9 @@ export {
   newUpstreamRequestId,
   type StreamOptions,
   type TokenizeResult,
+  type UpstreamCallInfo,
+  type UpstreamCallTrace,
+  type UpstreamTracer,
   type VllmClient,
   type VllmClientOptions,
 } from "./create-vllm-client.js";

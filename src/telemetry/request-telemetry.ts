@@ -1,0 +1,192 @@
+// One place sees every request end: the access log line, the request metrics and the gateway span.
+import type { Span } from "@opentelemetry/api";
+import { SpanStatusCode } from "@opentelemetry/api";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { CallRecord } from "../service/index.js";
+import type { CallMetrics } from "./metrics.js";
+import type { RpcOutcome } from "./rpc-outcome.js";
+import type { Tracing } from "./tracing.js";
+
+/** How a request came: REST (OpenAI JSON/SSE), one of the three RPC protocols, or an ops route. */
+export type Protocol = "rest" | "connect" | "grpc" | "grpc-web" | "ops";
+
+/** What {@link observeRequests} needs. */
+export interface RequestTelemetryDeps {
+  readonly metrics: CallMetrics;
+  readonly tracing: Tracing;
+}
+
+/** What is known of one request while it runs. */
+interface RequestState {
+  readonly record: CallRecord & RpcOutcome;
+  readonly start: number;
+  readonly protocol: Protocol;
+  readonly route: string;
+  readonly span: Span;
+  streaming: boolean;
+  finished: boolean;
+}
+
+const states = new WeakMap<FastifyRequest, RequestState>();
+
+/**
+ * The record of a request the service fills in (model, key name, tokens, first token, clamp,
+ * error) and the RPC outcome lands in; undefined for a request {@link observeRequests} did not see.
+ */
+export function callRecordOf(request: FastifyRequest): (CallRecord & RpcOutcome) | undefined {
+  return states.get(request)?.record;
+}
+
+/** The path of an RPC: /<package>.<Service>/<Method>. */
+const rpcPath = /^\/[A-Za-z_][\w.]*\.[A-Za-z_]\w*\/[A-Za-z_]\w*$/;
+
+/** Routes whose lines are logged at debug: probes and scrapes come every few seconds. */
+const probeRoutes = new Set([
+  "/healthz",
+  "/readyz",
+  "/metrics",
+  "/grpc.health.v1.Health/Check",
+  "/grpc.health.v1.Health/Watch",
+]);
+
+/** The protocol of a request, from its Content-Type and path. */
+export function protocolOf(path: string, contentType: string | undefined): Protocol {
+  const type = (contentType ?? "").toLowerCase();
+  if (type.startsWith("application/grpc-web")) return "grpc-web";
+  if (type.startsWith("application/grpc")) return "grpc";
+  if (rpcPath.test(path) || type.startsWith("application/connect+")) return "connect";
+  if (path.startsWith("/v1/")) return "rest";
+  return "ops";
+}
+
+/** gRPC codes that say the server failed (the others are the caller's doing). */
+const serverFailures = new Set(["unknown", "internal", "unavailable", "data_loss", "deadline_exceeded"]);
+
+/** Milliseconds, rounded to 0.1. */
+const ms = (x: number) => Math.round(x * 10) / 10;
+
+function finish(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  state: RequestState,
+  deps: RequestTelemetryDeps,
+) {
+  const end = performance.now();
+  const { record, protocol, route, span } = state;
+  const { metrics } = deps;
+  const rpc = protocol !== "rest" && protocol !== "ops";
+  // The caller went away: the response did not finish, or (HTTP/2 reports a reset stream as
+  // finished) an RPC's last frame or trailers never went out, or the service saw the cancel.
+  const canceled =
+    !state.finished || (rpc && record.grpcCode === undefined) || record.errorCode === "canceled";
+  // gRPC's `canceled`, or nginx's 499 for HTTP.
+  const grpcCode = rpc ? (canceled ? "canceled" : (record.grpcCode ?? "unknown")) : undefined;
+  const status = canceled && !rpc ? 499 : reply.raw.statusCode;
+  const model = record.model ?? "";
+  const durationMs = end - state.start;
+  const ttftMs = record.firstTokenAt === undefined ? undefined : record.firstTokenAt - state.start;
+  const completion = record.completionTokens;
+
+  metrics.requests.inc({ protocol, route, model, status: String(status), grpc_code: grpcCode ?? "" });
+  metrics.duration.observe({ protocol, route }, durationMs / 1000);
+  metrics.inFlight.dec({ protocol });
+  if (state.streaming) metrics.streamsInFlight.dec({ protocol });
+  if (record.promptTokens !== undefined) metrics.promptTokens.inc({ model }, record.promptTokens);
+  if (completion !== undefined) metrics.completionTokens.inc({ model }, completion);
+  if (ttftMs !== undefined) {
+    metrics.timeToFirstToken.observe({ model }, ttftMs / 1000);
+    if (completion !== undefined && completion >= 2 && record.firstTokenAt !== undefined) {
+      metrics.timePerOutputToken.observe({ model }, (end - record.firstTokenAt) / 1000 / (completion - 1));
+    }
+  }
+  if (record.errorCode === "insufficient_quota") metrics.budgetRefusals.inc({ model });
+  if (record.clamped === true) metrics.budgetClamps.inc({ model });
+
+  const line = {
+    method: request.method,
+    route,
+    protocol,
+    status,
+    ...(grpcCode === undefined ? {} : { grpcCode }),
+    ...(record.errorCode === undefined ? {} : { error: record.errorCode }),
+    ...(record.model === undefined ? {} : { model: record.model }),
+    ...(record.keyName === undefined ? {} : { keyName: record.keyName }),
+    ...(record.promptTokens === undefined ? {} : { promptTokens: record.promptTokens }),
+    ...(completion === undefined ? {} : { completionTokens: completion }),
+    ...(ttftMs === undefined ? {} : { ttftMs: ms(ttftMs) }),
+    durationMs: ms(durationMs),
+    ...(state.streaming ? { stream: true } : {}),
+    ...(record.clamped === true ? { clamped: true } : {}),
+    ...(canceled ? { canceled: true } : {}),
+  };
+  if (probeRoutes.has(route)) request.log.debug(line, "request");
+  else request.log.info(line, "request");
+
+  span.setAttributes({
+    "http.response.status_code": status,
+    ...(grpcCode === undefined ? {} : { "rpc.grpc.status_code_name": grpcCode }),
+    ...(record.model === undefined ? {} : { "acs.model": record.model }),
+    ...(record.promptTokens === undefined ? {} : { "gen_ai.usage.input_tokens": record.promptTokens }),
+    ...(completion === undefined ? {} : { "gen_ai.usage.output_tokens": completion }),
+    ...(record.errorCode === undefined ? {} : { "error.type": record.errorCode }),
+    ...(canceled ? { "acs.canceled": true } : {}),
+  });
+  if (status >= 500 || (grpcCode !== undefined && serverFailures.has(grpcCode))) {
+    span.setStatus({ code: SpanStatusCode.ERROR, message: record.errorCode ?? grpcCode ?? String(status) });
+  }
+  span.end();
+}
+
+/**
+ * Registers the root hook that follows every request from its start to the end of its response
+ * (the response's `close`, which also comes when the caller goes away first): the in-flight gauge,
+ * the gateway span (child of the caller's `traceparent`), a {@link CallRecord} for the service, and
+ * at the end one access log line (info; debug for probes and scrapes), the request metrics and the
+ * span's end. Register it before any hook that may answer early.
+ */
+export function observeRequests(app: FastifyInstance, deps: RequestTelemetryDeps): void {
+  app.addHook("onRequest", async (request, reply) => {
+    const path = request.url.split("?", 1)[0] ?? "";
+    const protocol = protocolOf(path, request.headers["content-type"]);
+    const route = request.routeOptions.url ?? "unknown";
+    const rpc = protocol !== "rest" && protocol !== "ops";
+    const name = rpc && route !== "unknown" ? route.slice(1) : `${request.method} ${route}`;
+    const span = deps.tracing.startRequest(name, request.headers, {
+      "http.request.method": request.method,
+      "http.route": route,
+      "url.path": path,
+      "acs.protocol": protocol,
+      "acs.request_id": request.id,
+      ...(rpc && route !== "unknown"
+        ? {
+            "rpc.system": protocol === "connect" ? "connect_rpc" : "grpc",
+            "rpc.service": route.slice(1).split("/")[0],
+            "rpc.method": route.split("/")[2],
+          }
+        : {}),
+    });
+    const state: RequestState = {
+      record: {
+        traceUpstream: deps.tracing.upstreamTracer(span),
+        streamStarted() {
+          if (state.streaming) return;
+          state.streaming = true;
+          deps.metrics.streamsInFlight.inc({ protocol });
+        },
+      },
+      start: performance.now(),
+      protocol,
+      route,
+      span,
+      streaming: false,
+      finished: false,
+    };
+    states.set(request, state);
+    deps.metrics.inFlight.inc({ protocol });
+    const res = reply.raw;
+    res.once("finish", () => {
+      state.finished = true;
+    });
+    res.once("close", () => finish(request, reply, state, deps));
+  });
+}
