@@ -63,6 +63,7 @@ async function startEmbeddedEngine(config: Config, logger: pino.Logger) {
     hiddenSize: dims.hiddenSize,
     numLayers: dims.numLayers,
     ownedBy: "acs-reference-engine",
+    byteLevelTokenizer: true, // the engine's tokenizers (byte, Llama 3) are byte-level BPE
   };
   const stop = () =>
     new Promise<void>((resolve) => {

@@ -134,6 +134,14 @@ export interface PlacedHold {
   readonly heldTokens: number;
 }
 
+/**
+ * Nothing placed: the demand's promptTokens was a bound (`promptTokensBound`) and the demand does
+ * not fit whole. Count the prompt exactly and place the Hold again.
+ */
+export interface CountNeeded {
+  readonly countNeeded: true;
+}
+
 /** A new key: shown once in clear, never stored. */
 export interface CreatedKey {
   readonly id: string;
@@ -204,7 +212,12 @@ export interface BudgetLedger {
    * token per choice fits (after asking other replicas to give back their leases' free tokens),
    * `invalid_api_key` when the key was revoked meanwhile, RangeError for numbers out of range.
    */
-  placeHold(key: KeyInfo, demand: HoldDemand): Promise<PlacedHold>;
+  placeHold(key: KeyInfo, demand: HoldDemand & { readonly promptTokensBound?: false }): Promise<PlacedHold>;
+  /**
+   * As above; a demand whose promptTokens is a bound (`promptTokensBound: true`) is placed only
+   * whole, else nothing is placed and the answer is {@link CountNeeded}.
+   */
+  placeHold(key: KeyInfo, demand: HoldDemand): Promise<PlacedHold | CountNeeded>;
   /**
    * Keeps an open Hold alive for ttlMs more (default: the ledger's holdTtlMs) and records
    * usedTokens (prompt + generated so far; the largest recorded wins) as what a reclaim of the Hold
@@ -417,7 +430,7 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
       }
     },
 
-    async placeHold(key, demand) {
+    placeHold: (async (key: KeyInfo, demand: HoldDemand): Promise<PlacedHold | CountNeeded> => {
       checkDemand(demand);
       if (leases !== undefined) {
         const placed = await leases.place(key.id, demand);
@@ -472,12 +485,14 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
             { retry: quotaRetry(outcome) },
           );
         }
+        case "count":
+          return { countNeeded: true };
         case "revoked":
           throw new ApiError("invalid_api_key", "The API key provided has been revoked.");
         case "unknown_key":
           throw new ApiError("invalid_api_key", "Incorrect API key provided.");
       }
-    },
+    }) as BudgetLedger["placeHold"],
 
     async renew(holdId, usedTokens = 0, ttlMs) {
       const ttl = ttlMs ?? holdTtlMs;
