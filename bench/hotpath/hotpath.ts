@@ -292,7 +292,16 @@ export async function benchHotpath(options: SectionOptions = {}): Promise<string
       writeFileSync(
         path,
         JSON.stringify({
-          models: [{ id: MODEL, upstream_url: upstream, hidden_size: 4096, num_hidden_layers: 32 }],
+          models: [
+            {
+              id: MODEL,
+              upstream_url: upstream,
+              hidden_size: 4096,
+              num_hidden_layers: 32,
+              // The fake's tokenizer (a token per word + BOS) is within the byte-level bound.
+              byte_level_tokenizer: true,
+            },
+          ],
         }),
       );
       return path;

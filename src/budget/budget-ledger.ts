@@ -384,24 +384,29 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
       const parsed = parseAuthorization(authorization);
       if (parsed.kind === "missing") throw new ApiError("invalid_api_key", NO_KEY_MESSAGE);
       if (parsed.kind === "wrong_scheme") throw new ApiError("invalid_api_key", WRONG_SCHEME_MESSAGE);
-      const hash = hashApiKey(parsed.token);
-      const cacheKey = hash.toString("hex");
       const t = now();
       let record: KeyRecord | undefined;
-      const cached = authCache.get(cacheKey);
-      if (cached !== undefined && t - cached.at < authCacheTtlMs) record = cached.record;
-      else {
-        authCache.delete(cacheKey);
+      // The cache is keyed by the key itself: a hit was matched by its hash when it was read from
+      // the store, so a request with a cached key costs no hash (and no store read).
+      const cached = authCache.get(parsed.token);
+      if (cached !== undefined && t - cached.at < authCacheTtlMs) {
+        record = cached.record;
+        authCache.delete(parsed.token); // least recently used first
+        authCache.set(parsed.token, cached);
+      } else {
+        if (cached !== undefined) authCache.delete(parsed.token);
+        const hash = hashApiKey(parsed.token);
         record = await store.findKeyByHash(hash);
+        if (record !== undefined && !hashesEqual(record.keyHash, hash)) record = undefined;
         if (record !== undefined && authCacheTtlMs > 0) {
-          authCache.set(cacheKey, { record, at: t });
+          authCache.set(parsed.token, { record, at: t });
           if (authCache.size > AUTH_CACHE_ENTRIES) {
             const oldest = authCache.keys().next().value;
             if (oldest !== undefined) authCache.delete(oldest);
           }
         }
       }
-      if (record === undefined || !hashesEqual(record.keyHash, hash)) {
+      if (record === undefined) {
         const masked = maskApiKey(parsed.token);
         throw new ApiError(
           "invalid_api_key",

@@ -405,8 +405,20 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     ctx: CallContext,
     meter: UsageMeter,
   ): Promise<CreateCompletionResponse> {
-    const deadline = AbortSignal.timeout(deps.nonStreamDeadlineMs);
-    const signal = AbortSignal.any([ctx.signal, deadline]);
+    // The caller's signal and the deadline as one: a controller, a listener and a timer, all
+    // dropped when the call ends (cheaper than AbortSignal.any over AbortSignal.timeout).
+    const linked = new AbortController();
+    const signal = linked.signal;
+    let timedOut = false;
+    const onCaller = () => linked.abort(ctx.signal.reason);
+    if (ctx.signal.aborted) onCaller();
+    else ctx.signal.addEventListener("abort", onCaller, { once: true });
+    const timer = setTimeout(() => {
+      timedOut = true;
+      linked.abort(
+        new ApiError("deadline_exceeded", `Inference did not answer within ${deps.nonStreamDeadlineMs} ms.`),
+      );
+    }, deps.nonStreamDeadlineMs);
     const ids = completionIds(request.model);
     const choices = new Map<number, CompletionChoice>();
     let usage: CreateCompletionResponse["usage"];
@@ -434,7 +446,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         }
       }
     } catch (err) {
-      if (deadline.aborted && !ctx.signal.aborted) {
+      if (timedOut && !ctx.signal.aborted) {
         throw new ApiError(
           "deadline_exceeded",
           `Inference did not answer within ${deps.nonStreamDeadlineMs} ms.`,
@@ -442,6 +454,9 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         );
       }
       throw err;
+    } finally {
+      clearTimeout(timer);
+      ctx.signal.removeEventListener("abort", onCaller);
     }
     const sorted = [...choices.values()].sort((a, b) => a.index - b.index);
     if (request.returnTokenIds !== true) {
