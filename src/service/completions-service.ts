@@ -238,8 +238,14 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     if (model.byteLevelTokenizer !== true || boundBroken.has(model) || maxTokens === undefined)
       return undefined;
     if (request.outputResidualStream !== undefined || request.promptLogprobs !== undefined) return undefined;
-    const addSpecial = request.addSpecialTokens ?? true;
-    const specials = addSpecial ? await specialTokens(model.client, model.servedModelName, signal) : 0;
+    let specials = 0;
+    if (request.addSpecialTokens ?? true) {
+      try {
+        specials = await specialTokens(model.client, model.servedModelName, signal);
+      } catch {
+        return undefined; // counted exactly, which says why Inference cannot answer, as before
+      }
+    }
     const bounds = boundPromptTokens(request, specials);
     for (const b of bounds) if (b + maxTokens > model.maxModelLen) return undefined;
     return bounds;
