@@ -131,6 +131,7 @@ async function startEmbeddedEngine(config: Config, logger: pino.Logger) {
     hiddenSize: dims.hiddenSize,
     numLayers: dims.numLayers,
     ownedBy: "acs-reference-engine",
+    byteLevelTokenizer: true, // the engine's tokenizers (byte, Llama 3) are byte-level BPE
   };
   const stop = async () => {
     stopping.abort();

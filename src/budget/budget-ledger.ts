@@ -134,6 +134,14 @@ export interface PlacedHold {
   readonly heldTokens: number;
 }
 
+/**
+ * Nothing placed: the demand's promptTokens was a bound (`promptTokensBound`) and the demand does
+ * not fit whole. Count the prompt exactly and place the Hold again.
+ */
+export interface CountNeeded {
+  readonly countNeeded: true;
+}
+
 /** A new key: shown once in clear, never stored. */
 export interface CreatedKey {
   readonly id: string;
@@ -204,7 +212,12 @@ export interface BudgetLedger {
    * token per choice fits (after asking other replicas to give back their leases' free tokens),
    * `invalid_api_key` when the key was revoked meanwhile, RangeError for numbers out of range.
    */
-  placeHold(key: KeyInfo, demand: HoldDemand): Promise<PlacedHold>;
+  placeHold(key: KeyInfo, demand: HoldDemand & { readonly promptTokensBound?: false }): Promise<PlacedHold>;
+  /**
+   * As above; a demand whose promptTokens is a bound (`promptTokensBound: true`) is placed only
+   * whole, else nothing is placed and the answer is {@link CountNeeded}.
+   */
+  placeHold(key: KeyInfo, demand: HoldDemand): Promise<PlacedHold | CountNeeded>;
   /**
    * Keeps an open Hold alive for ttlMs more (default: the ledger's holdTtlMs) and records
    * usedTokens (prompt + generated so far; the largest recorded wins) as what a reclaim of the Hold
@@ -371,24 +384,29 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
       const parsed = parseAuthorization(authorization);
       if (parsed.kind === "missing") throw new ApiError("invalid_api_key", NO_KEY_MESSAGE);
       if (parsed.kind === "wrong_scheme") throw new ApiError("invalid_api_key", WRONG_SCHEME_MESSAGE);
-      const hash = hashApiKey(parsed.token);
-      const cacheKey = hash.toString("hex");
       const t = now();
       let record: KeyRecord | undefined;
-      const cached = authCache.get(cacheKey);
-      if (cached !== undefined && t - cached.at < authCacheTtlMs) record = cached.record;
-      else {
-        authCache.delete(cacheKey);
+      // The cache is keyed by the key itself: a hit was matched by its hash when it was read from
+      // the store, so a request with a cached key costs no hash (and no store read).
+      const cached = authCache.get(parsed.token);
+      if (cached !== undefined && t - cached.at < authCacheTtlMs) {
+        record = cached.record;
+        authCache.delete(parsed.token); // least recently used first
+        authCache.set(parsed.token, cached);
+      } else {
+        if (cached !== undefined) authCache.delete(parsed.token);
+        const hash = hashApiKey(parsed.token);
         record = await store.findKeyByHash(hash);
+        if (record !== undefined && !hashesEqual(record.keyHash, hash)) record = undefined;
         if (record !== undefined && authCacheTtlMs > 0) {
-          authCache.set(cacheKey, { record, at: t });
+          authCache.set(parsed.token, { record, at: t });
           if (authCache.size > AUTH_CACHE_ENTRIES) {
             const oldest = authCache.keys().next().value;
             if (oldest !== undefined) authCache.delete(oldest);
           }
         }
       }
-      if (record === undefined || !hashesEqual(record.keyHash, hash)) {
+      if (record === undefined) {
         const masked = maskApiKey(parsed.token);
         throw new ApiError(
           "invalid_api_key",
@@ -417,7 +435,7 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
       }
     },
 
-    async placeHold(key, demand) {
+    placeHold: (async (key: KeyInfo, demand: HoldDemand): Promise<PlacedHold | CountNeeded> => {
       checkDemand(demand);
       if (leases !== undefined) {
         const placed = await leases.place(key.id, demand);
@@ -472,12 +490,14 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
             { retry: quotaRetry(outcome) },
           );
         }
+        case "count":
+          return { countNeeded: true };
         case "revoked":
           throw new ApiError("invalid_api_key", "The API key provided has been revoked.");
         case "unknown_key":
           throw new ApiError("invalid_api_key", "Incorrect API key provided.");
       }
-    },
+    }) as BudgetLedger["placeHold"],
 
     async renew(holdId, usedTokens = 0, ttlMs) {
       const ttl = ttlMs ?? holdTtlMs;

@@ -96,6 +96,10 @@ export type PlaceHoldOutcome =
       readonly kind: "drain_requested";
       readonly leases: number;
     }
+  | {
+      /** Nothing placed: the demand's prompt tokens are a bound and it did not fit whole (planHold). */
+      readonly kind: "count";
+    }
   | { readonly kind: "revoked" }
   | { readonly kind: "unknown_key" };
 

@@ -11,6 +11,7 @@ export {
   type BudgetLedger,
   type BudgetLedgerCommonOptions,
   type BudgetLedgerOptions,
+  type CountNeeded,
   type CreatedKey,
   createBudgetLedger,
   DEFAULT_AUTH_CACHE_TTL_MS,

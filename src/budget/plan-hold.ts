@@ -17,6 +17,14 @@ export interface HoldDemand {
    * @default false
    */
   readonly captureReplay?: boolean;
+  /**
+   * `promptTokens` is an upper bound of the prompt tokens (their UTF-8 bytes plus the special
+   * tokens added, for a byte-level tokenizer), not Inference's count. Such a demand is held only
+   * whole: when it does not fit, nothing is planned (`count`): the caller counts the prompt
+   * exactly and asks again, so that a clamp or a refusal is the one the exact count gives.
+   * @default false
+   */
+  readonly promptTokensBound?: boolean;
 }
 
 /** The outcome of {@link planHold}: either a Hold to place, or a refusal. */
@@ -33,6 +41,10 @@ export type HoldPlan =
       readonly kind: "insufficient";
       /** The least the request could run with: {@link demandTokens} at max_tokens 1. */
       readonly minimumTokens: number;
+    }
+  | {
+      /** A demand with a bound of its prompt tokens did not fit whole: count them exactly and plan again. */
+      readonly kind: "count";
     };
 
 /**
@@ -50,13 +62,15 @@ export function demandTokens(demand: HoldDemand, maxTokens: number = demand.maxT
  * The Hold for `demand` when `available` tokens are left on the Budget (budget − spent − Σ open
  * Holds; may be negative): the whole demand ({@link demandTokens}) when it fits; else max_tokens
  * lowered to the most that fits (clamped); else, when not even one generated token per choice
- * fits, a refusal. Pure; every store runs it inside its own transaction. Throws RangeError when a
+ * fits, a refusal. A demand whose promptTokens is a bound ({@link HoldDemand.promptTokensBound})
+ * that does not fit whole is neither clamped nor refused: `count`. Pure; every store runs it inside its own transaction. Throws RangeError when a
  * number of `demand` is out of range.
  */
 export function planHold(available: number, demand: HoldDemand): HoldPlan {
   checkDemand(demand);
   const need = demandTokens(demand);
   if (need <= available) return { kind: "hold", tokens: need, maxTokens: demand.maxTokens, clamped: false };
+  if (demand.promptTokensBound === true) return { kind: "count" };
   // demandTokens is linear in maxTokens: need(m) = base + perToken × m.
   const choices = demand.prompts * demand.n;
   const replay = demand.captureReplay === true ? 1 : 0;

@@ -288,6 +288,7 @@ export function createBudgetStoreOn(backend: StoreBackend): BudgetStore {
         if (key === undefined) return { kind: "unknown_key" };
         if (key.revokedAt !== null) return { kind: "revoked" };
         const plan = planHold(freeOf(key), input.demand);
+        if (plan.kind === "count") return { kind: "count" };
         if ((plan.kind === "insufficient" || plan.clamped) && input.drainOthersUntil !== undefined) {
           // Other replicas' leases may hold free tokens: have them back before clamping or refusing.
           const leases = await rows.flagDrain(input.keyId, { instanceId: input.instanceId, now: input.now });

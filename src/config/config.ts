@@ -41,6 +41,14 @@ export interface ModelConfig {
    * streams; undefined = the default)
    */
   readonly maxConcurrentRequests?: number | undefined;
+  /**
+   * The model's tokenizer is a byte-level BPE without a normalizer (Llama 3, GPT-2 families): a
+   * text prompt is never more tokens than its UTF-8 bytes plus the special tokens added (BOS), so
+   * the gateway skips `/tokenize` when that bound decides (src/service/count-prompt-tokens.ts).
+   * Leave it off for a SentencePiece tokenizer or one that normalizes (NFC, NFKC): text can grow.
+   * @default false
+   */
+  readonly byteLevelTokenizer?: boolean | undefined;
 }
 
 /** The embedded reference engine that `npm start` runs when no models file is given. */

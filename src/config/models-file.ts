@@ -59,6 +59,7 @@ const modelSchema = z
     num_hidden_layers: positiveInt,
     owned_by: name.optional(),
     max_concurrent_requests: positiveInt.optional(),
+    byte_level_tokenizer: z.boolean({ error: "must be true or false" }).optional(),
   })
   .superRefine((m, ctx) => {
     if ((m.upstream_url === undefined) === (m.upstreams === undefined)) {
@@ -113,7 +114,7 @@ function allowedKeys(path: readonly PropertyKey[]): readonly string[] {
  * Parses a models file, checked against its schema (zod; unknown keys are refused):
  * `{"models": [{"id", "aliases"?, "upstream_url" | "upstreams": [{"url", "api_key"?, "weight"?}],
  * "upstream_api_key"? (with upstream_url), "served_model_name"?, "max_model_len"?, "hidden_size",
- * "num_hidden_layers", "owned_by"?, "max_concurrent_requests"?}]}`. `upstream_url` is the shorthand of one replica.
+ * "num_hidden_layers", "owned_by"?, "max_concurrent_requests"?, "byte_level_tokenizer"?}]}`. `upstream_url` is the shorthand of one replica.
  * Throws ConfigError, one line naming the file, the entry and the key at fault.
  */
 export function parseModelsFile(text: string, source: string): ModelConfig[] {
@@ -140,5 +141,6 @@ export function parseModelsFile(text: string, source: string): ModelConfig[] {
     numLayers: m.num_hidden_layers,
     ownedBy: m.owned_by ?? "acs",
     maxConcurrentRequests: m.max_concurrent_requests,
+    byteLevelTokenizer: m.byte_level_tokenizer ?? false,
   }));
 }

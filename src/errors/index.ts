@@ -15,4 +15,4 @@ export {
   requestTooLarge,
   unsupportedEncoding,
 } from "./protocol-errors.js";
-export { isRequestId, newRequestId } from "./request-id.js";
+export { isRequestId, newRequestId, randomHex32 } from "./request-id.js";

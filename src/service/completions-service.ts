@@ -46,7 +46,7 @@ import {
   requestShape,
   resolveMaxTokens,
 } from "./checks.js";
-import { countPromptTokens } from "./count-prompt-tokens.js";
+import { boundPromptTokens, countPromptTokens, createSpecialTokenCounter } from "./count-prompt-tokens.js";
 import type { ModelRegistry, ServedModel } from "./model-registry.js";
 import type { KeyInfo, Ledger } from "./ports.js";
 import type { CallContext, CompletionsApi } from "./types.js";
@@ -115,6 +115,8 @@ interface Prepared {
   readonly body: VllmCompletionRequest;
   /** Σ prompt tokens as the Hold counts them. */
   readonly promptTokens: number;
+  /** Each prompt's bound of its tokens when they were not counted exactly (the Hold holds the bound). */
+  readonly promptBounds: readonly number[] | undefined;
   readonly capture: boolean;
   /** The Hold on the key's Budget; undefined with keys off. */
   readonly hold: { readonly id: string; readonly tokens: number } | undefined;
@@ -140,6 +142,23 @@ interface CompletionIds {
   readonly model: string;
 }
 
+/** Σ of a list of token counts. */
+function sum(counts: readonly number[]): number {
+  let total = 0;
+  for (const c of counts) total += c;
+  return total;
+}
+
+/** A signal that never aborts (a count made after the caller went away). */
+const neverAborted = new AbortController().signal;
+
+/** The meter of a prepared request: its prompt tokens exact, or bounds until Inference tells them. */
+function newMeter(prepared: Prepared, request: CreateCompletionRequest): UsageMeter {
+  return prepared.promptBounds === undefined
+    ? new UsageMeter(prepared.promptTokens)
+    : new UsageMeter(prepared.promptTokens, { perPrompt: prepared.promptBounds, n: request.n ?? 1 });
+}
+
 function completionIds(model: string): CompletionIds {
   return { id: newCompletionId(), created: BigInt(Math.floor(Date.now() / 1000)), model };
 }
@@ -156,6 +175,9 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
   const steeringBudget = deps.steeringBudget ?? createSteeringBudget();
   const onLedgerError =
     deps.onLedgerError ?? ((err: unknown) => process.emitWarning(`Budget ledger: ${String(err)}`));
+  const specialTokens = createSpecialTokenCounter();
+  /** Models whose prompts came back longer than their bound: counted exactly from then on. */
+  const boundBroken = new WeakSet<ServedModel<VllmClient>>();
 
   const authenticate = async (ctx: CallContext): Promise<KeyInfo | undefined> =>
     ledger === undefined ? undefined : await ledger.authenticate(ctx.authorization);
@@ -197,23 +219,33 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     checkGeneratedTokensCap(request, shape); //                                  §3 size cap: 32,000
     let lengths = await checkCaptureCapUncounted(request, model, ctx.signal); // §6 size cap: capture
     checkDeadlineFeasible(request, stream); //                                   §3 deadline_infeasible
-    lengths ??= await countPromptTokens(model.client, model.servedModelName, request, ctx.signal);
+    // A bound of the prompt tokens when it decides the length check, else the exact count.
+    const count = () => countPromptTokens(model.client, model.servedModelName, request, ctx.signal);
+    let bounds = lengths === undefined ? await promptBounds(request, model, ctx.signal) : undefined;
+    lengths ??= bounds ?? (await count()); //                                   §3 prompt length
     let maxTokens = resolveMaxTokens(request, model.maxModelLen, lengths, stream); // §3 default
     checkContextLength(model.maxModelLen, lengths, maxTokens); //                §3 prompt length
     checkMinTokens(request, maxTokens);
     checkCaptureCap(request, model, { promptTokens: Math.max(...lengths), maxTokens }); // §6 exact
     const capture = request.outputResidualStream !== undefined;
-    const promptTokens = lengths.reduce((a, b) => a + b, 0);
+    let promptTokens = sum(lengths);
 
     let hold: Prepared["hold"];
     if (ledger !== undefined && key !== undefined) {
-      const placed = await ledger.placeHold(key, {
+      const demand = { prompts: shape.prompts, n: shape.n, maxTokens, captureReplay: capture && stream };
+      let placed = await ledger.placeHold(key, {
+        ...demand,
         promptTokens,
-        prompts: shape.prompts,
-        n: shape.n,
-        maxTokens,
-        captureReplay: capture && stream,
+        promptTokensBound: bounds !== undefined,
       }); //                                                                    §9 Hold, §3 clamp
+      if ("countNeeded" in placed) {
+        // The bound does not fit the Budget whole: the clamp or refusal is the exact count's.
+        bounds = undefined;
+        lengths = await count();
+        promptTokens = sum(lengths);
+        placed = await ledger.placeHold(key, { ...demand, promptTokens });
+        if ("countNeeded" in placed) throw new Error("unreachable: an exact demand asked for a count");
+      }
       hold = { id: placed.holdId, tokens: placed.heldTokens };
       if (placed.clamped) {
         maxTokens = placed.maxTokens;
@@ -234,6 +266,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         model,
         body,
         promptTokens,
+        promptBounds: bounds,
         capture,
         hold,
         steering: steeringLease,
@@ -243,6 +276,39 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       await settle(hold, 0);
       throw err;
     }
+  }
+
+  /**
+   * Each prompt's bound of its tokens (UTF-8 bytes + the special tokens added) when it decides the
+   * length check without Inference: the model's tokenizer is byte-level, the prompts are text,
+   * max_tokens is given and every bound + max_tokens fits max_model_len. Undefined when the prompts
+   * must be counted exactly: token ids (their length is exact), the default max_tokens (it is
+   * max_model_len − the prompt's tokens), a capture (its cap and replay), prompt_logprobs (served
+   * by Inference's non-streamed answer: a caller who goes away is charged the whole Hold), a
+   * prompt near max_model_len (the refusal names the exact count).
+   */
+  async function promptBounds(
+    request: CreateCompletionRequest,
+    model: ServedModel<VllmClient>,
+    signal: AbortSignal,
+  ): Promise<number[] | undefined> {
+    const p = request.prompt.case;
+    if (p !== "text" && p !== "texts") return undefined;
+    const maxTokens = request.maxTokens;
+    if (model.byteLevelTokenizer !== true || boundBroken.has(model) || maxTokens === undefined)
+      return undefined;
+    if (request.outputResidualStream !== undefined || request.promptLogprobs !== undefined) return undefined;
+    let specials = 0;
+    if (request.addSpecialTokens ?? true) {
+      try {
+        specials = await specialTokens(model.client, model.servedModelName, signal);
+      } catch {
+        return undefined; // counted exactly, which says why Inference cannot answer, as before
+      }
+    }
+    const bounds = boundPromptTokens(request, specials);
+    for (const b of bounds) if (b + maxTokens > model.maxModelLen) return undefined;
+    return bounds;
   }
 
   /**
@@ -262,6 +328,35 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const lengths = await countPromptTokens(model.client, model.servedModelName, request, signal);
     checkCaptureCap(request, model, { promptTokens: Math.max(...lengths), maxTokens: request.maxTokens });
     return lengths;
+  }
+
+  /**
+   * The tokens to charge a request that ended with `failure` ({@link UsageMeter.charge}). When the
+   * charge would use prompt tokens that are still a bound (a stream cut short before Inference
+   * told its prompt), they are counted exactly first (`/tokenize`, without the caller's signal,
+   * which may have aborted); should that fail, the bound stays (the charge never exceeds the Hold).
+   */
+  async function chargeOf(
+    prepared: Prepared,
+    request: CreateCompletionRequest,
+    meter: UsageMeter,
+    failure: unknown,
+  ): Promise<number> {
+    if (meter.boundBroken && !boundBroken.has(prepared.model)) {
+      boundBroken.add(prepared.model);
+      process.emitWarning(
+        `model ${prepared.model.id}: a prompt had more tokens than its UTF-8 bytes + special tokens; byte_level_tokenizer is wrong for it, prompts are counted by /tokenize from now on`,
+      );
+    }
+    if (prepared.hold !== undefined && meter.chargeNeedsPromptCount(failure)) {
+      try {
+        const { client, servedModelName } = prepared.model;
+        meter.setPromptTokens(await countPromptTokens(client, servedModelName, request, neverAborted));
+      } catch {
+        // Inference is unreachable: the bound stays.
+      }
+    }
+    return meter.charge(failure, prepared.hold?.tokens ?? 0);
   }
 
   /** Settles a Hold to `used` tokens (a no-op without one). The one place a Hold ends. */
@@ -355,7 +450,11 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       { signal, ...upstreamCallOptions(prepared, ctx) },
     )) {
       const chunk = toStreamChunk(upstreamChunk, ids, offsets);
-      for (const choice of chunk.choices) meter.addGenerated(choice.tokenIds.length);
+      for (const choice of chunk.choices) {
+        meter.addGenerated(choice.tokenIds.length);
+        if (choice.promptTokenIds.length > 0)
+          meter.notePromptTokens(choice.index, choice.promptTokenIds.length);
+      }
       if (meter.generated > 0) markFirstToken(ctx);
       if (chunk.choices.length === 0 && chunk.usage !== undefined) meter.report(chunk.usage.totalTokens);
       yield chunk;
@@ -374,8 +473,20 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     ctx: CallContext,
     meter: UsageMeter,
   ): Promise<CreateCompletionResponse> {
-    const deadline = AbortSignal.timeout(deps.nonStreamDeadlineMs);
-    const signal = AbortSignal.any([ctx.signal, deadline]);
+    // The caller's signal and the deadline as one: a controller, a listener and a timer, all
+    // dropped when the call ends (cheaper than AbortSignal.any over AbortSignal.timeout).
+    const linked = new AbortController();
+    const signal = linked.signal;
+    let timedOut = false;
+    const onCaller = () => linked.abort(ctx.signal.reason);
+    if (ctx.signal.aborted) onCaller();
+    else ctx.signal.addEventListener("abort", onCaller, { once: true });
+    const timer = setTimeout(() => {
+      timedOut = true;
+      linked.abort(
+        new ApiError("deadline_exceeded", `Inference did not answer within ${deps.nonStreamDeadlineMs} ms.`),
+      );
+    }, deps.nonStreamDeadlineMs);
     const ids = completionIds(request.model);
     const choices = new Map<number, CompletionChoice>();
     let usage: CreateCompletionResponse["usage"];
@@ -403,7 +514,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         }
       }
     } catch (err) {
-      if (deadline.aborted && !ctx.signal.aborted) {
+      if (timedOut && !ctx.signal.aborted) {
         throw new ApiError(
           "deadline_exceeded",
           `Inference did not answer within ${deps.nonStreamDeadlineMs} ms.`,
@@ -411,6 +522,9 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         );
       }
       throw err;
+    } finally {
+      clearTimeout(timer);
+      ctx.signal.removeEventListener("abort", onCaller);
     }
     const sorted = [...choices.values()].sort((a, b) => a.index - b.index);
     if (request.returnTokenIds !== true) {
@@ -456,7 +570,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     ctx: CallContext,
   ): Promise<CreateCompletionResponse> {
     const prepared = await recorded(ctx, prepare(request, ctx, false));
-    const meter = new UsageMeter(prepared.promptTokens);
+    const meter = newMeter(prepared, request);
     let failure: unknown;
     try {
       // prompt_logprobs and activations exist only on Inference's non-streamed answer.
@@ -468,8 +582,9 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       throw recordError(ctx, toApiError(err));
     } finally {
       prepared.steering.release();
+      const charge = await chargeOf(prepared, request, meter, failure);
       recordTokens(ctx, meter);
-      await settle(prepared.hold, meter.charge(failure, prepared.hold?.tokens ?? 0));
+      await settle(prepared.hold, charge);
     }
   }
 
@@ -479,7 +594,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
   ): AsyncGenerator<StreamCompletionResponse> {
     const prepared = await recorded(ctx, prepare(request, ctx, true));
     ctx.record?.streamStarted?.();
-    const meter = new UsageMeter(prepared.promptTokens);
+    const meter = newMeter(prepared, request);
     let failure: unknown;
     try {
       yield* streamChunks(prepared, request, ctx, meter);
@@ -488,9 +603,10 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       throw recordError(ctx, toApiError(err));
     } finally {
       prepared.steering.release();
-      recordTokens(ctx, meter);
       // Also when the consumer stops early (a disconnect): charged what was generated so far.
-      await settle(prepared.hold, meter.charge(failure, prepared.hold?.tokens ?? 0));
+      const charge = await chargeOf(prepared, request, meter, failure);
+      recordTokens(ctx, meter);
+      await settle(prepared.hold, charge);
     }
   }
 

@@ -40,3 +40,44 @@ export async function countPromptTokens(
   await Promise.all(Array.from({ length: Math.min(MAX_CONCURRENT_TOKENIZE, unique.length) }, worker));
   return texts.map((text) => counts.get(text)!);
 }
+
+/**
+ * An upper bound of each prompt's tokens, without Inference: a token-id prompt by its length; a
+ * text prompt by its UTF-8 bytes plus `specialTokens` (the special tokens the tokenizer adds, e.g.
+ * BOS; pass 0 for `add_special_tokens: false`). Sound for a byte-level BPE without a normalizer,
+ * where every token of text covers at least one byte (a special token written in the text covers
+ * many). Tokens, in the request's order.
+ */
+export function boundPromptTokens(request: CreateCompletionRequest, specialTokens: number): number[] {
+  const p = request.prompt;
+  if (p.case === "tokenIds") return [p.value.values.length];
+  if (p.case === "tokenIdsList") return p.value.values.map((v) => v.values.length);
+  const texts = p.case === "text" ? [p.value] : p.case === "texts" ? p.value.values : [];
+  return texts.map((text) => Buffer.byteLength(text, "utf8") + specialTokens);
+}
+
+/**
+ * The special tokens a model's tokenizer adds to a text prompt with `add_special_tokens` (BOS…),
+ * learned once per served model from Inference's `/tokenize` of `""` and kept (a tokenizer adds
+ * the same ones to every text). A failed call is not kept: the next request asks again. Throws
+ * the client's ApiError.
+ */
+export function createSpecialTokenCounter(): (
+  client: Pick<VllmClient, "tokenize">,
+  servedModelName: string,
+  signal: AbortSignal,
+) => Promise<number> {
+  const known = new WeakMap<object, Map<string, number>>();
+  return async (client, servedModelName, signal) => {
+    let byModel = known.get(client);
+    const hit = byModel?.get(servedModelName);
+    if (hit !== undefined) return hit;
+    const { count } = await client.tokenize(servedModelName, "", true, signal);
+    if (byModel === undefined) {
+      byModel = new Map();
+      known.set(client, byModel);
+    }
+    byModel.set(servedModelName, count);
+    return count;
+  };
+}

@@ -29,6 +29,8 @@ export interface ServedModel<Client> {
   readonly hiddenSize: number;
   readonly numLayers: number;
   readonly ownedBy: string;
+  /** A text prompt is at most its UTF-8 bytes + the special tokens added (src/config: ModelConfig). */
+  readonly byteLevelTokenizer?: boolean | undefined;
   /** Unix seconds when the gateway knew every fact of it. */
   readonly created: number;
   readonly client: Client;

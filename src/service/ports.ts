@@ -22,12 +22,16 @@ export interface Ledger {
   checkModel(key: KeyInfo, modelId: string, aliases?: readonly string[]): MaybePromise<void>;
   /**
    * Reserves the demand's tokens in one transaction, lowering maxTokens to what the Budget holds
-   * (clamped: true); throws ApiError 429 `insufficient_quota` when not one token fits.
+   * (clamped: true); throws ApiError 429 `insufficient_quota` when not one token fits. A demand
+   * whose promptTokens is a bound (`promptTokensBound`) is held only whole, else nothing is placed
+   * and the answer is `{countNeeded: true}`: count the prompt exactly and ask again.
    */
   placeHold(
     key: KeyInfo,
     demand: HoldDemand,
-  ): MaybePromise<{ holdId: string; maxTokens: number; clamped: boolean; heldTokens: number }>;
+  ): MaybePromise<
+    { holdId: string; maxTokens: number; clamped: boolean; heldTokens: number } | { countNeeded: true }
+  >;
   /**
    * Keeps a long stream's Hold from being reclaimed as stale, recording usedTokens (prompt +
    * generated so far): a Hold reclaimed after its gateway died is charged at least that.

@@ -24,8 +24,65 @@ export class UsageMeter {
   /** Set when Inference served the request without a stream: tokens generated are unknown until it answers. */
   #uncounted = false;
 
-  /** @param promptTokens Σ prompt tokens as the Hold counts them. */
-  constructor(readonly promptTokens: number) {}
+  /** Each prompt's tokens: exact, or a bound until Inference's prompt token ids tell it. */
+  readonly #prompts: number[];
+  /** Which entries of #prompts are still bounds. */
+  readonly #bound: boolean[];
+  /** Choices per prompt (choice index = prompt index × n + k). */
+  readonly #n: number;
+  /** Set when Inference's prompt was longer than its bound (the tokenizer is not what was declared). */
+  boundBroken = false;
+
+  /**
+   * @param promptTokens Σ prompt tokens as the Hold counts them — or, with `bounds`, ignored.
+   * @param bounds Each prompt's bound of its tokens (src/service/count-prompt-tokens.ts) and the
+   *   request's n, when the prompts were not counted exactly: the exact counts come from the
+   *   prompt token ids Inference streams ({@link notePromptTokens}) or {@link setPromptTokens}.
+   */
+  constructor(promptTokens: number, bounds?: { readonly perPrompt: readonly number[]; readonly n: number }) {
+    this.#prompts = bounds === undefined ? [promptTokens] : [...bounds.perPrompt];
+    this.#bound = this.#prompts.map(() => bounds !== undefined);
+    this.#n = bounds?.n ?? 1;
+  }
+
+  /** Σ prompt tokens: exact where known, else the bound. */
+  get promptTokens(): number {
+    let sum = 0;
+    for (const t of this.#prompts) sum += t;
+    return sum;
+  }
+
+  /** True once every prompt's tokens are exact (always, without bounds). */
+  get promptCounted(): boolean {
+    return !this.#bound.includes(true);
+  }
+
+  /** The prompt tokens Inference reports for the choice at `choiceIndex` (its prompt_token_ids). */
+  notePromptTokens(choiceIndex: number, tokens: number): void {
+    const i = Math.floor(choiceIndex / this.#n);
+    if (this.#bound[i] !== true) return;
+    if (tokens > this.#prompts[i]!) this.boundBroken = true;
+    this.#prompts[i] = tokens;
+    this.#bound[i] = false;
+  }
+
+  /** Each prompt's exact tokens (counted by `/tokenize`), in the request's order. */
+  setPromptTokens(perPrompt: readonly number[]): void {
+    perPrompt.forEach((tokens, i) => {
+      if (this.#bound[i] !== true) return;
+      this.#prompts[i] = tokens;
+      this.#bound[i] = false;
+    });
+  }
+
+  /**
+   * Whether {@link charge} of `failure` would use prompt tokens that are still a bound: the caller
+   * should count them exactly ({@link setPromptTokens}) before charging.
+   */
+  chargeNeedsPromptCount(failure: unknown): boolean {
+    if (this.promptCounted || this.#reported !== undefined) return false;
+    return this.charge(failure, 0) !== 0;
+  }
 
   /** Inference's usage of the request (`usage.total_tokens`). */
   report(totalTokens: number): void {

@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { planHold } from "../../src/budget/index.js";
+import { demandTokens, planHold } from "../../src/budget/index.js";
 
 describe("planHold", () => {
   it.each([
@@ -34,6 +34,7 @@ describe("planHold", () => {
             expect(plan.minimumTokens).toBe(promptTokens + per);
             return;
           }
+          if (plan.kind !== "hold") throw new Error(`an exact demand planned ${plan.kind}`);
           expect(plan.tokens).toBe(promptTokens + per * plan.maxTokens);
           expect(plan.tokens).toBeLessThanOrEqual(available);
           expect(plan.maxTokens).toBeGreaterThanOrEqual(1);
@@ -77,10 +78,35 @@ describe("planHold for a streamed capture (its replay held as prompt tokens)", (
             expect(plan.minimumTokens).toBe(need(1));
             return;
           }
+          if (plan.kind !== "hold") throw new Error(`an exact demand planned ${plan.kind}`);
           expect(plan.tokens).toBe(need(plan.maxTokens));
           expect(plan.tokens).toBeLessThanOrEqual(available);
           expect(plan.clamped).toBe(plan.maxTokens < maxTokens);
           if (plan.clamped) expect(need(plan.maxTokens + 1)).toBeGreaterThan(available);
+        },
+      ),
+    );
+  });
+});
+
+describe("planHold for a demand with a bound of its prompt tokens", () => {
+  it("holds it whole when it fits, else plans nothing (count), never clamping or refusing", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: -1000, max: 40_000 }),
+        fc.integer({ min: 0, max: 4096 }),
+        fc.integer({ min: 1, max: 8 }),
+        fc.integer({ min: 1, max: 32 }),
+        fc.integer({ min: 1, max: 32_000 }),
+        fc.boolean(),
+        (available, promptTokens, prompts, n, maxTokens, captureReplay) => {
+          const demand = { promptTokens, prompts, n, maxTokens, captureReplay, promptTokensBound: true };
+          const plan = planHold(available, demand);
+          if (demandTokens(demand) <= available) {
+            expect(plan).toEqual({ kind: "hold", tokens: demandTokens(demand), maxTokens, clamped: false });
+          } else {
+            expect(plan).toEqual({ kind: "count" });
+          }
         },
       ),
     );

@@ -30,8 +30,18 @@ describe("parseModelsFile", () => {
         hiddenSize: 64,
         numLayers: 4,
         ownedBy: "acs",
+        byteLevelTokenizer: false,
       },
     ]);
+  });
+
+  it("reads byte_level_tokenizer, and refuses a value that is not a boolean", () => {
+    expect(parseModelsFile(file({ ...base, byte_level_tokenizer: true }), "f")[0]?.byteLevelTokenizer).toBe(
+      true,
+    );
+    expect(() => parseModelsFile(file({ ...base, byte_level_tokenizer: "yes" }), "f")).toThrow(
+      /byte_level_tokenizer.*must be true or false/,
+    );
   });
 
   it("reads a list of upstreams with their keys and weights", () => {

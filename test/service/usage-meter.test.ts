@@ -46,4 +46,36 @@ describe("UsageMeter", () => {
     uncounted.report(12); // Inference answered after all
     expect(uncounted.charge(err("canceled"), 50)).toBe(12);
   });
+
+  it("with bounds of the prompts: exact counts from Inference's prompt token ids, per prompt (index = prompt × n + k)", () => {
+    const meter = new UsageMeter(0, { perPrompt: [10, 20], n: 2 });
+    expect(meter.promptTokens).toBe(30);
+    expect(meter.promptCounted).toBe(false);
+    expect(meter.chargeNeedsPromptCount(err("canceled"))).toBe(true);
+    expect(meter.chargeNeedsPromptCount(err("upstream_unavailable"))).toBe(false); // charged 0 anyway
+    meter.notePromptTokens(3, 7); // choice 3 = prompt 1
+    expect(meter.promptTokens).toBe(17);
+    meter.notePromptTokens(2, 99); // prompt 1 is known: ignored
+    expect(meter.promptTokens).toBe(17);
+    expect(meter.boundBroken).toBe(false);
+    meter.notePromptTokens(1, 4); // choice 1 = prompt 0
+    expect(meter.promptCounted).toBe(true);
+    expect(meter.chargeNeedsPromptCount(err("canceled"))).toBe(false);
+    meter.addGenerated(2);
+    expect(meter.charge(err("canceled"), 100)).toBe(4 + 7 + 2);
+  });
+
+  it("with bounds: an exact count fills the prompts still unknown; a prompt above its bound is noticed", () => {
+    const meter = new UsageMeter(0, { perPrompt: [10, 20], n: 1 });
+    meter.notePromptTokens(0, 3);
+    meter.setPromptTokens([5, 6]); // prompt 0 stays as Inference told it
+    expect(meter.promptTokens).toBe(3 + 6);
+    expect(meter.promptCounted).toBe(true);
+    const reported = new UsageMeter(0, { perPrompt: [10], n: 1 });
+    reported.report(15);
+    expect(reported.chargeNeedsPromptCount(undefined)).toBe(false);
+    const broken = new UsageMeter(0, { perPrompt: [10], n: 1 });
+    broken.notePromptTokens(0, 11);
+    expect(broken.boundBroken).toBe(true);
+  });
 });

@@ -1,6 +1,5 @@
-import { randomBytes } from "node:crypto";
 import { Pool } from "undici";
-import { ApiError } from "../../errors/index.js";
+import { ApiError, randomHex32 } from "../../errors/index.js";
 import { claimUpstreamRequestId, releaseUpstreamRequestId } from "../../telemetry/upstream-request-ids.js";
 import { type VllmRequestBody, vllmRequestBody } from "./build-vllm-request.js";
 import { createTokenizeCache, type TokenizeCache } from "./create-tokenize-cache.js";
@@ -167,7 +166,7 @@ const MAX_BYTES_AFTER_DONE = 64 * 1024;
 
 /** A fresh upstream request id: 32 lowercase hex (vLLM answers with id `cmpl-<it>`). */
 export function newUpstreamRequestId(): string {
-  return randomBytes(16).toString("hex");
+  return randomHex32();
 }
 
 const canceled = (): ApiError => new ApiError("canceled", "The request was canceled.");

@@ -1,4 +1,3 @@
-import { randomBytes } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import {
   type CompletionChoice,
@@ -15,7 +14,7 @@ import {
   type Usage,
   UsageSchema,
 } from "../../../gen/acs/v1/completions_pb.js";
-import { ApiError } from "../../errors/index.js";
+import { ApiError, randomHex32 } from "../../errors/index.js";
 import { orderedEntries } from "./parse-json-ordered.js";
 import { type ChoiceTextOffsets, TextOffsets } from "./text-offsets.js";
 import type {
@@ -29,7 +28,7 @@ import type {
 
 /** A fresh completion id: `cmpl-` + 32 lowercase hex, made by the gateway (Inference's id stays inside). */
 export function newCompletionId(): string {
-  return `cmpl-${randomBytes(16).toString("hex")}`;
+  return `cmpl-${randomHex32()}`;
 }
 
 /**
