@@ -99,6 +99,12 @@ export interface Config {
    * 429 `rate_limited` with `Retry-After: 1`. @default 268435456 (256 MiB) (env ACS_STEERING_PROCESS_BYTES)
    */
   readonly steeringProcessBytes: number;
+  /**
+   * Inference requests one lens fan-out runs at once (capture or steering with several prompts
+   * and/or n > 1 becomes one request per choice; the rest wait for a free slot). @default 8
+   * (env ACS_FANOUT_CONCURRENCY)
+   */
+  readonly lensFanOutConcurrency: number;
 }
 
 /** Why a file could not be read, in words (Node's errno codes). */
@@ -158,6 +164,7 @@ export function loadConfig(rawEnv: Record<string, string | undefined> = process.
     logLevel: env.ACS_LOG_LEVEL,
     steeringRequestBytes: env.ACS_STEERING_REQUEST_BYTES,
     steeringProcessBytes: env.ACS_STEERING_PROCESS_BYTES,
+    lensFanOutConcurrency: env.ACS_FANOUT_CONCURRENCY,
   };
   return Object.freeze(config);
 }

@@ -44,6 +44,7 @@ const envSchema = z.object({
     .default("info"),
   ACS_STEERING_REQUEST_BYTES: intText(1, 2 ** 40, limits.steeringRequestBytes),
   ACS_STEERING_PROCESS_BYTES: intText(1, 2 ** 40, limits.steeringProcessBytes),
+  ACS_FANOUT_CONCURRENCY: intText(1, 4096, limits.lensFanOutConcurrency),
 });
 
 /** The checked environment. */

@@ -29,7 +29,12 @@ export type AppConfig = Pick<Config, "models" | "db" | "keepaliveIntervalMs" | "
   Partial<
     Pick<
       Config,
-      "steeringRequestBytes" | "steeringProcessBytes" | "instanceId" | "leaseTtlMs" | "holdRenewMs"
+      | "steeringRequestBytes"
+      | "steeringProcessBytes"
+      | "instanceId"
+      | "leaseTtlMs"
+      | "holdRenewMs"
+      | "lensFanOutConcurrency"
     >
   >;
 
@@ -130,6 +135,9 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     ...(config.holdRenewMs === undefined ? {} : { holdRenewIntervalMs: config.holdRenewMs }),
     onLedgerError: (err) => logger.error({ err }, "Budget ledger call failed"),
     steeringBudget,
+    ...(config.lensFanOutConcurrency === undefined
+      ? {}
+      : { lensFanOutConcurrency: config.lensFanOutConcurrency }),
   });
   const isReady = options.isReady ?? (() => true);
   const { app, metrics } = await buildServer({

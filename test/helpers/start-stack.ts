@@ -32,6 +32,8 @@ export interface StackOptions {
   /** Bounds of the steering budget, bytes (default: the config's defaults). */
   steeringRequestBytes?: number;
   steeringProcessBytes?: number;
+  /** Inference requests one lens fan-out runs at once (default: the config's default). */
+  lensFanOutConcurrency?: number;
 }
 
 export interface Stack {
@@ -81,6 +83,9 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       nonStreamDeadlineMs: opts.nonStreamDeadlineMs ?? limits.nonStreamDeadlineMs,
       ...(opts.steeringRequestBytes === undefined ? {} : { steeringRequestBytes: opts.steeringRequestBytes }),
       ...(opts.steeringProcessBytes === undefined ? {} : { steeringProcessBytes: opts.steeringProcessBytes }),
+      ...(opts.lensFanOutConcurrency === undefined
+        ? {}
+        : { lensFanOutConcurrency: opts.lensFanOutConcurrency }),
     },
     {
       logger: pino({ level: "silent" }),
