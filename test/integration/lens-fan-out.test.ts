@@ -286,6 +286,58 @@ describe("ACS_FANOUT_CONCURRENCY = 1", () => {
   });
 });
 
+describe("echo and logprobs in a fan-out", () => {
+  it("keep their meaning per choice: each choice equals the one-prompt request of its prompt and seed s + k", async () => {
+    const body = { ...captureBody, echo: true, logprobs: 2, output_residual_stream: [0] };
+    const two = prompts.slice(0, 2);
+    const fanned = await complete({ ...body, prompt: two, n: 2 });
+    for (const [p, prompt] of two.entries()) {
+      for (const k of [0, 1]) {
+        const single = await complete({ ...body, prompt, seed: seed + k });
+        const choice = fanned.choices[p * 2 + k] as Choice & { logprobs: unknown };
+        const one = single.choices[0] as Choice & { logprobs: unknown };
+        expect(choice.text.startsWith(prompt)).toBe(true);
+        expect(choice.text).toBe(one.text);
+        expect(choice.logprobs).toEqual(one.logprobs);
+        expect(values(choice.activations)).toStrictEqual(values(single.activations));
+      }
+    }
+  });
+});
+
+describe("the Hold of a fan-out (keys on)", () => {
+  it.each([false, true])(
+    "stream %s: covers every sub-request and is settled to their total",
+    async (stream) => {
+      const ledger = stack.ledger!;
+      const created = await ledger.createKey({ budgetTokens: 100_000 });
+      const res = await post(
+        {
+          ...captureBody,
+          prompt: prompts,
+          n: 2,
+          ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
+        },
+        stack,
+        created.key,
+      );
+      expect(res.status).toBe(200);
+      const text = await res.text();
+      const usage = stream
+        ? (sseChunks<{ usage: Usage | null }>(text).at(-1)?.usage as Usage)
+        : (JSON.parse(text) as Completion).usage;
+      expect(usage.total_tokens).toBe(fan.usage.total_tokens);
+      const after = await ledger.usage(created.id);
+      expect(after.openHolds).toBe(0);
+      // A stream's captures each cost one replay prefill of prompt + generated − 1 tokens more.
+      const replays = stream
+        ? fan.choices.reduce((a, c) => a + (c.prompt_token_ids?.length ?? 0) + 4 - 1, 0)
+        : 0;
+      expect(after.spentTokens).toBe(usage.total_tokens + replays);
+    },
+  );
+});
+
 describe("steering with several prompts", () => {
   const hidden = 64; // tiny preset
   const vector = {
