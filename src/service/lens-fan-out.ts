@@ -90,6 +90,8 @@ export async function* mergeLimited<T>(
           while (queue.length >= queueHighWater && !controller.signal.aborted) {
             await new Promise<void>((resolve) => spaceWaiters.push(resolve));
           }
+          // Stopped (a failure elsewhere, the caller, the consumer): end the source, and so its upstream request.
+          if (controller.signal.aborted) return;
         }
       }).catch((err: unknown) => {
         failure ??= { err };
