@@ -8,10 +8,12 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
-import { createClient } from "@connectrpc/connect";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CompletionsService, CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
+import { ErrorEnvelopeSchema } from "../../gen/acs/v1/error_pb.js";
+import { Dtype } from "../../gen/acs/v1/lens_pb.js";
 import { decodeTensor, tensorFromVllmLensJson, type VllmLensTensorJson } from "../../src/lens/index.js";
 import { until } from "../helpers/hang-guard.js";
 import { parseSse, sseChunks } from "../helpers/parse-sse.js";
@@ -463,5 +465,84 @@ describe("a failing sub-request (scripted Inference, keys on)", () => {
     expect(usage.openHolds).toBe(0);
     // prompt tokens (2) of each of the 3 sub-requests + the one token each hanging one streamed
     expect(usage.spentTokens).toBe(3 * 2 + 2);
+  });
+
+  it("gives Connect the same envelope", async () => {
+    const ledger = scripted.ledger!;
+    const created = await ledger.createKey({ budgetTokens: 1000 });
+    hangs = 0;
+    const rest = await post(
+      { prompt: ["hang", "fail", "hang"], max_tokens: 5, apply_steering_vectors: [steer] },
+      scripted,
+      created.key,
+    );
+    const restError = ((await rest.json()) as { error: unknown }).error;
+    hangs = 0;
+    const client = createClient(
+      CompletionsService,
+      createConnectTransport({ baseUrl: scripted.url, httpVersion: "1.1" }),
+    );
+    const err = await client
+      .createCompletion(
+        create(CreateCompletionRequestSchema, {
+          model: scripted.alias,
+          prompt: { case: "texts", value: { values: ["hang", "fail", "hang"] } },
+          maxTokens: 5,
+          applySteeringVectors: [
+            {
+              activations: {
+                dtype: Dtype.FLOAT32,
+                shape: [1, hidden],
+                data: new Uint8Array(new Float32Array(hidden).fill(0.5).buffer),
+              },
+              layerIndices: [1],
+            },
+          ],
+        }),
+        { headers: { authorization: `Bearer ${created.key}` } },
+      )
+      .then(
+        () => undefined,
+        (e: unknown) => ConnectError.from(e),
+      );
+    expect(err?.code).toBe(Code.Unavailable);
+    const envelope = err?.findDetails(ErrorEnvelopeSchema)[0]?.error;
+    expect({
+      message: envelope?.message,
+      type: envelope?.type,
+      param: envelope?.param ?? null,
+      code: envelope?.code,
+    }).toEqual(restError);
+    await until(async () => (await ledger.usage(created.id)).openHolds === 0, "every Hold settled");
+  });
+
+  it("a caller who goes away mid-stream aborts every sub-request and is charged what was generated", async () => {
+    const ledger = scripted.ledger!;
+    const created = await ledger.createKey({ budgetTokens: 1000 });
+    const seen = upstream.requests.length;
+    hangs = 0;
+    const caller = new AbortController();
+    const res = await fetch(`${scripted.url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${created.key}` },
+      body: JSON.stringify({
+        model: scripted.alias,
+        prompt: ["hang", "hang"],
+        n: 2,
+        max_tokens: 5,
+        apply_steering_vectors: [steer],
+        stream: true,
+      }),
+      signal: caller.signal,
+    });
+    expect(res.status).toBe(200);
+    await until(() => hangs === 4, "all four sub-requests in flight");
+    caller.abort();
+    const mine = upstream.requests.slice(seen).filter((r) => r.url === "/v1/completions");
+    expect(mine).toHaveLength(4);
+    expect(await Promise.all(mine.map((r) => r.closed))).toEqual(Array(4).fill({ aborted: true }));
+    await until(async () => (await ledger.usage(created.id)).openHolds === 0, "the Hold settled");
+    // each of the 4 sub-requests: its prompt (2) + the one token it streamed
+    expect((await ledger.usage(created.id)).spentTokens).toBe(4 * 3);
   });
 });
