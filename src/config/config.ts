@@ -131,6 +131,12 @@ export interface Config {
    * before they end with the shutdown error, ms. @default 20000 (env ACS_SHUTDOWN_GRACE_MS)
    */
   readonly shutdownGraceMs: number;
+  /**
+   * Inference requests one lens fan-out runs at once (capture or steering with several prompts
+   * and/or n > 1 becomes one request per choice; the rest wait for a free slot). @default 8
+   * (env ACS_FANOUT_CONCURRENCY)
+   */
+  readonly lensFanOutConcurrency: number;
 }
 
 /** Why a file could not be read, in words (Node's errno codes). */
@@ -199,6 +205,7 @@ export function loadConfig(rawEnv: Record<string, string | undefined> = process.
     playgroundDir: env.ACS_PLAYGROUND_DIR,
     drainDelayMs: env.ACS_DRAIN_DELAY_MS,
     shutdownGraceMs: env.ACS_SHUTDOWN_GRACE_MS,
+    lensFanOutConcurrency: env.ACS_FANOUT_CONCURRENCY,
   };
   return Object.freeze(config);
 }

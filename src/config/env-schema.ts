@@ -58,6 +58,7 @@ const envSchema = z.object({
   ACS_PLAYGROUND_DIR: z.string().optional(),
   ACS_DRAIN_DELAY_MS: intText(0, 3_600_000, 5000),
   ACS_SHUTDOWN_GRACE_MS: intText(0, 24 * 3_600_000, 20_000),
+  ACS_FANOUT_CONCURRENCY: intText(1, 4096, limits.lensFanOutConcurrency),
 });
 
 /** The checked environment. */

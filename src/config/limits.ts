@@ -17,4 +17,9 @@ export const limits = {
   steeringRequestBytes: 2 ** 23 * 4,
   /** Default bytes of decoded steering tensors all requests may hold at once: 256 MiB (§6). */
   steeringProcessBytes: 256 * 2 ** 20,
+  /**
+   * Default Inference requests one lens fan-out (capture or steering with several prompts and/or
+   * n > 1: one request per choice) runs at once (§6).
+   */
+  lensFanOutConcurrency: 8,
 } as const;

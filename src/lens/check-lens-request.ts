@@ -1,13 +1,14 @@
 // The lens checks of proto/API.md §6 that need the model's facts, before a request reaches
 // Inference, complete on their own (protovalidate's rules are not assumed to have run). The
-// service runs three steps at their places in its order of checks: checkLensCounts,
-// checkLensShapes, checkCaptureCap.
+// service runs two steps at their places in its order of checks: checkLensShapes,
+// checkCaptureCap. Several prompts and n > 1 are served by a fan-out (one Inference request per
+// choice, src/service/lens-fan-out.ts), so neither field limits prompts or n.
 //
 // - output_residual_stream (param `output_residual_stream`): `true` or a non-empty list; indices
-//   unique and in [0, numLayers); one prompt and n = 1; capture cap layers × (promptTokens +
-//   maxTokens) ≤ ⌊2^25 / hiddenSize⌋ (8,192 for llama-8b), the message naming the numbers.
-// - apply_steering_vectors: one prompt and n = 1 (param `apply_steering_vectors`); per vector i,
-//   param `apply_steering_vectors[i].…`: activations present, 2D or 3D, no empty dim, dim 0 =
+//   unique and in [0, numLayers); capture cap over the whole request: layers × Σ over its choices
+//   of (prompt tokens + maxTokens) ≤ ⌊2^25 / hiddenSize⌋ (8,192 for llama-8b), the message naming
+//   the numbers.
+// - apply_steering_vectors: per vector i, param `apply_steering_vectors[i].…`: activations present, 2D or 3D, no empty dim, dim 0 =
 //   len(layer_indices), last dim = hiddenSize, bytes matching the shape (zstd inflated with
 //   bounded memory), every number finite (NaN/±Inf refused in bf16, f16 and f32);
 //   layer_indices non-empty, unique, in range; position_indices only for 3D, length = dim 1, each
@@ -41,13 +42,13 @@ export interface LensModelFacts {
   maxModelLen: number;
 }
 
-/** Token counts of a request that the capture cap and the one-prompt rule need. */
+/** Token counts of a request that the capture cap needs. */
 export interface LensRequestCounts {
   /** Prompts in the request (a string or token list is 1). */
   prompts: number;
   /** Choices per prompt. */
   n: number;
-  /** Tokens of the (one) prompt, as the Hold counts them. */
+  /** Σ of the tokens of every prompt, each prompt counted once (as the Hold counts them). */
   promptTokens: number;
   /** max_tokens after defaults (and any Budget clamp). */
   maxTokens: number;
@@ -87,15 +88,6 @@ function checkLayerIndices(param: string, indices: readonly number[], numLayers:
   }
 }
 
-function checkOnePrompt(param: string, what: string, counts: Pick<LensRequestCounts, "prompts" | "n">): void {
-  if (counts.prompts !== 1 || counts.n !== 1) {
-    throw invalid(
-      param,
-      `${what} works on one prompt with n = 1, but this request has ${counts.prompts} prompt${counts.prompts === 1 ? "" : "s"} and n = ${counts.n}.`,
-    );
-  }
-}
-
 /** Layers one capture request covers (0 without output_residual_stream). */
 export function captureLayers(request: CreateCompletionRequest, model: LensModelFacts): number {
   const capture = request.outputResidualStream;
@@ -104,40 +96,35 @@ export function captureLayers(request: CreateCompletionRequest, model: LensModel
 }
 
 /**
- * The capture cap (proto/API.md §6, a size cap): layers × (promptTokens + maxTokens) ≤ ⌊2^25 / hidden⌋
- * (8,192 for llama-8b). Throws ApiError 400 `invalid_request`, param `output_residual_stream`,
- * naming the numbers.
+ * The capture cap (proto/API.md §6, a size cap) over the whole request: layers × Σ over its choices of
+ * (prompt tokens + maxTokens) ≤ ⌊2^25 / hidden⌋ (8,192 for llama-8b); a prompt's n choices each
+ * count its tokens. Throws ApiError 400 `invalid_request`, param `output_residual_stream`, naming
+ * the numbers, e.g. for one choice `… but 32 layers × (57 prompt tokens + 200 max_tokens) is
+ * 8224.` and for several `… but 2 layers × (6 choices: 30 prompt tokens + 6 × 700 max_tokens) is
+ * 8460.`
  */
 export function checkCaptureCap(
   request: CreateCompletionRequest,
   model: LensModelFacts,
-  counts: Pick<LensRequestCounts, "promptTokens" | "maxTokens">,
+  counts: LensRequestCounts,
 ): void {
   const layers = captureLayers(request, model);
   if (layers === 0) return;
-  const tokens = counts.promptTokens + counts.maxTokens;
+  const choices = counts.prompts * counts.n;
+  const promptTokens = counts.n * counts.promptTokens;
+  const tokens = promptTokens + choices * counts.maxTokens;
   const limit = captureLayerTokenLimit(model.hiddenSize);
-  if (layers * tokens > limit) {
+  if (layers * tokens <= limit) return;
+  if (choices === 1) {
     throw invalid(
       "output_residual_stream",
       `one capture holds at most 2^25 numbers, so layers × (prompt tokens + max_tokens) must be at most ${limit} for a hidden size of ${model.hiddenSize}, but ${layers} layers × (${counts.promptTokens} prompt tokens + ${counts.maxTokens} max_tokens) is ${layers * tokens}.`,
     );
   }
-}
-
-/**
- * The cross-field rule of capture and steering (proto/API.md §6): one prompt and n = 1, since
- * vllm-lens silently skips both when n > 1 and serves only one prompt of several. Throws ApiError
- * 400 with param `output_residual_stream` or `apply_steering_vectors`.
- */
-export function checkLensCounts(
-  request: CreateCompletionRequest,
-  counts: Pick<LensRequestCounts, "prompts" | "n">,
-): void {
-  if (request.outputResidualStream !== undefined) {
-    checkOnePrompt("output_residual_stream", "Capturing the residual stream", counts);
-  }
-  if (request.applySteeringVectors.length > 0) checkOnePrompt("apply_steering_vectors", "Steering", counts);
+  throw invalid(
+    "output_residual_stream",
+    `one request captures at most 2^25 numbers in all, so layers × Σ over its choices of (prompt tokens + max_tokens) must be at most ${limit} for a hidden size of ${model.hiddenSize}, but ${layers} layers × (${choices} choices: ${promptTokens} prompt tokens + ${choices} × ${counts.maxTokens} max_tokens) is ${layers * tokens}.`,
+  );
 }
 
 /** output_residual_stream: `true` or a non-empty list of unique layer indices in range. */

@@ -7,7 +7,6 @@ export {
   captureLayers,
   captureLayerTokenLimit,
   checkCaptureCap,
-  checkLensCounts,
   checkLensShapes,
   type LensModelFacts,
   type LensRequestCounts,

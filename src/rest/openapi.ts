@@ -374,6 +374,11 @@ const schemas: Record<string, JsonSchema> = {
       token_ids: orNull({ ...integerArray, description: "With return_token_ids." }),
       prompt_logprobs: orNull(ref("PromptLogprobs")),
       prompt_token_ids: orNull({ ...integerArray, description: "With return_token_ids." }),
+      activations: {
+        ...ref("Activations"),
+        description:
+          "A lens fan-out's capture (several prompts and/or n > 1 with output_residual_stream): this choice's own, proto/API.md §6.",
+      },
     },
   },
   CompletionStreamChoice: {
@@ -392,6 +397,11 @@ const schemas: Record<string, JsonSchema> = {
         description: "With return_token_ids, on a choice's first chunk.",
       }),
       token_ids: orNull({ ...integerArray, description: "With return_token_ids: this chunk's tokens." }),
+      activations: {
+        ...ref("Activations"),
+        description:
+          "A lens fan-out's capture: only in the choice's activations chunk (`text: \"\"`, every other key null), right after its last text chunk.",
+      },
     },
   },
   Usage: {
@@ -431,7 +441,10 @@ const schemas: Record<string, JsonSchema> = {
       system_fingerprint: { type: "null" },
       usage: orNull(ref("Usage")),
       kv_transfer_params: { type: "null" },
-      activations: { ...ref("Activations"), description: "With output_residual_stream (one prompt, n = 1)." },
+      activations: {
+        ...ref("Activations"),
+        description: "With output_residual_stream, one prompt and n = 1 (a fan-out has them on each choice).",
+      },
     },
   },
   CompletionChunk: {

@@ -46,6 +46,8 @@ export interface CompletionChoiceJson {
   prompt_logprobs: PromptLogprobsJson | null;
   /** With return_token_ids; else null. */
   prompt_token_ids: number[] | null;
+  /** A lens fan-out's capture (proto/API.md §6: several prompts or n > 1): this choice's own. */
+  activations?: ActivationsJson;
 }
 
 /** A choice of a stream chunk, with every key vLLM's `CompletionResponseStreamChoice` writes. */
@@ -61,6 +63,11 @@ export interface CompletionStreamChoiceJson {
   prompt_token_ids: number[] | null;
   /** With return_token_ids, the ids of this chunk's tokens; else null. */
   token_ids: number[] | null;
+  /**
+   * A lens fan-out's capture (proto/API.md §6): only in the choice's activations chunk, sent right
+   * after its last text chunk (`text: ""`, every other key null).
+   */
+  activations?: ActivationsJson;
 }
 
 /** Token counts; `prompt_tokens_details` is null where vLLM writes it (it has no cached-token count here). */
@@ -184,7 +191,7 @@ export interface RenderOptions {
 }
 
 function renderChoice(choice: CompletionChoice, opts: RenderOptions): CompletionChoiceJson {
-  return {
+  const json: CompletionChoiceJson = {
     index: choice.index,
     text: choice.text,
     logprobs: renderLogprobs(choice.logprobs),
@@ -194,9 +201,26 @@ function renderChoice(choice: CompletionChoice, opts: RenderOptions): Completion
     prompt_logprobs: choice.promptLogprobs.length > 0 ? renderPromptLogprobs(choice.promptLogprobs) : null,
     prompt_token_ids: opts.returnTokenIds ? [...choice.promptTokenIds] : null,
   };
+  const activations = renderActivations(choice.activations);
+  if (activations !== undefined) json.activations = activations;
+  return json;
 }
 
 function renderStreamChoice(choice: CompletionChoice, opts: RenderOptions): CompletionStreamChoiceJson {
+  const activations = renderActivations(choice.activations);
+  if (activations !== undefined) {
+    // A fan-out choice's activations chunk: no text, no token ids (even with return_token_ids).
+    return {
+      index: choice.index,
+      text: "",
+      logprobs: null,
+      finish_reason: null,
+      stop_reason: null,
+      prompt_token_ids: null,
+      token_ids: null,
+      activations,
+    };
+  }
   return {
     index: choice.index,
     text: choice.text,

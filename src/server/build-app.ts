@@ -38,6 +38,7 @@ export type AppConfig = Pick<Config, "models" | "db" | "keepaliveIntervalMs" | "
       | "holdRenewMs"
       | "playgroundDir"
       | "otlpEndpoint"
+      | "lensFanOutConcurrency"
     >
   >;
 
@@ -148,6 +149,9 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     ...(config.holdRenewMs === undefined ? {} : { holdRenewIntervalMs: config.holdRenewMs }),
     onLedgerError: (err) => logger.error({ err }, "Budget ledger call failed"),
     steeringBudget,
+    ...(config.lensFanOutConcurrency === undefined
+      ? {}
+      : { lensFanOutConcurrency: config.lensFanOutConcurrency }),
   });
   const isReady = options.isReady ?? (() => true);
   const { app, metrics } = await buildServer({

@@ -12,14 +12,16 @@ import {
   ModelSchema,
   type StreamCompletionResponse,
   StreamCompletionResponseSchema,
+  type Usage,
+  UsageSchema,
 } from "../../gen/acs/v1/completions_pb.js";
 import { ActivationsSchema } from "../../gen/acs/v1/lens_pb.js";
+import { limits } from "../config/index.js";
 import { ApiError, toApiError } from "../errors/index.js";
 import {
   captureLayers,
   captureLayerTokenLimit,
   checkCaptureCap,
-  checkLensCounts,
   checkLensShapes,
   createSteeringBudget,
   lensVllmXargs,
@@ -47,6 +49,7 @@ import {
   resolveMaxTokens,
 } from "./checks.js";
 import { boundPromptTokens, countPromptTokens, createSpecialTokenCounter } from "./count-prompt-tokens.js";
+import { type FanOutPart, fanOutParts, isLensFanOut, mergeLimited } from "./lens-fan-out.js";
 import type { ModelRegistry, ServedModel } from "./model-registry.js";
 import type { KeyInfo, Ledger } from "./ports.js";
 import type { CallContext, CompletionsApi } from "./types.js";
@@ -66,6 +69,11 @@ export interface CompletionsServiceDeps {
   readonly onLedgerError?: (err: unknown) => void;
   /** Bytes of decoded steering tensors in flight (429/413 past it). @default createSteeringBudget() */
   readonly steeringBudget?: SteeringBudget;
+  /**
+   * Inference requests one lens fan-out (proto/API.md §6) runs at once.
+   * @default limits.lensFanOutConcurrency (8)
+   */
+  readonly lensFanOutConcurrency?: number;
 }
 
 /** The options of one upstream call of a prepared request: its X-Request-Id and its tracer. */
@@ -113,10 +121,17 @@ export const clampedHeader = "X-Acs-Max-Tokens-Clamped";
 interface Prepared {
   readonly model: ServedModel<VllmClient>;
   readonly body: VllmCompletionRequest;
-  /** Σ prompt tokens as the Hold counts them. */
-  readonly promptTokens: number;
-  /** Each prompt's bound of its tokens when they were not counted exactly (the Hold holds the bound). */
+  /**
+   * Prompt tokens as the Hold counts them, per upstream request: one entry (Σ over the prompts),
+   * or one per part of a fan-out (its prompt's tokens).
+   */
+  readonly promptTokens: readonly number[];
+  /** The upstream requests of a lens fan-out (proto/API.md §6); undefined: `body` as one request. */
+  readonly parts: readonly FanOutPart[] | undefined;
+  /** Each prompt's bound of its tokens when they were not counted exactly (the Hold holds the bound; never with `parts`). */
   readonly promptBounds: readonly number[] | undefined;
+  /** The call the request was prepared for (its upstream ids, trace and timings are recorded on it). */
+  readonly ctx: CallContext;
   readonly capture: boolean;
   /** The Hold on the key's Budget; undefined with keys off. */
   readonly hold: { readonly id: string; readonly tokens: number } | undefined;
@@ -163,6 +178,17 @@ function completionIds(model: string): CompletionIds {
   return { id: newCompletionId(), created: BigInt(Math.floor(Date.now() / 1000)), model };
 }
 
+/** The sum of several upstream requests' usage (a lens fan-out's usage, proto/API.md §6). */
+function sumUsage(usages: readonly Usage[]): Usage {
+  const sum = create(UsageSchema);
+  for (const u of usages) {
+    sum.promptTokens += u.promptTokens;
+    sum.completionTokens += u.completionTokens;
+    sum.totalTokens += u.totalTokens;
+  }
+  return sum;
+}
+
 /**
  * The completions service: the one implementation behind REST and Connect. `prepare` runs the
  * contract's checks in its order (proto/API.md §3), each a named step, all before Inference sees the
@@ -172,6 +198,7 @@ function completionIds(model: string): CompletionIds {
 export function createCompletionsService(deps: CompletionsServiceDeps): CompletionsApi {
   const { models, ledger } = deps;
   const renewEveryMs = deps.holdRenewIntervalMs ?? 60_000;
+  const fanOutConcurrency = deps.lensFanOutConcurrency ?? limits.lensFanOutConcurrency;
   const steeringBudget = deps.steeringBudget ?? createSteeringBudget();
   const onLedgerError =
     deps.onLedgerError ?? ((err: unknown) => process.emitWarning(`Budget ledger: ${String(err)}`));
@@ -211,31 +238,37 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     checkStreamOnlyFields(request, stream); //                                   §4 stream_options, prompt_logprobs
     const shape = requestShape(request);
     checkMaxTokensGiven(request, shape); //                                      §3 several prompts or n > 1
-    checkLensCounts(request, shape); //                                          §6 one prompt, n = 1
     const model = models.resolve(request.model); //                             §2 model (404)
     if (ctx.record !== undefined) ctx.record.model = model.id;
     if (key !== undefined) await ledger?.checkModel(key, model.id, model.aliases); // §9 allowed (403)
     const steering = checkLensShapes(request, model, steeringLease); //          §6 shapes, values (429/413: bytes)
     checkGeneratedTokensCap(request, shape); //                                  §3 size cap: 32,000
-    let lengths = await checkCaptureCapUncounted(request, model, ctx.signal); // §6 size cap: capture
+    let lengths = await checkCaptureCapUncounted(request, model, shape, ctx.signal); // §6 size cap: capture
     checkDeadlineFeasible(request, stream); //                                   §3 deadline_infeasible
     // A bound of the prompt tokens when it decides the length check, else the exact count.
     const count = () => countPromptTokens(model.client, model.servedModelName, request, ctx.signal);
-    let bounds = lengths === undefined ? await promptBounds(request, model, ctx.signal) : undefined;
+    const fanOut = isLensFanOut(request, shape); // one Inference request per choice (§6)
+    // A fan-out's parts are charged per part, each its prompt's exact count: no bounds there.
+    let bounds =
+      lengths === undefined && !fanOut ? await promptBounds(request, model, ctx.signal) : undefined;
     lengths ??= bounds ?? (await count()); //                                   §3 prompt length
     let maxTokens = resolveMaxTokens(request, model.maxModelLen, lengths, stream); // §3 default
     checkContextLength(model.maxModelLen, lengths, maxTokens); //                §3 prompt length
     checkMinTokens(request, maxTokens);
-    checkCaptureCap(request, model, { promptTokens: Math.max(...lengths), maxTokens }); // §6 exact
+    checkCaptureCap(request, model, { ...shape, promptTokens: sum(lengths), maxTokens }); // §6 exact, whole request
     const capture = request.outputResidualStream !== undefined;
     let promptTokens = sum(lengths);
 
     let hold: Prepared["hold"];
     if (ledger !== undefined && key !== undefined) {
-      const demand = { prompts: shape.prompts, n: shape.n, maxTokens, captureReplay: capture && stream };
+      // A fan-out is prompts × n requests of one prompt and n = 1 each: each reads its prompt.
+      const demand = fanOut
+        ? { prompts: shape.prompts * shape.n, n: 1, maxTokens, captureReplay: capture && stream }
+        : { prompts: shape.prompts, n: shape.n, maxTokens, captureReplay: capture && stream };
+      const promptDemand = (tokens: number) => (fanOut ? shape.n * tokens : tokens);
       let placed = await ledger.placeHold(key, {
         ...demand,
-        promptTokens,
+        promptTokens: promptDemand(promptTokens),
         promptTokensBound: bounds !== undefined,
       }); //                                                                    §9 Hold, §3 clamp
       if ("countNeeded" in placed) {
@@ -243,7 +276,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         bounds = undefined;
         lengths = await count();
         promptTokens = sum(lengths);
-        placed = await ledger.placeHold(key, { ...demand, promptTokens });
+        placed = await ledger.placeHold(key, { ...demand, promptTokens: promptDemand(promptTokens) });
         if ("countNeeded" in placed) throw new Error("unreachable: an exact demand asked for a count");
       }
       hold = { id: placed.holdId, tokens: placed.heldTokens };
@@ -261,16 +294,19 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         stream,
         vllmXargs: lensVllmXargs(request, model, steering),
       });
+      const parts = fanOut ? fanOutParts(body, shape) : undefined;
       ctx.onPrepared?.();
       return {
         model,
         body,
-        promptTokens,
+        promptTokens: parts === undefined ? [promptTokens] : parts.map((part) => lengths[part.prompt] ?? 0),
         promptBounds: bounds,
+        parts,
         capture,
         hold,
         steering: steeringLease,
         nextUpstreamId: upstreamIds(ctx.requestId),
+        ctx,
       };
     } catch (err) {
       await settle(hold, 0);
@@ -319,14 +355,18 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
   async function checkCaptureCapUncounted(
     request: CreateCompletionRequest,
     model: ServedModel<VllmClient>,
+    shape: { readonly prompts: number; readonly n: number },
     signal: AbortSignal,
   ): Promise<number[] | undefined> {
     if (request.maxTokens === undefined) return undefined;
-    if (captureLayers(request, model) * (1 + request.maxTokens) <= captureLayerTokenLimit(model.hiddenSize)) {
+    const choices = shape.prompts * shape.n;
+    const layers = captureLayers(request, model);
+    if (layers * choices * (1 + request.maxTokens) <= captureLayerTokenLimit(model.hiddenSize)) {
       return undefined;
     }
     const lengths = await countPromptTokens(model.client, model.servedModelName, request, signal);
-    checkCaptureCap(request, model, { promptTokens: Math.max(...lengths), maxTokens: request.maxTokens });
+    const promptTokens = lengths.reduce((a, b) => a + b, 0);
+    checkCaptureCap(request, model, { ...shape, promptTokens, maxTokens: request.maxTokens });
     return lengths;
   }
 
@@ -396,19 +436,22 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
 
   /**
    * A streamed capture's activations: one more non-streamed prefill of prompt + generated tokens −
-   * 1 with max_tokens 1 and the same steering, which gives exactly the positions a non-streamed
-   * capture returns. Its prompt tokens are charged as prompt tokens (the Hold covered them).
+   * 1 with max_tokens 1 and the same steering (`body`: the upstream request that streamed them),
+   * which gives exactly the positions a non-streamed capture returns. Its prompt tokens are charged
+   * as prompt tokens of meter part `part` (the Hold covered them).
    */
   async function captureReplay(
     prepared: Prepared,
+    upstreamBody: VllmCompletionRequest,
     promptIds: readonly number[],
     generatedIds: readonly number[],
-    ctx: CallContext,
+    signal: AbortSignal,
     meter: UsageMeter,
+    part: number,
   ) {
     const prompt = [...promptIds, ...generatedIds.slice(0, -1)];
     const body: VllmCompletionRequest = {
-      ...prepared.body,
+      ...upstreamBody,
       prompt,
       max_tokens: 1,
       min_tokens: 0,
@@ -422,65 +465,68 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     delete body.logprobs;
     delete body.prompt_logprobs;
     const v = await prepared.model.client.complete(body, {
-      signal: ctx.signal,
+      signal,
       deadlineMs: deps.nonStreamDeadlineMs,
-      ...upstreamCallOptions(prepared, ctx),
+      ...upstreamCallOptions(prepared, prepared.ctx),
     });
-    meter.addReplay(v.usage?.prompt_tokens ?? prompt.length);
+    meter.addReplay(v.usage?.prompt_tokens ?? prompt.length, part);
     return residualStream(v.activations);
   }
 
   /**
-   * Inference's stream as proto chunks of the caller's completion, metered: every chunk (usage
-   * chunks included, token ids kept) in Inference's order, with `text_offset` that point into each
-   * choice's text (one TextOffsets per stream). The upstream always streams token ids and usage,
-   * so that what was generated is known at every moment.
+   * Inference's stream of `body` as proto chunks of the caller's completion, metered on part
+   * `part`: every chunk (usage chunks included, token ids kept) in Inference's order, with
+   * `text_offset` that point into each choice's text (one TextOffsets per stream). The upstream
+   * always streams token ids and usage, so that what was generated is known at every moment.
    */
   async function* upstreamChunks(
     prepared: Prepared,
+    body: VllmCompletionRequest,
     ids: CompletionIds,
     signal: AbortSignal,
     meter: UsageMeter,
-    body: VllmCompletionRequest,
-    ctx: CallContext,
+    part: number,
   ): AsyncGenerator<StreamCompletionResponse> {
     const offsets = new TextOffsets();
     for await (const upstreamChunk of prepared.model.client.stream(
       { ...body, stream: true, return_token_ids: true },
-      { signal, ...upstreamCallOptions(prepared, ctx) },
+      { signal, ...upstreamCallOptions(prepared, prepared.ctx) },
     )) {
       const chunk = toStreamChunk(upstreamChunk, ids, offsets);
       for (const choice of chunk.choices) {
-        meter.addGenerated(choice.tokenIds.length);
+        meter.addGenerated(choice.tokenIds.length, part);
         if (choice.promptTokenIds.length > 0)
           meter.notePromptTokens(choice.index, choice.promptTokenIds.length);
       }
-      if (meter.generated > 0) markFirstToken(ctx);
-      if (chunk.choices.length === 0 && chunk.usage !== undefined) meter.report(chunk.usage.totalTokens);
+      if (meter.generated > 0) markFirstToken(prepared.ctx);
+      if (chunk.choices.length === 0 && chunk.usage !== undefined)
+        meter.report(chunk.usage.totalTokens, part);
       yield chunk;
     }
   }
 
   /**
-   * A non-streamed completion from Inference's stream, collected: the tokens generated so far are
-   * known at every moment, so a caller who goes away or the deadline is charged exactly what was
-   * generated (vLLM reports no usage for an aborted non-streamed request). Choices are assembled per
-   * index (text, logprobs rows, token ids, finish and stop reason of the last chunk).
+   * A non-streamed completion of `body` from Inference's stream, collected: the tokens generated so
+   * far are known at every moment, so a caller who goes away or the deadline is charged exactly
+   * what was generated (vLLM reports no usage for an aborted non-streamed request). Choices are
+   * assembled per index (text, logprobs rows, token ids, finish and stop reason of the last chunk).
    */
   async function collectStream(
     prepared: Prepared,
+    upstreamBody: VllmCompletionRequest,
     request: CreateCompletionRequest,
-    ctx: CallContext,
+    callerSignal: AbortSignal,
     meter: UsageMeter,
+    part: number,
   ): Promise<CreateCompletionResponse> {
     // The caller's signal and the deadline as one: a controller, a listener and a timer, all
     // dropped when the call ends (cheaper than AbortSignal.any over AbortSignal.timeout).
     const linked = new AbortController();
     const signal = linked.signal;
     let timedOut = false;
-    const onCaller = () => linked.abort(ctx.signal.reason);
-    if (ctx.signal.aborted) onCaller();
-    else ctx.signal.addEventListener("abort", onCaller, { once: true });
+    const onCaller = () => linked.abort(callerSignal.reason);
+    if (callerSignal.aborted) onCaller();
+    else callerSignal.addEventListener("abort", onCaller, { once: true });
     const timer = setTimeout(() => {
       timedOut = true;
       linked.abort(
@@ -491,30 +537,30 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const choices = new Map<number, CompletionChoice>();
     let usage: CreateCompletionResponse["usage"];
     const body: VllmCompletionRequest = {
-      ...prepared.body,
+      ...upstreamBody,
       stream_options: { include_usage: true, continuous_usage_stats: false },
     };
     try {
-      for await (const chunk of upstreamChunks(prepared, ids, signal, meter, body, ctx)) {
+      for await (const chunk of upstreamChunks(prepared, body, ids, signal, meter, part)) {
         if (chunk.choices.length === 0 && chunk.usage !== undefined) usage = chunk.usage;
-        for (const part of chunk.choices) {
-          const choice = choices.get(part.index) ?? create(CompletionChoiceSchema, { index: part.index });
-          choice.text += part.text;
-          if (part.logprobs !== undefined) {
+        for (const piece of chunk.choices) {
+          const choice = choices.get(piece.index) ?? create(CompletionChoiceSchema, { index: piece.index });
+          choice.text += piece.text;
+          if (piece.logprobs !== undefined) {
             choice.logprobs ??= create(LogprobsSchema);
-            choice.logprobs.content.push(...part.logprobs.content);
+            choice.logprobs.content.push(...piece.logprobs.content);
           }
-          if (part.promptTokenIds.length > 0) choice.promptTokenIds = part.promptTokenIds;
-          choice.tokenIds.push(...part.tokenIds);
-          if (part.finishReason !== FinishReason.UNSPECIFIED) {
-            choice.finishReason = part.finishReason;
-            choice.stopReason = part.stopReason;
+          if (piece.promptTokenIds.length > 0) choice.promptTokenIds = piece.promptTokenIds;
+          choice.tokenIds.push(...piece.tokenIds);
+          if (piece.finishReason !== FinishReason.UNSPECIFIED) {
+            choice.finishReason = piece.finishReason;
+            choice.stopReason = piece.stopReason;
           }
-          choices.set(part.index, choice);
+          choices.set(piece.index, choice);
         }
       }
     } catch (err) {
-      if (timedOut && !ctx.signal.aborted) {
+      if (timedOut && !callerSignal.aborted) {
         throw new ApiError(
           "deadline_exceeded",
           `Inference did not answer within ${deps.nonStreamDeadlineMs} ms.`,
@@ -524,7 +570,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       throw err;
     } finally {
       clearTimeout(timer);
-      ctx.signal.removeEventListener("abort", onCaller);
+      callerSignal.removeEventListener("abort", onCaller);
     }
     const sorted = [...choices.values()].sort((a, b) => a.index - b.index);
     if (request.returnTokenIds !== true) {
@@ -537,24 +583,27 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
   }
 
   /**
-   * A non-streamed completion from Inference's non-streamed answer: the one place prompt_logprobs
-   * and activations exist. Its tokens are unknown until Inference answers.
+   * A non-streamed completion of `body` from Inference's non-streamed answer: the one place
+   * prompt_logprobs and activations exist (a capture's are set at the top level). Its tokens are
+   * unknown until Inference answers.
    */
   async function completeUnary(
     prepared: Prepared,
+    body: VllmCompletionRequest,
     request: CreateCompletionRequest,
-    ctx: CallContext,
+    signal: AbortSignal,
     meter: UsageMeter,
+    part: number,
   ): Promise<CreateCompletionResponse> {
     meter.markUncounted();
     const v = await prepared.model.client.complete(
-      { ...prepared.body, return_token_ids: true },
-      { signal: ctx.signal, deadlineMs: deps.nonStreamDeadlineMs, ...upstreamCallOptions(prepared, ctx) },
+      { ...body, return_token_ids: true },
+      { signal, deadlineMs: deps.nonStreamDeadlineMs, ...upstreamCallOptions(prepared, prepared.ctx) },
     );
     const response = toCompletionResponse(v, request.model);
-    for (const c of response.choices) meter.addGenerated(c.tokenIds.length);
-    if (meter.generated > 0) markFirstToken(ctx);
-    if (response.usage !== undefined) meter.report(response.usage.totalTokens);
+    for (const c of response.choices) meter.addGenerated(c.tokenIds.length, part);
+    if (meter.generated > 0) markFirstToken(prepared.ctx);
+    if (response.usage !== undefined) meter.report(response.usage.totalTokens, part);
     if (request.returnTokenIds !== true) {
       for (const c of response.choices) {
         c.tokenIds = [];
@@ -565,6 +614,79 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     return response;
   }
 
+  /** One upstream request's whole completion: prompt_logprobs and activations exist only on Inference's non-streamed answer. */
+  function completeOne(
+    prepared: Prepared,
+    body: VllmCompletionRequest,
+    request: CreateCompletionRequest,
+    signal: AbortSignal,
+    meter: UsageMeter,
+    part: number,
+  ): Promise<CreateCompletionResponse> {
+    return request.promptLogprobs === undefined && !prepared.capture
+      ? collectStream(prepared, body, request, signal, meter, part)
+      : completeUnary(prepared, body, request, signal, meter, part);
+  }
+
+  /**
+   * A lens fan-out's whole completion (proto/API.md §6): every part completed (at most
+   * `fanOutConcurrency` at once) under one deadline for the whole request, each part's one choice
+   * renumbered to its index (with its activations on the choice), usage summed over the parts. The
+   * first failure aborts the other parts and is thrown once they have ended.
+   */
+  async function completeFanOut(
+    prepared: Prepared,
+    parts: readonly FanOutPart[],
+    request: CreateCompletionRequest,
+    ctx: CallContext,
+    meter: UsageMeter,
+  ): Promise<CreateCompletionResponse> {
+    const deadline = new AbortController();
+    const timer = setTimeout(
+      () =>
+        deadline.abort(
+          new ApiError(
+            "deadline_exceeded",
+            `Inference did not answer within ${deps.nonStreamDeadlineMs} ms.`,
+          ),
+        ),
+      deps.nonStreamDeadlineMs,
+    );
+    const signal = AbortSignal.any([ctx.signal, deadline.signal]);
+    const sources = parts.map(
+      (part, i) =>
+        async function* (partSignal: AbortSignal) {
+          yield { part, response: await completeOne(prepared, part.body, request, partSignal, meter, i) };
+        },
+    );
+    const choices: CompletionChoice[] = [];
+    const usages: Usage[] = [];
+    try {
+      for await (const { part, response } of mergeLimited(sources, fanOutConcurrency, signal)) {
+        const choice = response.choices[0];
+        if (choice === undefined || response.choices.length !== 1) {
+          throw new ApiError(
+            "upstream_error",
+            `Inference returned ${response.choices.length} choices for a request with n = 1.`,
+          );
+        }
+        choice.index = part.index;
+        if (response.activations !== undefined) choice.activations = response.activations;
+        choices.push(choice);
+        if (response.usage !== undefined) usages.push(response.usage);
+      }
+    } finally {
+      clearTimeout(timer);
+    }
+    choices.sort((a, b) => a.index - b.index);
+    const usage = usages.length === parts.length ? sumUsage(usages) : undefined;
+    return create(CreateCompletionResponseSchema, {
+      ...completionIds(request.model),
+      choices,
+      ...(usage ? { usage } : {}),
+    });
+  }
+
   async function createCompletion(
     request: CreateCompletionRequest,
     ctx: CallContext,
@@ -573,10 +695,9 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const meter = newMeter(prepared, request);
     let failure: unknown;
     try {
-      // prompt_logprobs and activations exist only on Inference's non-streamed answer.
-      return request.promptLogprobs === undefined && !prepared.capture
-        ? await collectStream(prepared, request, ctx, meter)
-        : await completeUnary(prepared, request, ctx, meter);
+      return prepared.parts === undefined
+        ? await completeOne(prepared, prepared.body, request, ctx.signal, meter, 0)
+        : await completeFanOut(prepared, prepared.parts, request, ctx, meter);
     } catch (err) {
       failure = err;
       throw recordError(ctx, toApiError(err));
@@ -597,7 +718,9 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const meter = newMeter(prepared, request);
     let failure: unknown;
     try {
-      yield* streamChunks(prepared, request, ctx, meter);
+      yield* prepared.parts === undefined
+        ? streamChunks(prepared, request, ctx, meter)
+        : streamFanOut(prepared, prepared.parts, request, ctx, meter);
     } catch (err) {
       failure = err;
       throw recordError(ctx, toApiError(err));
@@ -632,7 +755,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       ...prepared.body,
       stream_options: { include_usage: true, continuous_usage_stats: continuousUsage },
     };
-    for await (const chunk of upstreamChunks(prepared, ids, ctx.signal, meter, body, ctx)) {
+    for await (const chunk of upstreamChunks(prepared, body, ids, ctx.signal, meter, 0)) {
       if (chunk.choices.length === 0) {
         if (includeUsage && chunk.usage !== undefined) yield chunk;
         continue;
@@ -652,9 +775,82 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       yield chunk;
     }
     if (prepared.capture) {
-      const activations = await captureReplay(prepared, promptIds, generatedIds, ctx, meter);
+      const activations = await captureReplay(prepared, body, promptIds, generatedIds, ctx.signal, meter, 0);
       yield create(StreamCompletionResponseSchema, { ...ids, choices: [], activations });
     }
+  }
+
+  /**
+   * A lens fan-out's chunks (proto/API.md §6): the parts stream at most `fanOutConcurrency` at
+   * once and their chunks interleave as they come, each choice renumbered to its part's index; a
+   * capture's activations for a choice come in a chunk of their own right after that choice's last
+   * text chunk (`choices: [{index, text: "", activations}]`); with include_usage, the usage chunk
+   * (summed over the parts) comes last. With continuous_usage_stats every text chunk carries the
+   * sum of the parts' usage so far. The first failing part aborts the others.
+   */
+  async function* streamFanOut(
+    prepared: Prepared,
+    parts: readonly FanOutPart[],
+    request: CreateCompletionRequest,
+    ctx: CallContext,
+    meter: UsageMeter,
+  ): AsyncGenerator<StreamCompletionResponse> {
+    const includeUsage = request.streamOptions?.includeUsage === true;
+    const continuousUsage = includeUsage && request.streamOptions?.continuousUsageStats === true;
+    const returnTokenIds = request.returnTokenIds === true;
+    const ids = completionIds(request.model);
+    const renew = holdRenewer(prepared.hold, meter);
+    const latest: (Usage | undefined)[] = parts.map(() => undefined);
+    const usageSoFar = (): Usage => sumUsage(latest.filter((u): u is Usage => u !== undefined));
+    const sources = parts.map(
+      (part, i) =>
+        async function* (signal: AbortSignal): AsyncGenerator<StreamCompletionResponse> {
+          let promptIds: number[] = [];
+          const generatedIds: number[] = [];
+          const body: VllmCompletionRequest = {
+            ...part.body,
+            stream_options: { include_usage: true, continuous_usage_stats: continuousUsage },
+          };
+          for await (const chunk of upstreamChunks(prepared, body, ids, signal, meter, i)) {
+            if (chunk.usage !== undefined) latest[i] = chunk.usage;
+            if (chunk.choices.length === 0) continue;
+            for (const choice of chunk.choices) {
+              choice.index = part.index;
+              if (prepared.capture) {
+                if (choice.promptTokenIds.length > 0) promptIds = [...choice.promptTokenIds];
+                generatedIds.push(...choice.tokenIds);
+              }
+              if (!returnTokenIds) {
+                choice.tokenIds = [];
+                choice.promptTokenIds = [];
+              }
+            }
+            chunk.usage = continuousUsage ? usageSoFar() : undefined;
+            yield chunk;
+          }
+          if (prepared.capture) {
+            const activations = await captureReplay(
+              prepared,
+              body,
+              promptIds,
+              generatedIds,
+              signal,
+              meter,
+              i,
+            );
+            yield create(StreamCompletionResponseSchema, {
+              ...ids,
+              choices: [create(CompletionChoiceSchema, { index: part.index, activations })],
+            });
+          }
+        },
+    );
+    for await (const chunk of mergeLimited(sources, fanOutConcurrency, ctx.signal)) {
+      renew();
+      yield chunk;
+    }
+    if (includeUsage)
+      yield create(StreamCompletionResponseSchema, { ...ids, choices: [], usage: usageSoFar() });
   }
 
   async function listModels(ctx: CallContext): Promise<ListModelsResponse> {

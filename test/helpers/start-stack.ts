@@ -41,6 +41,8 @@ export interface StackOptions {
   logger?: AppOptions["logger"];
   /** The gateway's tracing (tests: an in-memory exporter). @default none recorded */
   tracing?: AppOptions["tracing"];
+  /** Inference requests one lens fan-out runs at once (default: the config's default). */
+  lensFanOutConcurrency?: number;
 }
 
 export interface Stack {
@@ -93,6 +95,9 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       ...(opts.steeringRequestBytes === undefined ? {} : { steeringRequestBytes: opts.steeringRequestBytes }),
       ...(opts.steeringProcessBytes === undefined ? {} : { steeringProcessBytes: opts.steeringProcessBytes }),
       ...(opts.playgroundDir === undefined ? {} : { playgroundDir: opts.playgroundDir }),
+      ...(opts.lensFanOutConcurrency === undefined
+        ? {}
+        : { lensFanOutConcurrency: opts.lensFanOutConcurrency }),
     },
     {
       logger: opts.logger ?? pino({ level: "silent" }),

@@ -165,10 +165,10 @@ const cases: Case[] = [
     param: "apply_steering_vectors[0].position_indices",
   },
   {
-    name: "steering with 2 prompts",
-    vector: { activations: tensor([1, hidden], f32(row())), layer_indices: [1] },
+    name: "steering with 2 prompts (a fan-out): NaN",
+    vector: { activations: tensor([1, hidden], nanRow), layer_indices: [1] },
     extra: { prompts: 2 },
-    param: "apply_steering_vectors",
+    param: "apply_steering_vectors[0].activations",
   },
   { name: "capture layer out of range", capture: [layers], param: "output_residual_stream" },
 ];
@@ -300,5 +300,58 @@ describe("the capture cap on llama-8b (hidden 4096: layers × tokens ≤ 8,192)"
       param: envelope?.param,
       code: envelope?.code,
     }).toEqual(rest.error);
+  });
+
+  it("a fan-out (3 prompts × n = 2) is capped over all its choices, alike on REST and Connect", async () => {
+    const before = big.engine?.stats.received;
+    const prompts = ["The sky is", "The sea is", "The sun is"];
+    const res = await fetch(`${big.url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({
+        model: "llama-8b",
+        prompt: prompts,
+        n: 2,
+        max_tokens: 679,
+        output_residual_stream: [3, 7],
+      }),
+    });
+    expect(res.status).toBe(400);
+    const rest = (await res.json()) as { error: Record<string, unknown> };
+    // Each prompt is 4 tokens (BOS + 3): 2 layers × (2 × 12 + 6 × 679) = 8196 > 8192, though each
+    // choice alone (2 × 683 = 1366) is far below the cap.
+    expect(rest.error).toEqual({
+      message:
+        "Invalid value for 'output_residual_stream': one request captures at most 2^25 numbers in all, so layers × Σ over its choices of (prompt tokens + max_tokens) must be at most 8192 for a hidden size of 4096, but 2 layers × (6 choices: 24 prompt tokens + 6 × 679 max_tokens) is 8196.",
+      type: "invalid_request_error",
+      param: "output_residual_stream",
+      code: "invalid_request",
+    });
+    const bigClient = createClient(
+      CompletionsService,
+      createConnectTransport({ baseUrl: big.url, httpVersion: "1.1" }),
+    );
+    const err = await bigClient
+      .createCompletion(
+        create(CreateCompletionRequestSchema, {
+          model: "llama-8b",
+          prompt: { case: "texts", value: { values: prompts } },
+          n: 2,
+          maxTokens: 679,
+          outputResidualStream: { layerIndices: [3, 7] },
+        }),
+      )
+      .then(
+        () => undefined,
+        (e: unknown) => ConnectError.from(e),
+      );
+    const envelope = err?.findDetails(ErrorEnvelopeSchema)[0]?.error;
+    expect({
+      message: envelope?.message,
+      type: envelope?.type,
+      param: envelope?.param,
+      code: envelope?.code,
+    }).toEqual(rest.error);
+    expect(big.engine?.stats.received).toBe(before);
   });
 });

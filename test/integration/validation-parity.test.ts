@@ -312,10 +312,16 @@ const cases: Case[] = [
     param: "output_residual_stream",
   },
   {
-    name: "capture with n 2",
-    rest: { ...base, max_tokens: 2, n: 2, output_residual_stream: true },
+    name: "capture with n 2 (a fan-out) of a layer out of range",
+    rest: { ...base, max_tokens: 2, n: 2, output_residual_stream: [0, 4] },
     connect: {
-      init: { model: "tiny", prompt: text, maxTokens: 2, n: 2, outputResidualStream: { allLayers: true } },
+      init: {
+        model: "tiny",
+        prompt: text,
+        maxTokens: 2,
+        n: 2,
+        outputResidualStream: { layerIndices: [0, 4] },
+      },
     },
     status: 400,
     code: "invalid_request",

@@ -5,7 +5,6 @@ import { Compression, Dtype, type SteeringVectorSchema, type Tensor } from "../.
 import {
   captureLayerTokenLimit,
   checkCaptureCap,
-  checkLensCounts,
   checkLensShapes,
   encodeTensor,
   type LensModelFacts,
@@ -14,13 +13,12 @@ import {
 } from "../../src/lens/index.js";
 import { expectApiError } from "./api-error-expect.js";
 
-/** The service's three lens steps, in its order of checks (src/service/completions-service.ts). */
+/** The service's two lens steps, in its order of checks (src/service/completions-service.ts). */
 function checkLensRequest(
   request: Parameters<typeof checkLensShapes>[0],
   model: LensModelFacts,
   counts: LensRequestCounts,
 ): void {
-  checkLensCounts(request, counts);
   checkLensShapes(request, model);
   checkCaptureCap(request, model, counts);
 }
@@ -135,6 +133,15 @@ describe("checkLensRequest accepts", () => {
       small,
       one,
     ],
+    // A fan-out: several prompts and n > 1 are allowed; the cap counts every choice.
+    ["capture with 3 prompts × n = 2", capture([1]), small, { ...one, prompts: 3, n: 2 }],
+    ["steering with 2 prompts × n = 3", steer(vector()), small, { ...one, prompts: 2, n: 3 }],
+    [
+      "capture cap exactly full over 6 choices",
+      capture([0, 1]),
+      llama,
+      { prompts: 3, n: 2, promptTokens: 30, maxTokens: 672 },
+    ],
   ];
   it.each(accepted)("%s", (_name, req, model, counts) => {
     expect(() => checkLensRequest(req, model, counts)).not.toThrow();
@@ -176,20 +183,12 @@ describe("checkLensRequest refuses (400 invalid_request, exact param)", () => {
       `Invalid value for '${O}': layer index 1 appears more than once.`,
     ],
     [
-      "two prompts",
-      capture([1]),
-      small,
-      { ...one, prompts: 2 },
+      "capture cap over the whole request: 3 prompts × n = 2",
+      capture([0, 1]),
+      llama,
+      { prompts: 3, n: 2, promptTokens: 30, maxTokens: 673 },
       O,
-      `Invalid value for '${O}': Capturing the residual stream works on one prompt with n = 1, but this request has 2 prompts and n = 1.`,
-    ],
-    [
-      "n = 2",
-      capture([1]),
-      small,
-      { ...one, n: 2 },
-      O,
-      /one prompt with n = 1, but this request has 1 prompt and n = 2/,
+      `Invalid value for '${O}': one request captures at most 2^25 numbers in all, so layers × Σ over its choices of (prompt tokens + max_tokens) must be at most 8192 for a hidden size of 4096, but 2 layers × (6 choices: 60 prompt tokens + 6 × 673 max_tokens) is 8196.`,
     ],
     [
       "capture cap: all 32 layers for 257 tokens",
@@ -208,15 +207,6 @@ describe("checkLensRequest refuses (400 invalid_request, exact param)", () => {
       /but 1 layers × \(1 prompt tokens \+ 8192 max_tokens\) is 8193/,
     ],
     // apply_steering_vectors: request level
-    [
-      "steering with two prompts",
-      steer(vector()),
-      small,
-      { ...one, prompts: 2 },
-      S,
-      `Invalid value for '${S}': Steering works on one prompt with n = 1, but this request has 2 prompts and n = 1.`,
-    ],
-    ["steering with n = 3", steer(vector()), small, { ...one, n: 3 }, S, /n = 3/],
     // activations
     [
       "no activations",

@@ -78,4 +78,30 @@ describe("UsageMeter", () => {
     broken.notePromptTokens(0, 11);
     expect(broken.boundBroken).toBe(true);
   });
+
+  it("sums the parts of a fan-out: each part's usage where reported, else its prompt + generated", () => {
+    const meter = new UsageMeter([3, 4, 5]);
+    expect(meter.promptTokens).toBe(12);
+    meter.addGenerated(2, 0);
+    meter.addGenerated(1, 2);
+    meter.report(20, 1);
+    meter.addReplay(6, 2);
+    // part 0: 3 + 2; part 1: its usage 20; part 2: 5 + 1 + replay 6
+    expect(meter.used).toBe(37);
+    expect(meter.generated).toBe(3);
+    expect(() => meter.addGenerated(1, 3)).toThrow(RangeError);
+  });
+
+  it("in a fan-out, charges nothing only when no part did work, and the whole Hold when a part is cut short unanswered", () => {
+    const idle = new UsageMeter([3, 4]);
+    expect(idle.charge(err("upstream_unavailable"), 50)).toBe(0);
+    idle.report(9, 0);
+    expect(idle.charge(err("upstream_unavailable"), 50)).toBe(13);
+    const unary = new UsageMeter([3, 4]);
+    unary.markUncounted();
+    unary.report(9, 0);
+    expect(unary.charge(err("canceled"), 50)).toBe(50);
+    unary.report(6, 1);
+    expect(unary.charge(err("canceled"), 50)).toBe(15);
+  });
 });

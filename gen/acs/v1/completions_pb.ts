@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file acs/v1/completions.proto.
  */
 export const file_acs_v1_completions: GenFile = /*@__PURE__*/
-  fileDesc("ChhhY3MvdjEvY29tcGxldGlvbnMucHJvdG8SBmFjcy52MSItCgtQcm9tcHRUZXh0cxIeCgZ2YWx1ZXMYASADKAlCDrpIC5IBCAgBIgRyAhABIjAKDlByb21wdFRva2VuSWRzEh4KBnZhbHVlcxgBIAMoBUIOukgLkgEICAEiBBoCKAAiRgoSUHJvbXB0VG9rZW5JZHNMaXN0EjAKBnZhbHVlcxgBIAMoCzIWLmFjcy52MS5Qcm9tcHRUb2tlbklkc0IIukgFkgECCAEifQoNU3RyZWFtT3B0aW9ucxIaCg1pbmNsdWRlX3VzYWdlGAEgASgISACIAQESIwoWY29udGludW91c191c2FnZV9zdGF0cxgCIAEoCEgBiAEBQhAKDl9pbmNsdWRlX3VzYWdlQhkKF19jb250aW51b3VzX3VzYWdlX3N0YXRzIqYPChdDcmVhdGVDb21wbGV0aW9uUmVxdWVzdBIWCgVtb2RlbBgBIAEoCUIHukgEcgIQARIXCgR0ZXh0GAIgASgJQge6SARyAhABSAASJAoFdGV4dHMYAyABKAsyEy5hY3MudjEuUHJvbXB0VGV4dHNIABIrCgl0b2tlbl9pZHMYBCABKAsyFi5hY3MudjEuUHJvbXB0VG9rZW5JZHNIABI0Cg50b2tlbl9pZHNfbGlzdBgFIAEoCzIaLmFjcy52MS5Qcm9tcHRUb2tlbklkc0xpc3RIABIgCgptYXhfdG9rZW5zGAYgASgFQge6SAQaAigBSAGIAQESGgoBbhgHIAEoBUIKukgHGgUYgAEoAUgCiAEBEjEKC3RlbXBlcmF0dXJlGAggASgBQhe6SBQSEhkAAAAAAAAAQCkAAAAAAAAAAEgDiAEBEisKBXRvcF9wGAkgASgBQhe6SBQSEhkAAAAAAADwPyEAAAAAAAAAAEgEiAEBEhwKBHN0b3AYCiADKAlCDrpIC5IBCBAEIgRyAhABEi0KDnN0cmVhbV9vcHRpb25zGAsgASgLMhUuYWNzLnYxLlN0cmVhbU9wdGlvbnMSIAoIbG9ncHJvYnMYDCABKAVCCbpIBhoEGBQoAEgFiAEBEhEKBGVjaG8YDSABKAhIBogBARI2ChBwcmVzZW5jZV9wZW5hbHR5GA4gASgBQhe6SBQSEhkAAAAAAAAAQCkAAAAAAAAAwEgHiAEBEjcKEWZyZXF1ZW5jeV9wZW5hbHR5GA8gASgBQhe6SBQSEhkAAAAAAAAAQCkAAAAAAAAAwEgIiAEBEhEKBHNlZWQYECABKANICYgBARIbCgR1c2VyGBEgASgJQgi6SAVyAxiAAkgKiAEBEiQKBXRvcF9rGBIgASgFQhC6SA0aCyj///////////8BSAuIAQESKwoFbWluX3AYEyABKAFCF7pIFBISGQAAAAAAAPA/KQAAAAAAAAAASAyIAQESOAoScmVwZXRpdGlvbl9wZW5hbHR5GBQgASgBQhe6SBQSEhkAAAAAAAAAQCEAAAAAAAAAAEgNiAEBEiAKCm1pbl90b2tlbnMYFSABKAVCB7pIBBoCKABIDogBARIXCgppZ25vcmVfZW9zGBYgASgISA+IAQESJAoOc3RvcF90b2tlbl9pZHMYFyADKAVCDLpICZIBBiIEGgIoABInChppbmNsdWRlX3N0b3Bfc3RyX2luX291dHB1dBgYIAEoCEgQiAEBEiAKE3NraXBfc3BlY2lhbF90b2tlbnMYGSABKAhIEYgBARIqCh1zcGFjZXNfYmV0d2Vlbl9zcGVjaWFsX3Rva2VucxgaIAEoCEgSiAEBEh8KEmFkZF9zcGVjaWFsX3Rva2VucxgbIAEoCEgTiAEBEicKD3Byb21wdF9sb2dwcm9icxgcIAEoBUIJukgGGgQYFCgASBSIAQESHQoQcmV0dXJuX3Rva2VuX2lkcxgdIAEoCEgViAEBEhUKCHByaW9yaXR5GB4gASgFSBaIAQESPAoWb3V0cHV0X3Jlc2lkdWFsX3N0cmVhbRgfIAEoCzIcLmFjcy52MS5PdXRwdXRSZXNpZHVhbFN0cmVhbRI2ChZhcHBseV9zdGVlcmluZ192ZWN0b3JzGCAgAygLMhYuYWNzLnYxLlN0ZWVyaW5nVmVjdG9yOrICukiuAhqUAQoIbi5ncmVlZHkSMW4gYWJvdmUgMSBuZWVkcyBhIHRlbXBlcmF0dXJlIG9mIGF0IGxlYXN0IDAuMDAwMDEaVSEoaGFzKHRoaXMubikgJiYgdGhpcy5uID4gMSkgfHwgIWhhcyh0aGlzLnRlbXBlcmF0dXJlKSB8fCB0aGlzLnRlbXBlcmF0dXJlID49IDAuMDAwMDEalAEKFW1pbl90b2tlbnMubWF4X3Rva2VucxIlbWluX3Rva2VucyBtdXN0IGJlIGF0IG1vc3QgbWF4X3Rva2VucxpUIWhhcyh0aGlzLm1pbl90b2tlbnMpIHx8ICFoYXModGhpcy5tYXhfdG9rZW5zKSB8fCB0aGlzLm1pbl90b2tlbnMgPD0gdGhpcy5tYXhfdG9rZW5zQg8KBnByb21wdBIFukgCCAFCDQoLX21heF90b2tlbnNCBAoCX25CDgoMX3RlbXBlcmF0dXJlQggKBl90b3BfcEILCglfbG9ncHJvYnNCBwoFX2VjaG9CEwoRX3ByZXNlbmNlX3BlbmFsdHlCFAoSX2ZyZXF1ZW5jeV9wZW5hbHR5QgcKBV9zZWVkQgcKBV91c2VyQggKBl90b3Bfa0IICgZfbWluX3BCFQoTX3JlcGV0aXRpb25fcGVuYWx0eUINCgtfbWluX3Rva2Vuc0INCgtfaWdub3JlX2Vvc0IdChtfaW5jbHVkZV9zdG9wX3N0cl9pbl9vdXRwdXRCFgoUX3NraXBfc3BlY2lhbF90b2tlbnNCIAoeX3NwYWNlc19iZXR3ZWVuX3NwZWNpYWxfdG9rZW5zQhUKE19hZGRfc3BlY2lhbF90b2tlbnNCEgoQX3Byb21wdF9sb2dwcm9ic0ITChFfcmV0dXJuX3Rva2VuX2lkc0ILCglfcHJpb3JpdHkiLAoKVG9wTG9ncHJvYhINCgV0b2tlbhgBIAEoCRIPCgdsb2dwcm9iGAIgASgBIjEKC1RvcExvZ3Byb2JzEiIKBnZhbHVlcxgBIAMoCzISLmFjcy52MS5Ub3BMb2dwcm9iIn8KDFRva2VuTG9ncHJvYhINCgV0b2tlbhgBIAEoCRIUCgdsb2dwcm9iGAIgASgBSACIAQESKQoMdG9wX2xvZ3Byb2JzGAMgASgLMhMuYWNzLnYxLlRvcExvZ3Byb2JzEhMKC3RleHRfb2Zmc2V0GAQgASgFQgoKCF9sb2dwcm9iIjEKCExvZ3Byb2JzEiUKB2NvbnRlbnQYASADKAsyFC5hY3MudjEuVG9rZW5Mb2dwcm9iIlcKDVByb21wdExvZ3Byb2ISEAoIdG9rZW5faWQYASABKAUSDwoHbG9ncHJvYhgCIAEoARIMCgRyYW5rGAMgASgFEhUKDWRlY29kZWRfdG9rZW4YBCABKAkiPwoWUHJvbXB0UG9zaXRpb25Mb2dwcm9icxIlCgZ2YWx1ZXMYASADKAsyFS5hY3MudjEuUHJvbXB0TG9ncHJvYiKlAgoQQ29tcGxldGlvbkNob2ljZRINCgVpbmRleBgBIAEoBRIMCgR0ZXh0GAIgASgJEiIKCGxvZ3Byb2JzGAMgASgLMhAuYWNzLnYxLkxvZ3Byb2JzEisKDWZpbmlzaF9yZWFzb24YBCABKA4yFC5hY3MudjEuRmluaXNoUmVhc29uEhUKC3N0b3Bfc3RyaW5nGAUgASgJSAASFwoNc3RvcF90b2tlbl9pZBgGIAEoBUgAEjcKD3Byb21wdF9sb2dwcm9icxgHIAMoCzIeLmFjcy52MS5Qcm9tcHRQb3NpdGlvbkxvZ3Byb2JzEhgKEHByb21wdF90b2tlbl9pZHMYCCADKAUSEQoJdG9rZW5faWRzGAkgAygFQg0KC3N0b3BfcmVhc29uIk8KBVVzYWdlEhUKDXByb21wdF90b2tlbnMYASABKAUSGQoRY29tcGxldGlvbl90b2tlbnMYAiABKAUSFAoMdG90YWxfdG9rZW5zGAMgASgFIrkBChhDcmVhdGVDb21wbGV0aW9uUmVzcG9uc2USCgoCaWQYASABKAkSDwoHY3JlYXRlZBgCIAEoAxINCgVtb2RlbBgDIAEoCRIpCgdjaG9pY2VzGAQgAygLMhguYWNzLnYxLkNvbXBsZXRpb25DaG9pY2USHAoFdXNhZ2UYBSABKAsyDS5hY3MudjEuVXNhZ2USKAoLYWN0aXZhdGlvbnMYBiABKAsyEy5hY3MudjEuQWN0aXZhdGlvbnMiuQEKGFN0cmVhbUNvbXBsZXRpb25SZXNwb25zZRIKCgJpZBgBIAEoCRIPCgdjcmVhdGVkGAIgASgDEg0KBW1vZGVsGAMgASgJEikKB2Nob2ljZXMYBCADKAsyGC5hY3MudjEuQ29tcGxldGlvbkNob2ljZRIcCgV1c2FnZRgFIAEoCzINLmFjcy52MS5Vc2FnZRIoCgthY3RpdmF0aW9ucxgGIAEoCzITLmFjcy52MS5BY3RpdmF0aW9ucyITChFMaXN0TW9kZWxzUmVxdWVzdCKOAQoFTW9kZWwSCgoCaWQYASABKAkSDwoHY3JlYXRlZBgCIAEoAxIQCghvd25lZF9ieRgDIAEoCRIPCgdhbGlhc2VzGAQgAygJEhUKDW1heF9tb2RlbF9sZW4YBSABKAUSEwoLaGlkZGVuX3NpemUYBiABKAUSGQoRbnVtX2hpZGRlbl9sYXllcnMYByABKAUiMQoSTGlzdE1vZGVsc1Jlc3BvbnNlEhsKBGRhdGEYASADKAsyDS5hY3MudjEuTW9kZWwqXwoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIWChJGSU5JU0hfUkVBU09OX1NUT1AQARIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBACMo4CChJDb21wbGV0aW9uc1NlcnZpY2USVQoQQ3JlYXRlQ29tcGxldGlvbhIfLmFjcy52MS5DcmVhdGVDb21wbGV0aW9uUmVxdWVzdBogLmFjcy52MS5DcmVhdGVDb21wbGV0aW9uUmVzcG9uc2USVwoQU3RyZWFtQ29tcGxldGlvbhIfLmFjcy52MS5DcmVhdGVDb21wbGV0aW9uUmVxdWVzdBogLmFjcy52MS5TdHJlYW1Db21wbGV0aW9uUmVzcG9uc2UwARJICgpMaXN0TW9kZWxzEhkuYWNzLnYxLkxpc3RNb2RlbHNSZXF1ZXN0GhouYWNzLnYxLkxpc3RNb2RlbHNSZXNwb25zZSIDkAIBYgZwcm90bzM", [file_acs_v1_lens, file_buf_validate_validate]);
+  fileDesc("ChhhY3MvdjEvY29tcGxldGlvbnMucHJvdG8SBmFjcy52MSItCgtQcm9tcHRUZXh0cxIeCgZ2YWx1ZXMYASADKAlCDrpIC5IBCAgBIgRyAhABIjAKDlByb21wdFRva2VuSWRzEh4KBnZhbHVlcxgBIAMoBUIOukgLkgEICAEiBBoCKAAiRgoSUHJvbXB0VG9rZW5JZHNMaXN0EjAKBnZhbHVlcxgBIAMoCzIWLmFjcy52MS5Qcm9tcHRUb2tlbklkc0IIukgFkgECCAEifQoNU3RyZWFtT3B0aW9ucxIaCg1pbmNsdWRlX3VzYWdlGAEgASgISACIAQESIwoWY29udGludW91c191c2FnZV9zdGF0cxgCIAEoCEgBiAEBQhAKDl9pbmNsdWRlX3VzYWdlQhkKF19jb250aW51b3VzX3VzYWdlX3N0YXRzIqYPChdDcmVhdGVDb21wbGV0aW9uUmVxdWVzdBIWCgVtb2RlbBgBIAEoCUIHukgEcgIQARIXCgR0ZXh0GAIgASgJQge6SARyAhABSAASJAoFdGV4dHMYAyABKAsyEy5hY3MudjEuUHJvbXB0VGV4dHNIABIrCgl0b2tlbl9pZHMYBCABKAsyFi5hY3MudjEuUHJvbXB0VG9rZW5JZHNIABI0Cg50b2tlbl9pZHNfbGlzdBgFIAEoCzIaLmFjcy52MS5Qcm9tcHRUb2tlbklkc0xpc3RIABIgCgptYXhfdG9rZW5zGAYgASgFQge6SAQaAigBSAGIAQESGgoBbhgHIAEoBUIKukgHGgUYgAEoAUgCiAEBEjEKC3RlbXBlcmF0dXJlGAggASgBQhe6SBQSEhkAAAAAAAAAQCkAAAAAAAAAAEgDiAEBEisKBXRvcF9wGAkgASgBQhe6SBQSEhkAAAAAAADwPyEAAAAAAAAAAEgEiAEBEhwKBHN0b3AYCiADKAlCDrpIC5IBCBAEIgRyAhABEi0KDnN0cmVhbV9vcHRpb25zGAsgASgLMhUuYWNzLnYxLlN0cmVhbU9wdGlvbnMSIAoIbG9ncHJvYnMYDCABKAVCCbpIBhoEGBQoAEgFiAEBEhEKBGVjaG8YDSABKAhIBogBARI2ChBwcmVzZW5jZV9wZW5hbHR5GA4gASgBQhe6SBQSEhkAAAAAAAAAQCkAAAAAAAAAwEgHiAEBEjcKEWZyZXF1ZW5jeV9wZW5hbHR5GA8gASgBQhe6SBQSEhkAAAAAAAAAQCkAAAAAAAAAwEgIiAEBEhEKBHNlZWQYECABKANICYgBARIbCgR1c2VyGBEgASgJQgi6SAVyAxiAAkgKiAEBEiQKBXRvcF9rGBIgASgFQhC6SA0aCyj///////////8BSAuIAQESKwoFbWluX3AYEyABKAFCF7pIFBISGQAAAAAAAPA/KQAAAAAAAAAASAyIAQESOAoScmVwZXRpdGlvbl9wZW5hbHR5GBQgASgBQhe6SBQSEhkAAAAAAAAAQCEAAAAAAAAAAEgNiAEBEiAKCm1pbl90b2tlbnMYFSABKAVCB7pIBBoCKABIDogBARIXCgppZ25vcmVfZW9zGBYgASgISA+IAQESJAoOc3RvcF90b2tlbl9pZHMYFyADKAVCDLpICZIBBiIEGgIoABInChppbmNsdWRlX3N0b3Bfc3RyX2luX291dHB1dBgYIAEoCEgQiAEBEiAKE3NraXBfc3BlY2lhbF90b2tlbnMYGSABKAhIEYgBARIqCh1zcGFjZXNfYmV0d2Vlbl9zcGVjaWFsX3Rva2VucxgaIAEoCEgSiAEBEh8KEmFkZF9zcGVjaWFsX3Rva2VucxgbIAEoCEgTiAEBEicKD3Byb21wdF9sb2dwcm9icxgcIAEoBUIJukgGGgQYFCgASBSIAQESHQoQcmV0dXJuX3Rva2VuX2lkcxgdIAEoCEgViAEBEhUKCHByaW9yaXR5GB4gASgFSBaIAQESPAoWb3V0cHV0X3Jlc2lkdWFsX3N0cmVhbRgfIAEoCzIcLmFjcy52MS5PdXRwdXRSZXNpZHVhbFN0cmVhbRI2ChZhcHBseV9zdGVlcmluZ192ZWN0b3JzGCAgAygLMhYuYWNzLnYxLlN0ZWVyaW5nVmVjdG9yOrICukiuAhqUAQoIbi5ncmVlZHkSMW4gYWJvdmUgMSBuZWVkcyBhIHRlbXBlcmF0dXJlIG9mIGF0IGxlYXN0IDAuMDAwMDEaVSEoaGFzKHRoaXMubikgJiYgdGhpcy5uID4gMSkgfHwgIWhhcyh0aGlzLnRlbXBlcmF0dXJlKSB8fCB0aGlzLnRlbXBlcmF0dXJlID49IDAuMDAwMDEalAEKFW1pbl90b2tlbnMubWF4X3Rva2VucxIlbWluX3Rva2VucyBtdXN0IGJlIGF0IG1vc3QgbWF4X3Rva2VucxpUIWhhcyh0aGlzLm1pbl90b2tlbnMpIHx8ICFoYXModGhpcy5tYXhfdG9rZW5zKSB8fCB0aGlzLm1pbl90b2tlbnMgPD0gdGhpcy5tYXhfdG9rZW5zQg8KBnByb21wdBIFukgCCAFCDQoLX21heF90b2tlbnNCBAoCX25CDgoMX3RlbXBlcmF0dXJlQggKBl90b3BfcEILCglfbG9ncHJvYnNCBwoFX2VjaG9CEwoRX3ByZXNlbmNlX3BlbmFsdHlCFAoSX2ZyZXF1ZW5jeV9wZW5hbHR5QgcKBV9zZWVkQgcKBV91c2VyQggKBl90b3Bfa0IICgZfbWluX3BCFQoTX3JlcGV0aXRpb25fcGVuYWx0eUINCgtfbWluX3Rva2Vuc0INCgtfaWdub3JlX2Vvc0IdChtfaW5jbHVkZV9zdG9wX3N0cl9pbl9vdXRwdXRCFgoUX3NraXBfc3BlY2lhbF90b2tlbnNCIAoeX3NwYWNlc19iZXR3ZWVuX3NwZWNpYWxfdG9rZW5zQhUKE19hZGRfc3BlY2lhbF90b2tlbnNCEgoQX3Byb21wdF9sb2dwcm9ic0ITChFfcmV0dXJuX3Rva2VuX2lkc0ILCglfcHJpb3JpdHkiLAoKVG9wTG9ncHJvYhINCgV0b2tlbhgBIAEoCRIPCgdsb2dwcm9iGAIgASgBIjEKC1RvcExvZ3Byb2JzEiIKBnZhbHVlcxgBIAMoCzISLmFjcy52MS5Ub3BMb2dwcm9iIn8KDFRva2VuTG9ncHJvYhINCgV0b2tlbhgBIAEoCRIUCgdsb2dwcm9iGAIgASgBSACIAQESKQoMdG9wX2xvZ3Byb2JzGAMgASgLMhMuYWNzLnYxLlRvcExvZ3Byb2JzEhMKC3RleHRfb2Zmc2V0GAQgASgFQgoKCF9sb2dwcm9iIjEKCExvZ3Byb2JzEiUKB2NvbnRlbnQYASADKAsyFC5hY3MudjEuVG9rZW5Mb2dwcm9iIlcKDVByb21wdExvZ3Byb2ISEAoIdG9rZW5faWQYASABKAUSDwoHbG9ncHJvYhgCIAEoARIMCgRyYW5rGAMgASgFEhUKDWRlY29kZWRfdG9rZW4YBCABKAkiPwoWUHJvbXB0UG9zaXRpb25Mb2dwcm9icxIlCgZ2YWx1ZXMYASADKAsyFS5hY3MudjEuUHJvbXB0TG9ncHJvYiLPAgoQQ29tcGxldGlvbkNob2ljZRINCgVpbmRleBgBIAEoBRIMCgR0ZXh0GAIgASgJEiIKCGxvZ3Byb2JzGAMgASgLMhAuYWNzLnYxLkxvZ3Byb2JzEisKDWZpbmlzaF9yZWFzb24YBCABKA4yFC5hY3MudjEuRmluaXNoUmVhc29uEhUKC3N0b3Bfc3RyaW5nGAUgASgJSAASFwoNc3RvcF90b2tlbl9pZBgGIAEoBUgAEjcKD3Byb21wdF9sb2dwcm9icxgHIAMoCzIeLmFjcy52MS5Qcm9tcHRQb3NpdGlvbkxvZ3Byb2JzEhgKEHByb21wdF90b2tlbl9pZHMYCCADKAUSEQoJdG9rZW5faWRzGAkgAygFEigKC2FjdGl2YXRpb25zGAogASgLMhMuYWNzLnYxLkFjdGl2YXRpb25zQg0KC3N0b3BfcmVhc29uIk8KBVVzYWdlEhUKDXByb21wdF90b2tlbnMYASABKAUSGQoRY29tcGxldGlvbl90b2tlbnMYAiABKAUSFAoMdG90YWxfdG9rZW5zGAMgASgFIrkBChhDcmVhdGVDb21wbGV0aW9uUmVzcG9uc2USCgoCaWQYASABKAkSDwoHY3JlYXRlZBgCIAEoAxINCgVtb2RlbBgDIAEoCRIpCgdjaG9pY2VzGAQgAygLMhguYWNzLnYxLkNvbXBsZXRpb25DaG9pY2USHAoFdXNhZ2UYBSABKAsyDS5hY3MudjEuVXNhZ2USKAoLYWN0aXZhdGlvbnMYBiABKAsyEy5hY3MudjEuQWN0aXZhdGlvbnMiuQEKGFN0cmVhbUNvbXBsZXRpb25SZXNwb25zZRIKCgJpZBgBIAEoCRIPCgdjcmVhdGVkGAIgASgDEg0KBW1vZGVsGAMgASgJEikKB2Nob2ljZXMYBCADKAsyGC5hY3MudjEuQ29tcGxldGlvbkNob2ljZRIcCgV1c2FnZRgFIAEoCzINLmFjcy52MS5Vc2FnZRIoCgthY3RpdmF0aW9ucxgGIAEoCzITLmFjcy52MS5BY3RpdmF0aW9ucyITChFMaXN0TW9kZWxzUmVxdWVzdCKOAQoFTW9kZWwSCgoCaWQYASABKAkSDwoHY3JlYXRlZBgCIAEoAxIQCghvd25lZF9ieRgDIAEoCRIPCgdhbGlhc2VzGAQgAygJEhUKDW1heF9tb2RlbF9sZW4YBSABKAUSEwoLaGlkZGVuX3NpemUYBiABKAUSGQoRbnVtX2hpZGRlbl9sYXllcnMYByABKAUiMQoSTGlzdE1vZGVsc1Jlc3BvbnNlEhsKBGRhdGEYASADKAsyDS5hY3MudjEuTW9kZWwqXwoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIWChJGSU5JU0hfUkVBU09OX1NUT1AQARIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBACMo4CChJDb21wbGV0aW9uc1NlcnZpY2USVQoQQ3JlYXRlQ29tcGxldGlvbhIfLmFjcy52MS5DcmVhdGVDb21wbGV0aW9uUmVxdWVzdBogLmFjcy52MS5DcmVhdGVDb21wbGV0aW9uUmVzcG9uc2USVwoQU3RyZWFtQ29tcGxldGlvbhIfLmFjcy52MS5DcmVhdGVDb21wbGV0aW9uUmVxdWVzdBogLmFjcy52MS5TdHJlYW1Db21wbGV0aW9uUmVzcG9uc2UwARJICgpMaXN0TW9kZWxzEhkuYWNzLnYxLkxpc3RNb2RlbHNSZXF1ZXN0GhouYWNzLnYxLkxpc3RNb2RlbHNSZXNwb25zZSIDkAIBYgZwcm90bzM", [file_acs_v1_lens, file_buf_validate_validate]);
 
 /**
  * Several prompts as text (REST: `prompt` as an array of strings).
@@ -256,7 +256,8 @@ export type CreateCompletionRequest = Message<"acs.v1.CreateCompletionRequest"> 
   /**
    * Seed of the sampler: the same seed, prompt and fields give the same choices. Any int64, kept
    * exact end to end (REST: a JSON integer; Connect JSON: a string or a number). Default: unset,
-   * a random draw.
+   * a random draw. In a lens fan-out (see output_residual_stream) sample k of each prompt is one
+   * Inference request with seed + k (exact integer sum); without a seed every sample draws its own.
    *
    * @generated from field: optional int64 seed = 16;
    */
@@ -368,18 +369,24 @@ export type CreateCompletionRequest = Message<"acs.v1.CreateCompletionRequest"> 
   priority?: number | undefined;
 
   /**
-   * vllm-lens: capture the residual stream of these decoder layers; the response carries it in
-   * `activations`. One prompt and n = 1 only (INVALID_ARGUMENT, param `output_residual_stream`).
-   * Capture cap: layers × (prompt tokens + max_tokens) ≤ 2^25 / hidden_size (llama-8b: 8,192).
-   * REST: `true` (all layers) or a list of layer indices. Default none.
+   * vllm-lens: capture the residual stream of these decoder layers. One prompt with n = 1: the
+   * response's (or the last chunk's) `activations`. Several prompts and/or n > 1 ("fan-out",
+   * also with apply_steering_vectors): the gateway sends one Inference request per prompt ×
+   * sample, each with n = 1 (sample k with seed + k), at most ACS_FANOUT_CONCURRENCY at a
+   * time, and each choice carries its own CompletionChoice.activations; one failing sub-request
+   * fails the call and aborts the others. Capture cap over the whole request: layers × Σ over
+   * choices of (prompt tokens + max_tokens) ≤ 2^25 / hidden_size (llama-8b: 8,192;
+   * INVALID_ARGUMENT, param `output_residual_stream`). REST: `true` (all layers) or a list of
+   * layer indices. Default none.
    *
    * @generated from field: acs.v1.OutputResidualStream output_residual_stream = 31;
    */
   outputResidualStream?: OutputResidualStream | undefined;
 
   /**
-   * vllm-lens: add these vectors to the residual stream while the prompt is read and the choice
-   * generated. One prompt and n = 1 only (param `apply_steering_vectors`). Default none.
+   * vllm-lens: add these vectors to the residual stream while the prompt is read and each choice
+   * generated. With several prompts and/or n > 1 the request fans out as described for
+   * output_residual_stream, every sub-request steered alike. Default none.
    *
    * @generated from field: repeated acs.v1.SteeringVector apply_steering_vectors = 32;
    */
@@ -656,6 +663,17 @@ export type CompletionChoice = Message<"acs.v1.CompletionChoice"> & {
    * @generated from field: repeated int32 token_ids = 9;
    */
   tokenIds: number[];
+
+  /**
+   * The residual stream captured for this choice (its own prompt + generated tokens − 1
+   * positions), in a lens fan-out only: output_residual_stream with several prompts and/or n > 1.
+   * CreateCompletion: on every choice. StreamCompletion: in a chunk of its own after the choice's
+   * last text chunk, whose only choice has this index, empty text, FINISH_REASON_UNSPECIFIED and
+   * these activations. A one-prompt n = 1 capture keeps its activations at the top level instead.
+   *
+   * @generated from field: acs.v1.Activations activations = 10;
+   */
+  activations?: Activations | undefined;
 };
 
 /**
@@ -672,7 +690,9 @@ export const CompletionChoiceSchema: GenMessage<CompletionChoice> = /*@__PURE__*
  */
 export type Usage = Message<"acs.v1.Usage"> & {
   /**
-   * Tokens of all prompts, each prompt counted once (not once per choice).
+   * Tokens of all prompts, each prompt counted once (not once per choice) — except in a lens
+   * fan-out (see output_residual_stream), whose usage is the sum of its sub-requests' usage, a
+   * prompt counted once per choice, since each sub-request reads it.
    *
    * @generated from field: int32 prompt_tokens = 1;
    */
@@ -742,7 +762,8 @@ export type CreateCompletionResponse = Message<"acs.v1.CreateCompletionResponse"
   usage?: Usage | undefined;
 
   /**
-   * The captured residual stream; present when output_residual_stream was set.
+   * The captured residual stream; present when output_residual_stream was set on a request with
+   * one prompt and n = 1 (a fan-out carries it on each choice instead).
    *
    * @generated from field: acs.v1.Activations activations = 6;
    */
@@ -759,7 +780,10 @@ export const CreateCompletionResponseSchema: GenMessage<CreateCompletionResponse
 /**
  * One chunk of a streamed completion. In order: chunks with the next text of one choice; then,
  * with stream_options.include_usage, a chunk with no choices and the usage; then, with
- * output_residual_stream, a last chunk with no choices and the activations.
+ * output_residual_stream on one prompt with n = 1, a last chunk with no choices and the
+ * activations. In a lens fan-out (several prompts and/or n > 1) the choices' chunks interleave,
+ * each choice's activations come in a chunk of their own right after its last text chunk
+ * (CompletionChoice.activations), and the usage chunk comes last.
  *
  * @generated from message acs.v1.StreamCompletionResponse
  */
@@ -801,8 +825,8 @@ export type StreamCompletionResponse = Message<"acs.v1.StreamCompletionResponse"
   usage?: Usage | undefined;
 
   /**
-   * The captured residual stream, in the last chunk; present when output_residual_stream was set.
-   * The gateway obtains it after the text with one extra prefill of the prompt and the generated
+   * The captured residual stream, in the last chunk; present when output_residual_stream was set
+   * on one prompt with n = 1. The gateway obtains it after the text with one extra prefill of the prompt and the generated
    * tokens, under the same steering.
    *
    * @generated from field: acs.v1.Activations activations = 6;
