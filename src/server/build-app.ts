@@ -7,9 +7,15 @@ import {
   DEFAULT_LEASE_SETTINGS,
   DEFAULT_RECLAIM_INTERVAL_MS,
 } from "../budget/index.js";
-import type { Config } from "../config/index.js";
+import { type Config, limits } from "../config/index.js";
 import { createSteeringBudget } from "../lens/index.js";
-import { createCompletionsService, createModelRegistry, type ModelRegistry } from "../service/index.js";
+import {
+  type Admission,
+  createAdmission,
+  createCompletionsService,
+  createModelRegistry,
+  type ModelRegistry,
+} from "../service/index.js";
 import {
   createTokenizeCache,
   createUpstreamPool,
@@ -29,7 +35,15 @@ export type AppConfig = Pick<Config, "models" | "db" | "keepaliveIntervalMs" | "
   Partial<
     Pick<
       Config,
-      "steeringRequestBytes" | "steeringProcessBytes" | "instanceId" | "leaseTtlMs" | "holdRenewMs"
+      | "steeringRequestBytes"
+      | "steeringProcessBytes"
+      | "instanceId"
+      | "leaseTtlMs"
+      | "holdRenewMs"
+      | "maxRequestsPerKey"
+      | "maxStreamsPerKey"
+      | "maxUpstreamSharePerKey"
+      | "streamStallMs"
     >
   >;
 
@@ -57,6 +71,8 @@ export interface App {
   readonly registry: ModelRegistry<UpstreamPool>;
   /** The Budget ledger; undefined with keys off. */
   readonly ledger: BudgetLedger | undefined;
+  /** Per-key requests in flight and their caps (used with keys on). */
+  readonly admission: Admission;
 }
 
 /**
@@ -123,6 +139,11 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     ...(config.steeringRequestBytes === undefined ? {} : { requestBytes: config.steeringRequestBytes }),
     ...(config.steeringProcessBytes === undefined ? {} : { processBytes: config.steeringProcessBytes }),
   });
+  const admission = createAdmission({
+    maxRequestsPerKey: config.maxRequestsPerKey ?? limits.maxRequestsPerKey,
+    maxStreamsPerKey: config.maxStreamsPerKey ?? limits.maxStreamsPerKey,
+    maxUpstreamSharePerKey: config.maxUpstreamSharePerKey ?? limits.maxUpstreamSharePerKey,
+  });
   const api = createCompletionsService({
     models: registry,
     ledger,
@@ -130,6 +151,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     ...(config.holdRenewMs === undefined ? {} : { holdRenewIntervalMs: config.holdRenewMs }),
     onLedgerError: (err) => logger.error({ err }, "Budget ledger call failed"),
     steeringBudget,
+    admission,
   });
   const isReady = options.isReady ?? (() => true);
   const { app, metrics } = await buildServer({
@@ -147,7 +169,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     },
   });
   registerUpstreamMetrics(metrics.registry, pools);
-  return { app, metrics, registry, ledger };
+  return { app, metrics, registry, ledger, admission };
 }
 
 /**

@@ -21,6 +21,7 @@ import {
   createConnectRoutes,
   createHealthRoutes,
   createReflectionRoutes,
+  endTransportKey,
   releaseParsedBody,
   requestIdKey,
   toConnectError,
@@ -45,7 +46,7 @@ import { createOnePortServer, defaultOnePortTimeouts, type OnePortTimeouts } fro
 
 /** What buildServer needs. */
 export interface ServerDeps {
-  readonly config: Pick<Config, "keepaliveIntervalMs">;
+  readonly config: Pick<Config, "keepaliveIntervalMs"> & Partial<Pick<Config, "streamStallMs">>;
   readonly api: CompletionsApi;
   readonly logger: Logger;
   /** True once the gateway (and an embedded engine, if any) can serve: GET /readyz. */
@@ -224,7 +225,10 @@ export async function buildServer(
       // Every error of every RPC carries the envelope, whoever raises it (src/connect/error-envelopes.ts).
       routes: withErrorEnvelopes(
         (router) => {
-          createConnectRoutes(deps.api)(router);
+          createConnectRoutes(deps.api, {
+            ...(deps.config.streamStallMs === undefined ? {} : { streamStallMs: deps.config.streamStallMs }),
+            logger: deps.logger,
+          })(router);
           createHealthRoutes(deps.isReady, deps.modelStatus)(router);
           createReflectionRoutes([CompletionsService, Health])(router);
         },
@@ -240,13 +244,21 @@ export async function buildServer(
       acceptCompression: [compressionGzip, compressionBrotli, compressionDeflate],
       // Strict like REST: an unknown field in Connect JSON is an error, not silently dropped.
       jsonOptions: { ignoreUnknownFields: false },
-      contextValues: (request) => createContextValues().set(requestIdKey, request.id),
+      contextValues: (request) =>
+        createContextValues()
+          .set(requestIdKey, request.id)
+          // A stalled stream ends its transport (HTTP/1.1: the connection; HTTP/2: the stream).
+          .set(endTransportKey, () => request.raw.destroy()),
       grpc: true,
       grpcWeb: true,
       connect: true,
     });
   });
-  await app.register(restRoutes, { api: deps.api, keepaliveIntervalMs: deps.config.keepaliveIntervalMs });
+  await app.register(restRoutes, {
+    api: deps.api,
+    keepaliveIntervalMs: deps.config.keepaliveIntervalMs,
+    ...(deps.config.streamStallMs === undefined ? {} : { streamStallMs: deps.config.streamStallMs }),
+  });
 
   app.get("/healthz", async (_request, reply) => reply.send({ status: "ok" }));
   app.get("/readyz", async (_request, reply) => {

@@ -37,6 +37,7 @@ import {
   type VllmClient,
   type VllmCompletionRequest,
 } from "../upstream/index.js";
+import { type Admission, type AdmissionTicket, createAdmission, noAdmission } from "./admission.js";
 import {
   checkContextLength,
   checkDeadlineFeasible,
@@ -67,6 +68,11 @@ export interface CompletionsServiceDeps {
   readonly onLedgerError?: (err: unknown) => void;
   /** Bytes of decoded steering tensors in flight (429/413 past it). @default createSteeringBudget() */
   readonly steeringBudget?: SteeringBudget;
+  /**
+   * Per-key caps on requests in flight (429 `rate_limited` past them); they apply to keys only,
+   * so not with keys off. @default createAdmission() (its default caps)
+   */
+  readonly admission?: Admission;
 }
 
 /** Header that reports a max_tokens lowered to what the Budget holds (docs/API.md §3). */
@@ -83,6 +89,13 @@ interface Prepared {
   readonly hold: { readonly id: string; readonly tokens: number } | undefined;
   /** The request's decoded steering bytes on the steering budget; released when the request is done. */
   readonly steering: SteeringLease;
+  /** The request's place among its key's requests in flight; released when the request is done. */
+  readonly admission: AdmissionTicket;
+}
+
+/** Where `prepare` keeps the admission ticket, so that a later refusal releases it. */
+interface AdmittedSlot {
+  ticket: AdmissionTicket;
 }
 
 /** Ids shared by every chunk of one completion. */
@@ -106,25 +119,40 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
   const { models, ledger } = deps;
   const renewEveryMs = deps.holdRenewIntervalMs ?? 60_000;
   const steeringBudget = deps.steeringBudget ?? createSteeringBudget();
+  const admission = deps.admission ?? createAdmission();
   const onLedgerError =
     deps.onLedgerError ?? ((err: unknown) => process.emitWarning(`Budget ledger: ${String(err)}`));
 
   const authenticate = async (ctx: CallContext): Promise<KeyInfo | undefined> =>
     ledger === undefined ? undefined : await ledger.authenticate(ctx.authorization);
 
-  /** {@link prepareLeased} with a fresh steering lease, released when a check refuses the request. */
+  /**
+   * {@link prepareLeased} with a fresh steering lease and a slot for the admission ticket, both
+   * released when a check refuses the request.
+   */
   async function prepare(
     request: CreateCompletionRequest,
     ctx: CallContext,
     stream: boolean,
   ): Promise<Prepared> {
     const steering = steeringBudget.lease();
+    const admitted: AdmittedSlot = { ticket: noAdmission };
     try {
-      return await prepareLeased(request, ctx, stream, steering);
+      return await prepareLeased(request, ctx, stream, steering, admitted);
     } catch (err) {
       steering.release();
+      admitted.ticket.release();
       throw err;
     }
+  }
+
+  /**
+   * §9 per-key caps: the request's place among its key's requests in flight (requests, streams,
+   * the model's share), or 429 `rate_limited`. Keys off: no caps (one trusted caller on loopback).
+   */
+  function admit(key: KeyInfo | undefined, model: ServedModel<VllmClient>, stream: boolean): AdmissionTicket {
+    if (key === undefined) return noAdmission;
+    return admission.admit(key.id, { stream, modelId: model.id, modelCapacity: model.upstreamCapacity });
   }
 
   async function prepareLeased(
@@ -132,9 +160,10 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     ctx: CallContext,
     stream: boolean,
     steeringLease: SteeringLease,
+    admitted: AdmittedSlot,
   ): Promise<Prepared> {
-    // The order of checks of docs/API.md §3: key; ranges and cross-field rules; the size caps;
-    // deadline_infeasible; prompt length; then the Hold.
+    // The order of checks of docs/API.md §3: key; ranges and cross-field rules; model; the key's
+    // caps on requests in flight; the size caps; deadline_infeasible; prompt length; then the Hold.
     const key = await authenticate(ctx); //                                      §9 key (401)
     validateRequest(request); //                                                  §4 ranges, cross-field rules
     checkStreamOnlyFields(request, stream); //                                   §4 stream_options, prompt_logprobs
@@ -143,6 +172,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     checkLensCounts(request, shape); //                                          §6 one prompt, n = 1
     const model = models.resolve(request.model); //                             §2 model (404)
     if (key !== undefined) await ledger?.checkModel(key, model.id, model.aliases); // §9 allowed (403)
+    admitted.ticket = admit(key, model, stream); //                               §9 per-key caps (429)
     const steering = checkLensShapes(request, model, steeringLease); //          §6 shapes, values (429/413: bytes)
     checkGeneratedTokensCap(request, shape); //                                  §3 size cap: 32,000
     let lengths = await checkCaptureCapUncounted(request, model, ctx.signal); // §6 size cap: capture
@@ -179,7 +209,15 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         vllmXargs: lensVllmXargs(request, model, steering),
       });
       ctx.onPrepared?.();
-      return { model, body, promptTokens, capture, hold, steering: steeringLease };
+      return {
+        model,
+        body,
+        promptTokens,
+        capture,
+        hold,
+        steering: steeringLease,
+        admission: admitted.ticket,
+      };
     } catch (err) {
       await settle(hold, 0);
       throw err;
@@ -406,6 +444,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       throw toApiError(err);
     } finally {
       prepared.steering.release();
+      prepared.admission.release();
       await settle(prepared.hold, meter.charge(failure, prepared.hold?.tokens ?? 0));
     }
   }
@@ -424,7 +463,8 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       throw toApiError(err);
     } finally {
       prepared.steering.release();
-      // Also when the consumer stops early (a disconnect): charged what was generated so far.
+      prepared.admission.release();
+      // Also when the consumer stops early (a disconnect, a stalled caller): charged what was generated so far.
       await settle(prepared.hold, meter.charge(failure, prepared.hold?.tokens ?? 0));
     }
   }
