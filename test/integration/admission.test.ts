@@ -376,3 +376,26 @@ describe("one key's share of a model's upstream capacity", () => {
     await Promise.all(held2);
   });
 });
+
+describe("keys off (loopback only)", () => {
+  it("the caps do not apply: the one trusted caller is not limited", async () => {
+    const upstream = await scriptedInference();
+    const stack = await startStack({ upstreamUrl: upstream.url, maxRequestsPerKey: 1, maxStreamsPerKey: 1 });
+    try {
+      const stop = new AbortController();
+      const held = [
+        hold(stack, "none", "rest", stop.signal),
+        hold(stack, "none", "rest-stream", stop.signal),
+        hold(stack, "none", "rest-stream", stop.signal),
+        hold(stack, "none", "connect", stop.signal),
+      ];
+      await until(() => upstream.held() === 4, "four requests held by Inference");
+      expect(stack.admission.activeKeys).toBe(0);
+      stop.abort();
+      await Promise.all(held);
+    } finally {
+      await stack.close();
+      await upstream.close();
+    }
+  });
+});
