@@ -137,6 +137,24 @@ export interface Config {
    * (env ACS_FANOUT_CONCURRENCY)
    */
   readonly lensFanOutConcurrency: number;
+  /**
+   * Most requests one key may have in flight at once, streamed or not; past it → 429
+   * `rate_limited`. 0 = no cap. Keys off: no caps apply. @default 1024 (env ACS_MAX_REQUESTS_PER_KEY)
+   */
+  readonly maxRequestsPerKey: number;
+  /** Most streams one key may have open at once; past it → 429. 0 = no cap. @default 512 (env ACS_MAX_STREAMS_PER_KEY) */
+  readonly maxStreamsPerKey: number;
+  /**
+   * Share of a model's upstream capacity (Σ of its replicas' `max_concurrent_requests`) one key may
+   * hold, in (0, 1]; past it → 429. @default 0.5 (env ACS_MAX_UPSTREAM_SHARE_PER_KEY)
+   */
+  readonly maxUpstreamSharePerKey: number;
+  /**
+   * A stream whose caller has not taken its bytes (the connection's write buffer stayed full) for
+   * this long is ended: Inference aborted, the Hold settled to what was generated, ms.
+   * @default 60000 (env ACS_STREAM_STALL_MS)
+   */
+  readonly streamStallMs: number;
 }
 
 /** Why a file could not be read, in words (Node's errno codes). */
@@ -206,6 +224,10 @@ export function loadConfig(rawEnv: Record<string, string | undefined> = process.
     drainDelayMs: env.ACS_DRAIN_DELAY_MS,
     shutdownGraceMs: env.ACS_SHUTDOWN_GRACE_MS,
     lensFanOutConcurrency: env.ACS_FANOUT_CONCURRENCY,
+    maxRequestsPerKey: env.ACS_MAX_REQUESTS_PER_KEY,
+    maxStreamsPerKey: env.ACS_MAX_STREAMS_PER_KEY,
+    maxUpstreamSharePerKey: env.ACS_MAX_UPSTREAM_SHARE_PER_KEY,
+    streamStallMs: env.ACS_STREAM_STALL_MS,
   };
   return Object.freeze(config);
 }

@@ -17,6 +17,17 @@ const intText = (min: number, max: number, fallback: number) =>
     .refine((n) => n >= min && n <= max, { error: (iss) => `must be in [${min}, ${max}], got ${iss.input}` })
     .default(fallback);
 
+/** A decimal fraction in (0, 1] given as text (`0.5`, `1`). */
+const fractionText = (fallback: number) =>
+  z
+    .string()
+    .regex(/^(0|1)?(\.\d+)?$/, {
+      error: (iss) => `must be a number in (0, 1], got ${JSON.stringify(iss.input)}`,
+    })
+    .transform(Number)
+    .refine((n) => n > 0 && n <= 1, { error: (iss) => `must be in (0, 1], got ${iss.input}` })
+    .default(fallback);
+
 /**
  * The environment variables the gateway reads, with their defaults (README "Configuration").
  * Other variables are ignored (the environment is shared with everything else on the machine); an
@@ -59,6 +70,10 @@ const envSchema = z.object({
   ACS_DRAIN_DELAY_MS: intText(0, 3_600_000, 5000),
   ACS_SHUTDOWN_GRACE_MS: intText(0, 24 * 3_600_000, 20_000),
   ACS_FANOUT_CONCURRENCY: intText(1, 4096, limits.lensFanOutConcurrency),
+  ACS_MAX_REQUESTS_PER_KEY: intText(0, 1_000_000, limits.maxRequestsPerKey),
+  ACS_MAX_STREAMS_PER_KEY: intText(0, 1_000_000, limits.maxStreamsPerKey),
+  ACS_MAX_UPSTREAM_SHARE_PER_KEY: fractionText(limits.maxUpstreamSharePerKey),
+  ACS_STREAM_STALL_MS: intText(10, 24 * 3_600_000, limits.streamStallMs),
 });
 
 /** The checked environment. */

@@ -22,4 +22,12 @@ export const limits = {
    * n > 1: one request per choice) runs at once (§6).
    */
   lensFanOutConcurrency: 8,
+  /** Default most requests one key may have in flight at once, streamed or not (§9; 0 = no cap). */
+  maxRequestsPerKey: 1024,
+  /** Default most streams one key may have open at once (§9; 0 = no cap). */
+  maxStreamsPerKey: 512,
+  /** Default share of a model's upstream capacity one key may hold, a fraction in (0, 1] (§9). */
+  maxUpstreamSharePerKey: 0.5,
+  /** Default time a stream may wait for its caller to read (drain) before it is ended, ms (§5). */
+  streamStallMs: 60_000,
 } as const;

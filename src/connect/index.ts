@@ -9,4 +9,10 @@ export {
   writeProtocolError,
 } from "./protocol-error.js";
 export { createReflectionIndex, createReflectionRoutes, type ReflectionIndex } from "./reflection-routes.js";
-export { createConnectRoutes, requestIdKey } from "./routes.js";
+export {
+  type ConnectRoutesOptions,
+  createConnectRoutes,
+  endTransportKey,
+  endWhenStalled,
+  requestIdKey,
+} from "./routes.js";

@@ -6,6 +6,7 @@ import {
   type HandlerContext,
 } from "@connectrpc/connect";
 import { CompletionsService } from "../../gen/acs/v1/completions_pb.js";
+import { limits } from "../config/index.js";
 import { ApiError, callerDeadlineExceeded, newRequestId } from "../errors/index.js";
 import type { ShutdownLink } from "../rest/index.js";
 import type { CallContext, CompletionsApi } from "../service/index.js";
@@ -20,6 +21,62 @@ import { callerTimeoutMs } from "./explain-protocol-error.js";
 export const requestIdKey = createContextKey<string | undefined>(undefined, {
   description: "acs request id",
 });
+
+/**
+ * Ends the call's transport at once — HTTP/1.1: its connection; HTTP/2: its stream — so that a
+ * write connect-node is waiting on fails; set by the server (`request.raw.destroy()`) through the
+ * Connect plugin's `contextValues`. Without it a stalled stream is only closed on our side.
+ */
+export const endTransportKey = createContextKey<(() => void) | undefined>(undefined, {
+  description: "acs end the call's transport",
+});
+
+/** Options of {@link createConnectRoutes}. */
+export interface ConnectRoutesOptions {
+  /**
+   * Milliseconds a stream may wait for its caller to take a message (connect-node pulls the next
+   * one only once the response took the last: 'drain') before it is ended: Inference aborted, the
+   * Hold settled, the transport ended. @default limits.streamStallMs (60000)
+   */
+  readonly streamStallMs?: number;
+  /** Told of each stream ended for a stalled caller (info). @default none */
+  readonly logger?: { info(obj: object, msg: string): void };
+}
+
+/**
+ * The items of `source`, until its consumer stalls: when the consumer has not asked for the next
+ * item `stallMs` after it was handed one, `source` is closed at once (`return()`: a generator
+ * runs its `finally` then) and `onStall` runs; the iteration ends there. A consumer that pulls
+ * within `stallMs` each time sees `source` unchanged. Closing this iterator closes `source`.
+ */
+export async function* endWhenStalled<T>(
+  source: AsyncIterable<T>,
+  stallMs: number,
+  onStall: () => void,
+): AsyncGenerator<T> {
+  const it = source[Symbol.asyncIterator]();
+  let stalled = false;
+  try {
+    for (;;) {
+      const next = await it.next();
+      if (next.done === true) return;
+      const timer = setTimeout(() => {
+        stalled = true;
+        // `source` waits at its yield: return() runs its finally now, whatever the consumer does.
+        void it.return?.()?.catch(() => {});
+        onStall();
+      }, stallMs);
+      try {
+        yield next.value;
+      } finally {
+        clearTimeout(timer);
+      }
+      if (stalled) return;
+    }
+  } finally {
+    if (!stalled) await it.return?.();
+  }
+}
 
 /**
  * The call's signal for the service, aborted with an ApiError reason: `deadline_exceeded` when the
@@ -64,12 +121,15 @@ function callContext(ctx: HandlerContext, controller: AbortController): CallCont
  * same CompletionsApi as REST. Every error leaves as a ConnectError with the ErrorEnvelope detail.
  * With `shutdown` (src/server/lifecycle.ts), each call is tied to it while it runs: when the
  * server's grace is over, a call still running ends with the shutdown's error (UNAVAILABLE
- * `upstream_unavailable`) instead of `canceled`.
+ * `upstream_unavailable`) instead of `canceled`. A stream whose caller stops reading is ended after
+ * `options.streamStallMs` ({@link endWhenStalled}).
  */
 export function createConnectRoutes(
   api: CompletionsApi,
   shutdown?: ShutdownLink,
+  options: ConnectRoutesOptions = {},
 ): (router: ConnectRouter) => void {
+  const stallMs = options.streamStallMs ?? limits.streamStallMs;
   /** The call's context, and the function that unties it from the shutdown link. */
   const open = (ctx: HandlerContext): { call: CallContext; untie: () => void } => {
     const controller = new AbortController();
@@ -96,8 +156,16 @@ export function createConnectRoutes(
       },
       async *streamCompletion(request, ctx) {
         const { call, untie } = open(ctx);
+        const endTransport = ctx.values.get(endTransportKey);
+        const onStall = (): void => {
+          options.logger?.info(
+            { requestId: call.requestId, stallMs },
+            `stream ended: its caller has not read for ${stallMs} ms`,
+          );
+          endTransport?.();
+        };
         try {
-          yield* api.streamCompletion(request, call);
+          yield* endWhenStalled(api.streamCompletion(request, call), stallMs, onStall);
         } catch (err) {
           throw shown(err, call);
         } finally {

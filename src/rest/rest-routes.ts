@@ -42,6 +42,12 @@ export interface RestRoutesOptions {
    * with 503 `upstream_unavailable` (app.close() ends calls at once)
    */
   shutdown?: ShutdownLink;
+  /**
+   * Milliseconds a stream may wait for its caller to read (the response's write buffer full)
+   * before it is ended: the connection destroyed, Inference aborted, the Hold settled.
+   * @default limits.streamStallMs (60000)
+   */
+  streamStallMs?: number;
 }
 
 /** The message of proto/API.md §8 for `POST /v1/chat/completions`. */
@@ -174,6 +180,7 @@ function shutdownError(shutdown: AbortSignal): ApiError {
 async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions): Promise<void> {
   const { api } = options;
   const keepaliveIntervalMs = options.keepaliveIntervalMs ?? limits.keepaliveIntervalMs;
+  const stallMs = options.streamStallMs ?? limits.streamStallMs;
   // Without a lifecycle: aborted when the server starts closing, so that running calls (streams
   // above all) end with a 503 envelope instead of holding fastify.close() open.
   let closing = options.shutdown;
@@ -252,7 +259,20 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
     const waited = await waitForFirst(first, reached === "first" ? 0 : keepaliveIntervalMs);
     if (waited.kind === "failed") throw waited.error;
     const out = new PassThrough();
-    const writer = createSseWriter(out, { keepaliveIntervalMs });
+    const writer = createSseWriter(out, {
+      keepaliveIntervalMs,
+      stallMs,
+      // The caller has not read for stallMs: end the stream (the call's signal aborts Inference;
+      // the pump stops and closes the iterator, which settles the Hold).
+      onStall: () => {
+        request.log.info(
+          { requestId: ctx.requestId, stallMs },
+          `stream ended: its caller has not read for ${stallMs} ms`,
+        );
+        out.destroy();
+        reply.raw.destroy();
+      },
+    });
     // One interval has passed with no chunk: a keepalive now puts the 200 head on the wire.
     if (waited.kind === "pending") out.write(": keepalive\n\n");
     reply

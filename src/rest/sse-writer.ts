@@ -6,6 +6,14 @@ import type { ErrorEnvelopeJson } from "../errors/index.js";
 export interface SseWriterOptions {
   /** Milliseconds between `: keepalive` comment lines; default 5000. */
   keepaliveIntervalMs?: number;
+  /**
+   * Milliseconds a write may wait for 'drain' (the caller does not read: the write buffer stays
+   * full). Past it the stream is stalled: `onStall` runs once (it should destroy the connection),
+   * the writer counts as closed and the pending `send` resolves false. @default limits.streamStallMs
+   */
+  stallMs?: number;
+  /** Called once when a write waited `stallMs` for 'drain'. @default destroys `out` */
+  onStall?: () => void;
 }
 
 /**
@@ -16,15 +24,18 @@ export interface SseWriter {
   /**
    * Writes `data: <JSON.stringify(data)>\n\n`. Resolves once the destination can take more bytes
    * (it waits for 'drain' when the write buffer is full), or at once when the client is gone.
-   * @returns false when the client is gone (nothing was written), true otherwise.
+   * @returns false when the client is gone (nothing was written), or went away or stalled while
+   * the write waited for 'drain'; true otherwise.
    */
   send(data: unknown): Promise<boolean>;
   /** Ends the stream: `data: [DONE]\n\n`, then end(). Stops the keepalive timer. */
   done(): Promise<void>;
   /** An error after the stream started: one `data: <envelope>` event, then `data: [DONE]`, then end(). */
   fail(envelope: ErrorEnvelopeJson): Promise<void>;
-  /** True once the destination closed (client disconnected, or the stream ended). */
+  /** True once the destination closed (client disconnected, or the stream ended) or stalled. */
   readonly closed: boolean;
+  /** True once a write waited `stallMs` for 'drain' (the stream was ended for it). */
+  readonly stalled: boolean;
 }
 
 /**
@@ -34,8 +45,11 @@ export interface SseWriter {
  */
 export function createSseWriter(out: Writable, options: SseWriterOptions = {}): SseWriter {
   const intervalMs = options.keepaliveIntervalMs ?? limits.keepaliveIntervalMs;
+  const stallMs = options.stallMs ?? limits.streamStallMs;
+  const onStall = options.onStall ?? (() => out.destroy());
   let closed = false;
   let ended = false;
+  let stalled = false;
 
   const stop = (): void => {
     closed = true;
@@ -54,14 +68,22 @@ export function createSseWriter(out: Writable, options: SseWriterOptions = {}): 
   // An error on the destination (e.g. EPIPE) also ends the stream; 'close' follows it.
   out.once("error", stop);
 
-  const drained = (): Promise<void> =>
+  /** Resolves on 'drain' (true), or when `out` closes or the wait passed `stallMs` (false). */
+  const drained = (): Promise<boolean> =>
     new Promise((resolve) => {
       const settle = (): void => {
+        clearTimeout(stallTimer);
         out.off("drain", settle);
         out.off("close", settle);
         out.off("error", settle);
-        resolve();
+        resolve(!isGone());
       };
+      const stallTimer = setTimeout(() => {
+        stalled = true;
+        stop();
+        settle();
+        onStall();
+      }, stallMs);
       out.on("drain", settle);
       out.on("close", settle);
       out.on("error", settle);
@@ -72,7 +94,7 @@ export function createSseWriter(out: Writable, options: SseWriterOptions = {}): 
       stop();
       return false;
     }
-    if (!out.write(text)) await drained();
+    if (!out.write(text)) return drained();
     return true;
   };
 
@@ -94,6 +116,9 @@ export function createSseWriter(out: Writable, options: SseWriterOptions = {}): 
     },
     get closed() {
       return closed || out.destroyed;
+    },
+    get stalled() {
+      return stalled;
     },
   };
 }

@@ -7,9 +7,15 @@ import {
   DEFAULT_LEASE_SETTINGS,
   DEFAULT_RECLAIM_INTERVAL_MS,
 } from "../budget/index.js";
-import type { Config } from "../config/index.js";
+import { type Config, limits } from "../config/index.js";
 import { createSteeringBudget } from "../lens/index.js";
-import { createCompletionsService, createModelRegistry, type ModelRegistry } from "../service/index.js";
+import {
+  type Admission,
+  createAdmission,
+  createCompletionsService,
+  createModelRegistry,
+  type ModelRegistry,
+} from "../service/index.js";
 import { createTracing, type Tracing } from "../telemetry/index.js";
 import {
   createTokenizeCache,
@@ -39,6 +45,10 @@ export type AppConfig = Pick<Config, "models" | "db" | "keepaliveIntervalMs" | "
       | "playgroundDir"
       | "otlpEndpoint"
       | "lensFanOutConcurrency"
+      | "maxRequestsPerKey"
+      | "maxStreamsPerKey"
+      | "maxUpstreamSharePerKey"
+      | "streamStallMs"
     >
   >;
 
@@ -76,6 +86,8 @@ export interface App {
   readonly registry: ModelRegistry<UpstreamPool>;
   /** The Budget ledger; undefined with keys off. */
   readonly ledger: BudgetLedger | undefined;
+  /** Per-key requests in flight and their caps (used with keys on). */
+  readonly admission: Admission;
 }
 
 /**
@@ -142,6 +154,11 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     ...(config.steeringRequestBytes === undefined ? {} : { requestBytes: config.steeringRequestBytes }),
     ...(config.steeringProcessBytes === undefined ? {} : { processBytes: config.steeringProcessBytes }),
   });
+  const admission = createAdmission({
+    maxRequestsPerKey: config.maxRequestsPerKey ?? limits.maxRequestsPerKey,
+    maxStreamsPerKey: config.maxStreamsPerKey ?? limits.maxStreamsPerKey,
+    maxUpstreamSharePerKey: config.maxUpstreamSharePerKey ?? limits.maxUpstreamSharePerKey,
+  });
   const api = createCompletionsService({
     models: registry,
     ledger,
@@ -152,6 +169,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     ...(config.lensFanOutConcurrency === undefined
       ? {}
       : { lensFanOutConcurrency: config.lensFanOutConcurrency }),
+    admission,
   });
   const isReady = options.isReady ?? (() => true);
   const { app, metrics } = await buildServer({
@@ -172,7 +190,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     },
   });
   registerUpstreamMetrics(metrics.registry, pools);
-  return { app, metrics, registry, ledger };
+  return { app, metrics, registry, ledger, admission };
 }
 
 /**

@@ -21,6 +21,7 @@ import {
   createConnectRoutes,
   createHealthRoutes,
   createReflectionRoutes,
+  endTransportKey,
   releaseParsedBody,
   requestIdKey,
   toConnectError,
@@ -61,7 +62,7 @@ import { defaultPlaygroundDir, playgroundRoutes } from "./playground-routes.js";
 
 /** What buildServer needs. */
 export interface ServerDeps {
-  readonly config: Pick<Config, "keepaliveIntervalMs">;
+  readonly config: Pick<Config, "keepaliveIntervalMs"> & Partial<Pick<Config, "streamStallMs">>;
   readonly api: CompletionsApi;
   readonly logger: Logger;
   /** True once the gateway (and an embedded engine, if any) can serve: GET /readyz. */
@@ -261,7 +262,12 @@ export async function buildServer(
       routes: withRpcOutcome(
         withErrorEnvelopes(
           (router) => {
-            createConnectRoutes(deps.api, lifecycle.link)(router);
+            createConnectRoutes(deps.api, lifecycle.link, {
+              ...(deps.config.streamStallMs === undefined
+                ? {}
+                : { streamStallMs: deps.config.streamStallMs }),
+              logger: deps.logger,
+            })(router);
             createHealthRoutes(isReady, deps.modelStatus, { lifecycle })(router);
             createReflectionRoutes([CompletionsService, Health])(router);
           },
@@ -279,7 +285,11 @@ export async function buildServer(
       // Strict like REST: an unknown field in Connect JSON is an error, not silently dropped.
       jsonOptions: { ignoreUnknownFields: false },
       contextValues: (request) =>
-        createContextValues().set(requestIdKey, request.id).set(callRecordKey, callRecordOf(request)),
+        createContextValues()
+          .set(requestIdKey, request.id)
+          .set(callRecordKey, callRecordOf(request))
+          // A stalled stream ends its transport (HTTP/1.1: the connection; HTTP/2: the stream).
+          .set(endTransportKey, () => request.raw.destroy()),
       grpc: true,
       grpcWeb: true,
       connect: true,
@@ -289,6 +299,7 @@ export async function buildServer(
     api: deps.api,
     keepaliveIntervalMs: deps.config.keepaliveIntervalMs,
     shutdown: lifecycle.link,
+    ...(deps.config.streamStallMs === undefined ? {} : { streamStallMs: deps.config.streamStallMs }),
   });
 
   await app.register(playgroundRoutes, { dir: deps.playgroundDir ?? defaultPlaygroundDir() });

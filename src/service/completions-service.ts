@@ -38,6 +38,7 @@ import {
   type VllmClient,
   type VllmCompletionRequest,
 } from "../upstream/index.js";
+import { type Admission, type AdmissionTicket, createAdmission, noAdmission } from "./admission.js";
 import {
   checkContextLength,
   checkDeadlineFeasible,
@@ -74,6 +75,11 @@ export interface CompletionsServiceDeps {
    * @default limits.lensFanOutConcurrency (8)
    */
   readonly lensFanOutConcurrency?: number;
+  /**
+   * Per-key caps on requests in flight (429 `rate_limited` past them); they apply to keys only,
+   * so not with keys off. @default createAdmission() (its default caps)
+   */
+  readonly admission?: Admission;
 }
 
 /** The options of one upstream call of a prepared request: its X-Request-Id and its tracer. */
@@ -142,12 +148,19 @@ interface Prepared {
    * (a streamed capture's replay), so that Inference's logs name the gateway's request.
    */
   readonly nextUpstreamId: () => string;
+  /** The request's place among its key's requests in flight; released when the request is done. */
+  readonly admission: AdmissionTicket;
 }
 
 /** The ids of one request's upstream calls (see {@link Prepared.nextUpstreamId}). */
 function upstreamIds(requestId: string): () => string {
   let n = 0;
   return () => (++n === 1 ? requestId : `${requestId}-${n}`);
+}
+
+/** Where `prepare` keeps the admission ticket, so that a later refusal releases it. */
+interface AdmittedSlot {
+  ticket: AdmissionTicket;
 }
 
 /** Ids shared by every chunk of one completion. */
@@ -200,6 +213,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
   const renewEveryMs = deps.holdRenewIntervalMs ?? 60_000;
   const fanOutConcurrency = deps.lensFanOutConcurrency ?? limits.lensFanOutConcurrency;
   const steeringBudget = deps.steeringBudget ?? createSteeringBudget();
+  const admission = deps.admission ?? createAdmission();
   const onLedgerError =
     deps.onLedgerError ?? ((err: unknown) => process.emitWarning(`Budget ledger: ${String(err)}`));
   const specialTokens = createSpecialTokenCounter();
@@ -209,19 +223,33 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
   const authenticate = async (ctx: CallContext): Promise<KeyInfo | undefined> =>
     ledger === undefined ? undefined : await ledger.authenticate(ctx.authorization);
 
-  /** {@link prepareLeased} with a fresh steering lease, released when a check refuses the request. */
+  /**
+   * {@link prepareLeased} with a fresh steering lease and a slot for the admission ticket, both
+   * released when a check refuses the request.
+   */
   async function prepare(
     request: CreateCompletionRequest,
     ctx: CallContext,
     stream: boolean,
   ): Promise<Prepared> {
     const steering = steeringBudget.lease();
+    const admitted: AdmittedSlot = { ticket: noAdmission };
     try {
-      return await prepareLeased(request, ctx, stream, steering);
+      return await prepareLeased(request, ctx, stream, steering, admitted);
     } catch (err) {
       steering.release();
+      admitted.ticket.release();
       throw err;
     }
+  }
+
+  /**
+   * §9 per-key caps: the request's place among its key's requests in flight (requests, streams,
+   * the model's share), or 429 `rate_limited`. Keys off: no caps (one trusted caller on loopback).
+   */
+  function admit(key: KeyInfo | undefined, model: ServedModel<VllmClient>, stream: boolean): AdmissionTicket {
+    if (key === undefined) return noAdmission;
+    return admission.admit(key.id, { stream, modelId: model.id, modelCapacity: model.upstreamCapacity });
   }
 
   async function prepareLeased(
@@ -229,9 +257,10 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     ctx: CallContext,
     stream: boolean,
     steeringLease: SteeringLease,
+    admitted: AdmittedSlot,
   ): Promise<Prepared> {
-    // The order of checks of proto/API.md §3: key; ranges and cross-field rules; the size caps;
-    // deadline_infeasible; prompt length; then the Hold.
+    // The order of checks of proto/API.md §3: key; ranges and cross-field rules; model; the key's
+    // caps on requests in flight; the size caps; deadline_infeasible; prompt length; then the Hold.
     const key = await authenticate(ctx); //                                      §9 key (401)
     if (key !== undefined && ctx.record !== undefined) ctx.record.keyName = key.name ?? key.id;
     validateRequest(request); //                                                  §4 ranges, cross-field rules
@@ -241,6 +270,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const model = models.resolve(request.model); //                             §2 model (404)
     if (ctx.record !== undefined) ctx.record.model = model.id;
     if (key !== undefined) await ledger?.checkModel(key, model.id, model.aliases); // §9 allowed (403)
+    admitted.ticket = admit(key, model, stream); //                               §9 per-key caps (429)
     const steering = checkLensShapes(request, model, steeringLease); //          §6 shapes, values (429/413: bytes)
     checkGeneratedTokensCap(request, shape); //                                  §3 size cap: 32,000
     let lengths = await checkCaptureCapUncounted(request, model, shape, ctx.signal); // §6 size cap: capture
@@ -307,6 +337,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         steering: steeringLease,
         nextUpstreamId: upstreamIds(ctx.requestId),
         ctx,
+        admission: admitted.ticket,
       };
     } catch (err) {
       await settle(hold, 0);
@@ -703,6 +734,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       throw recordError(ctx, toApiError(err));
     } finally {
       prepared.steering.release();
+      prepared.admission.release();
       const charge = await chargeOf(prepared, request, meter, failure);
       recordTokens(ctx, meter);
       await settle(prepared.hold, charge);
@@ -726,6 +758,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       throw recordError(ctx, toApiError(err));
     } finally {
       prepared.steering.release();
+      prepared.admission.release();
       // Also when the consumer stops early (a disconnect): charged what was generated so far.
       const charge = await chargeOf(prepared, request, meter, failure);
       recordTokens(ctx, meter);

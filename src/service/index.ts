@@ -1,4 +1,15 @@
 export {
+  ADMISSION_RETRY_AFTER_SECONDS,
+  type Admission,
+  type AdmissionDemand,
+  type AdmissionLimits,
+  type AdmissionTicket,
+  createAdmission,
+  defaultAdmissionLimits,
+  type KeyInFlight,
+  upstreamShareCap,
+} from "./admission.js";
+export {
   type CompletionsServiceDeps,
   clampedHeader,
   createCompletionsService,

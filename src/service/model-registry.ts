@@ -1,5 +1,6 @@
 import type { ModelConfig } from "../config/index.js";
 import { ApiError } from "../errors/index.js";
+import { DEFAULT_MAX_CONCURRENT_COMPLETIONS } from "../upstream/index.js";
 
 /** The part of an Inference client the registry's replica check needs (src/upstream/vllm). */
 export interface ModelsSource {
@@ -33,6 +34,11 @@ export interface ServedModel<Client> {
   readonly byteLevelTokenizer?: boolean | undefined;
   /** Unix seconds when the gateway knew every fact of it. */
   readonly created: number;
+  /**
+   * Concurrent completions all its replicas take: Σ over its replicas of `max_concurrent_requests`
+   * (default 16,384 each). A key may hold a share of it (src/service/admission.ts).
+   */
+  readonly upstreamCapacity: number;
   readonly client: Client;
 }
 
@@ -92,8 +98,15 @@ export function createModelRegistry<Client extends ModelUpstream>(
   const byName = new Map<string, Entry>();
 
   const serve = (entry: Entry, maxModelLen: number): void => {
-    const { upstreams: _, ...facts } = entry.config;
-    entry.served = { ...facts, maxModelLen, created: Math.floor(Date.now() / 1000), client: entry.client };
+    const { upstreams, ...facts } = entry.config;
+    const perReplica = facts.maxConcurrentRequests ?? DEFAULT_MAX_CONCURRENT_COMPLETIONS;
+    entry.served = {
+      ...facts,
+      maxModelLen,
+      created: Math.floor(Date.now() / 1000),
+      upstreamCapacity: perReplica * upstreams.length,
+      client: entry.client,
+    };
   };
 
   for (const m of models) {

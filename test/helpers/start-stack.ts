@@ -7,7 +7,7 @@ import type { BudgetLedger } from "../../src/budget/index.js";
 import { type BudgetDb, limits, type ModelConfig } from "../../src/config/index.js";
 import { type RunningEngine, startEngine } from "../../src/engine/index.js";
 import { type AppOptions, buildApp, type Lifecycle, type OnePortTimeouts } from "../../src/server/index.js";
-import type { ModelRegistry } from "../../src/service/index.js";
+import type { Admission, ModelRegistry } from "../../src/service/index.js";
 import type { UpstreamPool } from "../../src/upstream/index.js";
 
 export interface StackOptions {
@@ -43,6 +43,12 @@ export interface StackOptions {
   tracing?: AppOptions["tracing"];
   /** Inference requests one lens fan-out runs at once (default: the config's default). */
   lensFanOutConcurrency?: number;
+  /** Per-key caps (default: the config's defaults; 0 = no cap for the counts). */
+  maxRequestsPerKey?: number;
+  maxStreamsPerKey?: number;
+  maxUpstreamSharePerKey?: number;
+  /** A stream whose caller has not read for this long is ended, ms (default: the config's). */
+  streamStallMs?: number;
 }
 
 export interface Stack {
@@ -56,6 +62,8 @@ export interface Stack {
   ledger: BudgetLedger | undefined;
   /** The gateway's models and their replica pools. */
   registry: ModelRegistry<UpstreamPool>;
+  /** Per-key requests in flight (keys on). */
+  admission: Admission;
   /** The model id and alias the stack serves. */
   modelId: string;
   alias: string;
@@ -86,7 +94,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     ownedBy: "acs-test",
     ...opts.model,
   };
-  const { app, ledger, registry } = await buildApp(
+  const { app, ledger, registry, admission } = await buildApp(
     {
       models: [modelConfig],
       db: opts.db ?? (opts.dbPath === undefined ? undefined : { kind: "sqlite", path: opts.dbPath }),
@@ -98,6 +106,12 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       ...(opts.lensFanOutConcurrency === undefined
         ? {}
         : { lensFanOutConcurrency: opts.lensFanOutConcurrency }),
+      ...(opts.maxRequestsPerKey === undefined ? {} : { maxRequestsPerKey: opts.maxRequestsPerKey }),
+      ...(opts.maxStreamsPerKey === undefined ? {} : { maxStreamsPerKey: opts.maxStreamsPerKey }),
+      ...(opts.maxUpstreamSharePerKey === undefined
+        ? {}
+        : { maxUpstreamSharePerKey: opts.maxUpstreamSharePerKey }),
+      ...(opts.streamStallMs === undefined ? {} : { streamStallMs: opts.streamStallMs }),
     },
     {
       logger: opts.logger ?? pino({ level: "silent" }),
@@ -118,6 +132,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     engine,
     ledger,
     registry,
+    admission,
     modelId: modelConfig.id,
     alias,
     async close() {

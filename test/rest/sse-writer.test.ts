@@ -120,13 +120,81 @@ describe("createSseWriter on a PassThrough", () => {
     expect(bytes).toBe(before);
   });
 
-  it("a send waiting for drain resolves when the destination closes", async () => {
+  it("a send waiting for drain resolves false when the destination closes", async () => {
     const stuck = new Writable({ highWaterMark: 1, write() {} });
     const writer = createSseWriter(stuck, { keepaliveIntervalMs: 60_000 });
     const sending = writer.send({ a: 1 });
     stuck.destroy();
-    await expect(sending).resolves.toBe(true);
+    await expect(sending).resolves.toBe(false);
     expect(writer.closed).toBe(true);
+    expect(writer.stalled).toBe(false);
+  });
+
+  it("a write that waits stallMs for 'drain' ends the stream: onStall once, the send resolves false", async () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "setInterval", "clearInterval"] });
+    try {
+      const stuck = new Writable({ highWaterMark: 1, write() {} });
+      let stalls = 0;
+      const writer = createSseWriter(stuck, {
+        keepaliveIntervalMs: 60_000,
+        stallMs: 1000,
+        onStall: () => {
+          stalls++;
+          stuck.destroy();
+        },
+      });
+      let result: boolean | undefined;
+      const sending = writer.send({ a: 1 }).then((r) => {
+        result = r;
+      });
+      vi.advanceTimersByTime(999);
+      await Promise.resolve();
+      expect(result).toBeUndefined();
+      expect(stalls).toBe(0);
+      vi.advanceTimersByTime(1);
+      await sending;
+      expect(result).toBe(false);
+      expect(stalls).toBe(1);
+      expect(writer.stalled).toBe(true);
+      expect(writer.closed).toBe(true);
+      expect(await writer.send({ b: 2 })).toBe(false);
+      vi.advanceTimersByTime(10_000);
+      expect(stalls).toBe(1);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it("a caller that drains within stallMs each time is never ended, however long the stream", async () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "setInterval", "clearInterval"] });
+    try {
+      let release: (() => void) | undefined;
+      const slow = new Writable({
+        highWaterMark: 1,
+        write(_chunk, _encoding, callback) {
+          release = callback;
+        },
+      });
+      let stalls = 0;
+      const writer = createSseWriter(slow, {
+        keepaliveIntervalMs: 60_000,
+        stallMs: 1000,
+        onStall: () => {
+          stalls++;
+        },
+      });
+      for (let i = 0; i < 5; i++) {
+        const sending = writer.send({ i });
+        vi.advanceTimersByTime(900); // 4,500 ms in all: only each wait counts
+        release?.();
+        expect(await sending).toBe(true);
+      }
+      expect(stalls).toBe(0);
+      expect(writer.stalled).toBe(false);
+      slow.destroy();
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
 

@@ -12,6 +12,7 @@ export { createTokenizeCache, type TokenizeCache, type TokenizeEntry } from "./c
 export {
   type CompleteOptions,
   createVllmClient,
+  DEFAULT_MAX_CONCURRENT_COMPLETIONS,
   newUpstreamRequestId,
   type StreamOptions,
   type TokenizeResult,

@@ -1,0 +1,165 @@
+// Per-key admission: how many requests one key may have in flight at once, so that no single
+// caller can take the gateway or a model's upstream capacity from the others (README
+// "Configuration": ACS_MAX_REQUESTS_PER_KEY, ACS_MAX_STREAMS_PER_KEY, ACS_MAX_UPSTREAM_SHARE_PER_KEY).
+import { limits as contractLimits } from "../config/index.js";
+import { ApiError } from "../errors/index.js";
+
+/** Seconds a caller refused for a cap is told to wait (`Retry-After`): one of its requests may end by then. */
+export const ADMISSION_RETRY_AFTER_SECONDS = 1;
+
+/** The caps of {@link createAdmission}. A count of 0 means no cap. */
+export interface AdmissionLimits {
+  /** Concurrent requests of one key, streamed or not. 0 = no cap. @default 1024 */
+  readonly maxRequestsPerKey: number;
+  /** Concurrent streams of one key. 0 = no cap. @default 512 */
+  readonly maxStreamsPerKey: number;
+  /**
+   * The share of a model's upstream capacity (Σ over its replicas of `max_concurrent_requests`) one
+   * key may hold: a fraction in (0, 1]; the cap is ⌊share × capacity⌋ requests, at least 1.
+   * @default 0.5
+   */
+  readonly maxUpstreamSharePerKey: number;
+}
+
+/** The defaults of {@link AdmissionLimits}. */
+export const defaultAdmissionLimits: AdmissionLimits = {
+  maxRequestsPerKey: contractLimits.maxRequestsPerKey,
+  maxStreamsPerKey: contractLimits.maxStreamsPerKey,
+  maxUpstreamSharePerKey: contractLimits.maxUpstreamSharePerKey,
+};
+
+/** What one request asks of admission. */
+export interface AdmissionDemand {
+  /** True for a streamed request (counts against the stream cap too). */
+  readonly stream: boolean;
+  /** The model's canonical id. */
+  readonly modelId: string;
+  /** The model's upstream capacity: concurrent completions all its replicas take. */
+  readonly modelCapacity: number;
+}
+
+/** One admitted request's place; give it back exactly once with `release` (later calls do nothing). */
+export interface AdmissionTicket {
+  release(): void;
+}
+
+/** What one key has in flight now. */
+export interface KeyInFlight {
+  readonly requests: number;
+  readonly streams: number;
+  /** Requests per model id. */
+  readonly byModel: ReadonlyMap<string, number>;
+}
+
+/** Per-key counts of requests in flight, with caps. */
+export interface Admission {
+  readonly limits: AdmissionLimits;
+  /**
+   * Admits one request of `keyId`, or throws ApiError 429 `rate_limited` (type
+   * `rate_limit_error`, param null, retry after {@link ADMISSION_RETRY_AFTER_SECONDS} s) naming
+   * the first cap it would break, in this order: requests, streams, the model's share.
+   */
+  admit(keyId: string, demand: AdmissionDemand): AdmissionTicket;
+  /** What `keyId` has in flight now (zeros for a key with nothing in flight). */
+  inFlight(keyId: string): KeyInFlight;
+  /** Keys with at least one request in flight (a key with none takes no memory). */
+  readonly activeKeys: number;
+}
+
+interface Counts {
+  requests: number;
+  streams: number;
+  byModel: Map<string, number>;
+}
+
+/**
+ * The most requests one key may have in flight on a model of `capacity` concurrent completions:
+ * ⌊share × capacity⌋, at least 1.
+ */
+export function upstreamShareCap(share: number, capacity: number): number {
+  return Math.max(1, Math.floor(share * capacity));
+}
+
+function checkLimits(limits: AdmissionLimits): AdmissionLimits {
+  for (const name of ["maxRequestsPerKey", "maxStreamsPerKey"] as const) {
+    const v = limits[name];
+    if (!Number.isSafeInteger(v) || v < 0) throw new RangeError(`${name} must be an integer ≥ 0, got ${v}`);
+  }
+  const share = limits.maxUpstreamSharePerKey;
+  if (!(share > 0 && share <= 1)) {
+    throw new RangeError(`maxUpstreamSharePerKey must be in (0, 1], got ${share}`);
+  }
+  return limits;
+}
+
+const retry = { retry: true, afterSeconds: ADMISSION_RETRY_AFTER_SECONDS } as const;
+
+function refuse(message: string): ApiError {
+  return new ApiError("rate_limited", `${message} Retry when one of them has finished.`, { retry });
+}
+
+/**
+ * Per-key admission counts (one process; replicas of the gateway count each their own). Checked
+ * after the key and the model are known and before the Hold; released when the request ends,
+ * whatever the way (answer, error, disconnect, deadline, a stalled stream ended).
+ */
+export function createAdmission(limits: AdmissionLimits = defaultAdmissionLimits): Admission {
+  checkLimits(limits);
+  const keys = new Map<string, Counts>();
+
+  return {
+    limits,
+    get activeKeys() {
+      return keys.size;
+    },
+    inFlight(keyId) {
+      const c = keys.get(keyId);
+      return c === undefined
+        ? { requests: 0, streams: 0, byModel: new Map() }
+        : { requests: c.requests, streams: c.streams, byModel: new Map(c.byModel) };
+    },
+    admit(keyId, demand) {
+      const c = keys.get(keyId) ?? { requests: 0, streams: 0, byModel: new Map<string, number>() };
+      const { maxRequestsPerKey: maxRequests, maxStreamsPerKey: maxStreams } = limits;
+      if (maxRequests > 0 && c.requests >= maxRequests) {
+        throw refuse(
+          `This key already has ${c.requests} requests in flight: the per-key request cap is ${maxRequests} concurrent requests (streamed or not).`,
+        );
+      }
+      if (demand.stream && maxStreams > 0 && c.streams >= maxStreams) {
+        throw refuse(
+          `This key already has ${c.streams} streams open: the per-key stream cap is ${maxStreams} concurrent streams.`,
+        );
+      }
+      const onModel = c.byModel.get(demand.modelId) ?? 0;
+      const shareCap = upstreamShareCap(limits.maxUpstreamSharePerKey, demand.modelCapacity);
+      if (onModel >= shareCap) {
+        const percent = Math.round(limits.maxUpstreamSharePerKey * 1000) / 10;
+        throw refuse(
+          `This key already has ${onModel} requests in flight on ${demand.modelId}: the per-key share of a model's capacity is ${percent}% of its ${demand.modelCapacity} concurrent requests, ${shareCap} requests.`,
+        );
+      }
+      c.requests++;
+      if (demand.stream) c.streams++;
+      c.byModel.set(demand.modelId, onModel + 1);
+      keys.set(keyId, c);
+
+      let released = false;
+      return {
+        release() {
+          if (released) return;
+          released = true;
+          c.requests--;
+          if (demand.stream) c.streams--;
+          const left = (c.byModel.get(demand.modelId) ?? 1) - 1;
+          if (left > 0) c.byModel.set(demand.modelId, left);
+          else c.byModel.delete(demand.modelId);
+          if (c.requests === 0) keys.delete(keyId);
+        },
+      };
+    },
+  };
+}
+
+/** A ticket that holds nothing (keys off: no caps apply). */
+export const noAdmission: AdmissionTicket = { release() {} };
