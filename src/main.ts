@@ -82,7 +82,12 @@ async function main(): Promise<void> {
     throw err;
   }
   const logger = pino({ level: config.logLevel, name: "acs-gateway" });
-  if (config.embeddedEngine) {
+  // ACS_WORKERS > 1: this process is the cluster's primary, or one of its workers (src/server/cluster.ts).
+  const cluster = config.workers > 1 ? await import("./server/cluster.js") : undefined;
+  const worker = cluster?.joinCluster(logger);
+  if (worker) {
+    // The primary started the engine and logged the start; it logs the one "listening" line too.
+  } else if (config.embeddedEngine) {
     logger.info(
       { preset: config.embeddedEngine.preset },
       "starting the reference engine (no ACS_MODELS); its weights take a few seconds…",
@@ -93,25 +98,35 @@ async function main(): Promise<void> {
       "starting: checking the replicas of each model…",
     );
   }
+  if (cluster && !worker) {
+    const engine = config.embeddedEngine ? await startEmbeddedEngine(config, logger) : undefined;
+    return cluster.runPrimary({ config, workers: config.workers, logger, engine });
+  }
   const [{ buildApp }, embedded] = await Promise.all([
     import("./server/index.js"),
-    config.embeddedEngine ? startEmbeddedEngine(config, logger) : undefined,
+    worker?.embeddedModel
+      ? { model: worker.embeddedModel, isAlive: worker.engineAlive, stop: undefined }
+      : config.embeddedEngine && !worker
+        ? startEmbeddedEngine(config, logger)
+        : undefined,
   ]);
-  if (config.db === undefined) {
+  if (config.db === undefined && !worker) {
     logger.warn(
       { host: config.host },
       "ACS_DB is not set: authentication and Budgets are OFF (loopback only)",
     );
   }
   const models = embedded ? [embedded.model] : config.models;
-  const { app, registry } = await buildApp(
-    { ...config, models },
+  const { app, registry, metrics } = await buildApp(
+    { ...config, models, ...(worker ? { instanceId: worker.instanceId } : {}) },
     {
       logger,
       isReady: () => embedded?.isAlive() ?? true,
-      ...(embedded ? { onClose: embedded.stop } : {}),
+      ...(embedded?.stop ? { onClose: embedded.stop } : {}),
+      ...(worker ? { scrapeMetrics: worker.scrape } : {}),
     },
   );
+  worker?.registerMetrics(metrics);
   try {
     await app.listen({ host: config.host, port: config.port });
   } catch (err) {
@@ -125,17 +140,16 @@ async function main(): Promise<void> {
   // The port bound (PORT=0 takes any free one).
   const { address, port, family } = app.server.address() as AddressInfo;
   const url = `http://${family === "IPv6" ? `[${address}]` : address}:${port}`;
-  logger.info(
-    {
-      url,
-      port,
-      models: registry.status().map((m) => ({
-        names: [m.id, ...(models.find((c) => c.id === m.id)?.aliases ?? [])],
-        serving: m.serving,
-      })),
-    },
-    `acs-gateway listening on ${url} (REST, Connect, gRPC-Web, gRPC)`,
-  );
+  const listening = {
+    url,
+    port,
+    models: registry.status().map((m) => ({
+      names: [m.id, ...(models.find((c) => c.id === m.id)?.aliases ?? [])],
+      serving: m.serving,
+    })),
+  };
+  if (worker) worker.listening(listening);
+  else logger.info(listening, `acs-gateway listening on ${url} (REST, Connect, gRPC-Web, gRPC)`);
 
   let closing = false;
   const shutdown = (signal: string) => {

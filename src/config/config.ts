@@ -99,6 +99,11 @@ export interface Config {
    * 429 `rate_limited` with `Retry-After: 1`. @default 268435456 (256 MiB) (env ACS_STEERING_PROCESS_BYTES)
    */
   readonly steeringProcessBytes: number;
+  /**
+   * Gateway processes serving the one port (node:cluster; src/server/cluster.ts); 1 = a single
+   * process. @default os.availableParallelism() (env ACS_WORKERS)
+   */
+  readonly workers: number;
 }
 
 /** Why a file could not be read, in words (Node's errno codes). */
@@ -158,6 +163,7 @@ export function loadConfig(rawEnv: Record<string, string | undefined> = process.
     logLevel: env.ACS_LOG_LEVEL,
     steeringRequestBytes: env.ACS_STEERING_REQUEST_BYTES,
     steeringProcessBytes: env.ACS_STEERING_PROCESS_BYTES,
+    workers: env.ACS_WORKERS,
   };
   return Object.freeze(config);
 }

@@ -1,3 +1,4 @@
+import { availableParallelism } from "node:os";
 import { z } from "zod";
 import { ConfigError } from "./config-error.js";
 import { formatIssues } from "./format-issues.js";
@@ -44,6 +45,7 @@ const envSchema = z.object({
     .default("info"),
   ACS_STEERING_REQUEST_BYTES: intText(1, 2 ** 40, limits.steeringRequestBytes),
   ACS_STEERING_PROCESS_BYTES: intText(1, 2 ** 40, limits.steeringProcessBytes),
+  ACS_WORKERS: intText(1, 1024, availableParallelism()),
 });
 
 /** The checked environment. */

@@ -17,7 +17,7 @@ import {
   type UpstreamPool,
   type UpstreamPoolOptions,
 } from "../upstream/index.js";
-import { buildServer } from "./build-server.js";
+import { buildServer, type ServerDeps } from "./build-server.js";
 import { type GatewayMetrics, registerUpstreamMetrics } from "./metrics.js";
 import type { OnePortTimeouts } from "./one-port-server.js";
 
@@ -48,6 +48,8 @@ export interface AppOptions {
   readonly reclaimIntervalMs?: number;
   /** Runs last in app.close(), after the gateway's own resources are closed. */
   readonly onClose?: () => Promise<void>;
+  /** What GET /metrics answers, given the app's registry (cluster workers). @default its own */
+  readonly scrapeMetrics?: ServerDeps["scrapeMetrics"];
 }
 
 /** A built gateway, not yet listening. */
@@ -140,6 +142,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     modelStatus: () => registry.status(),
     steeringBudget,
     ...(options.timeouts ? { timeouts: options.timeouts } : {}),
+    ...(options.scrapeMetrics ? { scrapeMetrics: options.scrapeMetrics } : {}),
     onClose: async () => {
       await closePools();
       await ledger?.close();
