@@ -73,6 +73,10 @@ async function startEmbeddedEngine(config: Config, logger: pino.Logger) {
   return { model, isAlive: () => alive, stop };
 }
 
+function warnKeysOff(logger: pino.Logger, host: string): void {
+  logger.warn({ host }, "ACS_DB is not set: authentication and Budgets are OFF (loopback only)");
+}
+
 async function main(): Promise<void> {
   let config: Config;
   try {
@@ -100,6 +104,7 @@ async function main(): Promise<void> {
   }
   if (cluster && !worker) {
     const engine = config.embeddedEngine ? await startEmbeddedEngine(config, logger) : undefined;
+    if (config.db === undefined) warnKeysOff(logger, config.host);
     return cluster.runPrimary({ config, workers: config.workers, logger, engine });
   }
   const [{ buildApp }, embedded] = await Promise.all([
@@ -110,12 +115,7 @@ async function main(): Promise<void> {
         ? startEmbeddedEngine(config, logger)
         : undefined,
   ]);
-  if (config.db === undefined && !worker) {
-    logger.warn(
-      { host: config.host },
-      "ACS_DB is not set: authentication and Budgets are OFF (loopback only)",
-    );
-  }
+  if (config.db === undefined && !worker) warnKeysOff(logger, config.host);
   const models = embedded ? [embedded.model] : config.models;
   const { app, registry, metrics } = await buildApp(
     { ...config, models, ...(worker ? { instanceId: worker.instanceId } : {}) },

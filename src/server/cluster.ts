@@ -25,6 +25,8 @@ interface WorkerSettings {
   readonly instanceId: string;
   /** The embedded engine's model (the primary runs the engine); undefined with ACS_MODELS. */
   readonly embeddedModel: ModelConfig | undefined;
+  /** Whether the embedded engine was alive when this worker was forked. */
+  readonly engineAlive: boolean;
 }
 
 /** What a worker tells the primary once it listens. */
@@ -77,7 +79,7 @@ export function joinCluster(logger: Logger): ClusterWorker | undefined {
   const raw = process.env[WORKER_ENV];
   if (!cluster.isWorker || raw === undefined) return undefined;
   const settings = JSON.parse(raw) as WorkerSettings;
-  let engineAlive = true;
+  let engineAlive = settings.engineAlive;
   let registry: Registry | undefined;
   let nextId = 0;
   const scrapes = new Map<number, (m: ToWorker & { acs: "scrape" }) => void>();
@@ -300,6 +302,7 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
       slot: slot.n,
       instanceId: `${base}/w${slot.n}`,
       embeddedModel: engine?.model,
+      engineAlive: engine?.isAlive() ?? true,
     };
     const worker = cluster.fork({ [WORKER_ENV]: JSON.stringify(settings) });
     slot.worker = worker;
