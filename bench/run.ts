@@ -3,7 +3,8 @@
  * `npm run bench -- gateway lens` runs only the named sections and prints them (RESULTS.md is
  * written by a full run only: all sections, no options). Options after the names go to the
  * sections that take them, e.g. `npm run bench -- hotpath --quick` (see bench/hotpath/hotpath.ts).
- * A `streams` section (10,000 concurrent streams) is to come, built on bench/hotpath's pieces.
+ * `npm run bench -- streams` runs 10,000 concurrent streams (bench/streams/streams.ts; smaller
+ * counts through its BENCH_STREAMS* environment variables).
  */
 import { writeFileSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
@@ -13,6 +14,7 @@ import { benchEngine } from "./engine.js";
 import { benchCapture, benchGateway, benchHoldOnRequest } from "./gateway.js";
 import { benchHotpath, type SectionOptions } from "./hotpath/hotpath.js";
 import { benchLens } from "./lens.js";
+import { benchStreams } from "./streams/streams.js";
 import { benchStrictJson } from "./strict-json.js";
 
 const sections: Record<string, (options: SectionOptions) => Promise<string>> = {
@@ -24,6 +26,7 @@ const sections: Record<string, (options: SectionOptions) => Promise<string>> = {
   "strict-json": benchStrictJson,
   budget: benchBudget,
   hotpath: benchHotpath,
+  streams: benchStreams,
 };
 
 let parsed: ReturnType<typeof parse>;

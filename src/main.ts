@@ -147,6 +147,10 @@ async function startEmbeddedEngine(config: Config, logger: pino.Logger) {
   return { model, isAlive: () => alive, stop };
 }
 
+function warnKeysOff(logger: pino.Logger, host: string): void {
+  logger.warn({ host }, "ACS_DB is not set: authentication and Budgets are OFF (loopback only)");
+}
+
 async function main(): Promise<void> {
   let config: Config;
   try {
@@ -156,7 +160,12 @@ async function main(): Promise<void> {
     throw err;
   }
   const logger = createLogger({ level: config.logLevel, format: config.logFormat });
-  if (config.embeddedEngine) {
+  // ACS_WORKERS > 1: this process is the cluster's primary, or one of its workers (src/server/cluster.ts).
+  const cluster = config.workers > 1 ? await import("./server/cluster.js") : undefined;
+  const worker = cluster?.joinCluster(logger);
+  if (worker) {
+    // The primary started the engine and logged the start; it logs the one "listening" line too.
+  } else if (config.embeddedEngine) {
     logger.info(
       { preset: config.embeddedEngine.preset },
       "starting the reference engine (no ACS_MODELS); its weights take a few seconds…",
@@ -167,27 +176,40 @@ async function main(): Promise<void> {
       "starting: checking the replicas of each model…",
     );
   }
+  if (cluster && !worker) {
+    const engine = config.embeddedEngine ? await startEmbeddedEngine(config, logger) : undefined;
+    if (config.db === undefined) warnKeysOff(logger, config.host);
+    return cluster.runPrimary({
+      config,
+      workers: config.workers,
+      logger,
+      engine,
+      // Each worker drains (ACS_DRAIN_DELAY_MS) and closes (ACS_SHUTDOWN_GRACE_MS) on its own.
+      forceAfterMs: config.drainDelayMs + config.shutdownGraceMs + 15_000,
+    });
+  }
   const [{ buildApp, createLifecycle, drainAndClose }, embedded] = await Promise.all([
     import("./server/index.js"),
-    config.embeddedEngine ? startEmbeddedEngine(config, logger) : undefined,
+    worker?.embeddedModel
+      ? { model: worker.embeddedModel, isAlive: worker.engineAlive, stop: undefined }
+      : config.embeddedEngine && !worker
+        ? startEmbeddedEngine(config, logger)
+        : undefined,
   ]);
-  if (config.db === undefined) {
-    logger.warn(
-      { host: config.host },
-      "ACS_DB is not set: authentication and Budgets are OFF (loopback only)",
-    );
-  }
+  if (config.db === undefined && !worker) warnKeysOff(logger, config.host);
   const models = embedded ? [embedded.model] : config.models;
   const lifecycle = createLifecycle({ graceMs: config.shutdownGraceMs });
-  const { app, registry } = await buildApp(
-    { ...config, models },
+  const { app, registry, metrics } = await buildApp(
+    { ...config, models, ...(worker ? { instanceId: worker.instanceId } : {}) },
     {
       logger,
       isReady: () => embedded?.isAlive() ?? true,
       lifecycle,
-      ...(embedded ? { onClose: embedded.stop } : {}),
+      ...(embedded?.stop ? { onClose: embedded.stop } : {}),
+      ...(worker ? { scrapeMetrics: worker.scrape } : {}),
     },
   );
+  worker?.registerMetrics(metrics);
   try {
     await app.listen({ host: config.host, port: config.port });
   } catch (err) {
@@ -201,17 +223,16 @@ async function main(): Promise<void> {
   // The port bound (PORT=0 takes any free one).
   const { address, port, family } = app.server.address() as AddressInfo;
   const url = `http://${family === "IPv6" ? `[${address}]` : address}:${port}`;
-  logger.info(
-    {
-      url,
-      port,
-      models: registry.status().map((m) => ({
-        names: [m.id, ...(models.find((c) => c.id === m.id)?.aliases ?? [])],
-        serving: m.serving,
-      })),
-    },
-    `acs-gateway listening on ${url} (REST, Connect, gRPC-Web, gRPC)`,
-  );
+  const listening = {
+    url,
+    port,
+    models: registry.status().map((m) => ({
+      names: [m.id, ...(models.find((c) => c.id === m.id)?.aliases ?? [])],
+      serving: m.serving,
+    })),
+  };
+  if (worker) worker.listening(listening);
+  else logger.info(listening, `acs-gateway listening on ${url} (REST, Connect, gRPC-Web, gRPC)`);
 
   // The first signal drains (ACS_DRAIN_DELAY_MS) and closes (ACS_SHUTDOWN_GRACE_MS); a second one
   // skips what is left of the drain delay and ends the calls in flight at once.

@@ -148,7 +148,8 @@ async function startGateway(
   }
   return spawnServer(name, [exe, ...nodeFlags, ...rest], {
     cwd: ROOT,
-    env: { PORT: String(port), ...env },
+    // One process: the CPU per chunk is read from this pid (the streams section runs ACS_WORKERS).
+    env: { PORT: String(port), ACS_WORKERS: "1", ...env },
     url: `http://127.0.0.1:${port}`,
     readyPath: "/readyz",
   });

@@ -155,6 +155,11 @@ export interface Config {
    * @default 60000 (env ACS_STREAM_STALL_MS)
    */
   readonly streamStallMs: number;
+  /**
+   * Gateway processes serving the one port (node:cluster; src/server/cluster.ts); 1 = a single
+   * process. @default os.availableParallelism() (env ACS_WORKERS)
+   */
+  readonly workers: number;
 }
 
 /** Why a file could not be read, in words (Node's errno codes). */
@@ -228,6 +233,7 @@ export function loadConfig(rawEnv: Record<string, string | undefined> = process.
     maxStreamsPerKey: env.ACS_MAX_STREAMS_PER_KEY,
     maxUpstreamSharePerKey: env.ACS_MAX_UPSTREAM_SHARE_PER_KEY,
     streamStallMs: env.ACS_STREAM_STALL_MS,
+    workers: env.ACS_WORKERS,
   };
   return Object.freeze(config);
 }

@@ -1,3 +1,4 @@
+import { availableParallelism } from "node:os";
 import { z } from "zod";
 import { ConfigError } from "./config-error.js";
 import { formatIssues } from "./format-issues.js";
@@ -74,6 +75,7 @@ const envSchema = z.object({
   ACS_MAX_STREAMS_PER_KEY: intText(0, 1_000_000, limits.maxStreamsPerKey),
   ACS_MAX_UPSTREAM_SHARE_PER_KEY: fractionText(limits.maxUpstreamSharePerKey),
   ACS_STREAM_STALL_MS: intText(10, 24 * 3_600_000, limits.streamStallMs),
+  ACS_WORKERS: intText(1, 1024, availableParallelism()),
 });
 
 /** The checked environment. */

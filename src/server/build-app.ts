@@ -24,7 +24,7 @@ import {
   type UpstreamPool,
   type UpstreamPoolOptions,
 } from "../upstream/index.js";
-import { buildServer } from "./build-server.js";
+import { buildServer, type ServerDeps } from "./build-server.js";
 import type { Lifecycle } from "./lifecycle.js";
 import { type GatewayMetrics, registerUpstreamMetrics } from "./metrics.js";
 import type { OnePortTimeouts } from "./one-port-server.js";
@@ -77,6 +77,8 @@ export interface AppOptions {
    * @default createTracing({ otlpTracesUrl: config.otlpEndpoint })
    */
   readonly tracing?: Tracing;
+  /** What GET /metrics answers, given the app's registry (cluster workers). @default its own */
+  readonly scrapeMetrics?: ServerDeps["scrapeMetrics"];
 }
 
 /** A built gateway, not yet listening. */
@@ -183,6 +185,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     tracing: options.tracing ?? createTracing({ otlpTracesUrl: config.otlpEndpoint }),
     ...(options.timeouts ? { timeouts: options.timeouts } : {}),
     ...(options.lifecycle ? { lifecycle: options.lifecycle } : {}),
+    ...(options.scrapeMetrics ? { scrapeMetrics: options.scrapeMetrics } : {}),
     onClose: async () => {
       await closePools();
       await ledger?.close();

@@ -13,6 +13,7 @@ import Fastify, {
   LogController,
 } from "fastify";
 import type { Logger } from "pino";
+import type { Registry } from "prom-client";
 import { CompletionsService } from "../../gen/acs/v1/completions_pb.js";
 import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { type Config, limits } from "../config/index.js";
@@ -92,6 +93,11 @@ export interface ServerDeps {
   readonly lingerMs?: number;
   /** Spans and `traceparent` propagation (src/telemetry). @default createTracing(): none recorded */
   readonly tracing?: Tracing;
+  /**
+   * The text GET /metrics answers, given this server's registry (a cluster worker asks the
+   * primary for every worker's, src/server/cluster.ts). @default the registry's own metrics
+   */
+  readonly scrapeMetrics?: (local: Registry) => Promise<string>;
 }
 
 /** Ops routes (GET/HEAD only); REST routes know their own methods (src/rest). */
@@ -313,7 +319,7 @@ export async function buildServer(
     return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not_ready", models });
   });
   app.get("/metrics", async (_request, reply) => {
-    const text = await metrics.registry.metrics();
+    const text = await (deps.scrapeMetrics?.(metrics.registry) ?? metrics.registry.metrics());
     return reply.header("content-type", metrics.registry.contentType).send(text);
   });
 

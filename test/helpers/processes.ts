@@ -26,11 +26,12 @@ export async function waitForOk(url: string, timeoutMs = HANG_GUARD_MS, interval
 
 /**
  * Runs a TypeScript entry point as one node process with tsx's loader (no wrapper process, so a
- * signal reaches the server itself), with `env` added to this process's environment.
+ * signal reaches the server itself), with `env` added to this process's environment. The gateway
+ * runs as one process (`ACS_WORKERS=1`) unless `env` says otherwise: tests read its pid and logs.
  */
 export function startTs(args: string[], env: Record<string, string>): ChildProcess {
   return spawn(process.execPath, ["--import", "tsx", ...args], {
-    env: { ...process.env, ...env },
+    env: { ...process.env, ACS_WORKERS: "1", ...env },
     stdio: "ignore",
   });
 }

@@ -111,6 +111,7 @@ async function startGateway(
     ACS_DB: database.url,
     ACS_MODELS: modelsFile,
     ACS_INSTANCE_ID: instanceId,
+    ACS_WORKERS: "1", // one process per replica: its Holds and leases carry exactly this instance id
     ACS_LEASE_TTL_MS: "2000",
     ACS_HOLD_RENEW_MS: "100",
     PORT: String(port),

@@ -1,0 +1,413 @@
+// ACS_WORKERS=N (N > 1): N gateway processes on one port (node:cluster). The primary starts the
+// embedded reference engine once (when there is one), releases the Holds an earlier run left on a
+// SQLite file, forks the workers (the first alone, so that a port in use is one line and exit code
+// 2), restarts a worker that dies, aggregates /metrics for the worker a scrape reaches, and on
+// SIGTERM/SIGINT has every worker run its normal close path before it exits. Each worker is the
+// single-process gateway of src/main.ts with a stable instance id of its own in the Budget store.
+import cluster, { type Worker } from "node:cluster";
+import { hostname } from "node:os";
+import type { Logger } from "pino";
+import { AggregatorRegistry, Counter, Gauge, Registry } from "prom-client";
+import type { Config, ModelConfig } from "../config/index.js";
+import type { GatewayMetrics } from "./metrics.js";
+
+/** One registry's metrics as JSON (`Registry.getMetricsAsJSON`), what a worker sends the primary. */
+type MetricsJson = Awaited<ReturnType<Registry["getMetricsAsJSON"]>>;
+
+/** The environment variable that carries a worker's settings from the primary (JSON). */
+const WORKER_ENV = "ACS_CLUSTER_WORKER";
+
+/** What the primary hands each worker at fork (JSON in {@link WORKER_ENV}). */
+interface WorkerSettings {
+  /** 1..N: the worker's place; a restarted worker takes the place of the one that died. */
+  readonly slot: number;
+  /** Its name in the Budget store: `<ACS_INSTANCE_ID or host:pid:random>/w<slot>`. */
+  readonly instanceId: string;
+  /** The embedded engine's model (the primary runs the engine); undefined with ACS_MODELS. */
+  readonly embeddedModel: ModelConfig | undefined;
+  /** Whether the embedded engine was alive when this worker was forked. */
+  readonly engineAlive: boolean;
+}
+
+/** What a worker tells the primary once it listens. */
+interface ListeningInfo {
+  readonly url: string;
+  readonly port: number;
+  readonly models: unknown;
+}
+
+type ToPrimary =
+  | { readonly acs: "listening"; readonly info: ListeningInfo }
+  | { readonly acs: "scrape"; readonly id: number }
+  | { readonly acs: "metrics"; readonly id: number; readonly metrics: MetricsJson };
+
+type ToWorker =
+  | { readonly acs: "scrape"; readonly id: number; readonly text?: string; readonly error?: string }
+  | { readonly acs: "metrics"; readonly id: number }
+  | { readonly acs: "engine"; readonly alive: boolean };
+
+function isAcsMessage(m: unknown): m is { acs: string } {
+  return typeof m === "object" && m !== null && typeof (m as { acs?: unknown }).acs === "string";
+}
+
+/** A cluster worker's side: what src/main.ts changes when it runs as one of ACS_WORKERS. */
+export interface ClusterWorker {
+  readonly slot: number;
+  readonly instanceId: string;
+  /** The embedded engine's model, started by the primary; undefined with ACS_MODELS. */
+  readonly embeddedModel: ModelConfig | undefined;
+  /** False once the primary saw the embedded engine exit (readiness). */
+  engineAlive(): boolean;
+  /**
+   * Registers `acs_worker_requests_total{worker}` (this worker's requests, read from
+   * `acs_requests_total` at each scrape) and makes `metrics.registry` the one the primary reads.
+   */
+  registerMetrics(metrics: GatewayMetrics): void;
+  /**
+   * The Prometheus text of every worker's metrics aggregated by the primary (prom-client
+   * AggregatorRegistry: counters and histograms summed, per-worker series kept apart by their
+   * `worker` label), plus the primary's `acs_cluster_*`. Falls back to this worker's own metrics
+   * when the primary does not answer.
+   */
+  scrape(local: Registry): Promise<string>;
+  /** Tells the primary this worker listens (the primary logs the one "listening" line). */
+  listening(info: ListeningInfo): void;
+}
+
+/** This process's worker side when it is a cluster worker of the gateway; else undefined. */
+export function joinCluster(logger: Logger): ClusterWorker | undefined {
+  const raw = process.env[WORKER_ENV];
+  if (!cluster.isWorker || raw === undefined) return undefined;
+  const settings = JSON.parse(raw) as WorkerSettings;
+  let engineAlive = settings.engineAlive;
+  let registry: Registry | undefined;
+  let nextId = 0;
+  const scrapes = new Map<number, (m: ToWorker & { acs: "scrape" }) => void>();
+  const send = (m: ToPrimary) => process.send?.(m);
+  process.on("message", (m: unknown) => {
+    if (!isAcsMessage(m)) return;
+    const msg = m as ToWorker;
+    if (msg.acs === "engine") engineAlive = msg.alive;
+    else if (msg.acs === "scrape") scrapes.get(msg.id)?.(msg);
+    else if (msg.acs === "metrics") {
+      const id = msg.id;
+      (registry?.getMetricsAsJSON() ?? Promise.resolve([])).then(
+        (metrics) => send({ acs: "metrics", id, metrics }),
+        (err: unknown) => {
+          logger.error({ err }, "reading this worker's metrics failed");
+          send({ acs: "metrics", id, metrics: [] });
+        },
+      );
+    }
+  });
+  return {
+    slot: settings.slot,
+    instanceId: settings.instanceId,
+    embeddedModel: settings.embeddedModel,
+    engineAlive: () => engineAlive,
+    registerMetrics(metrics) {
+      registry = metrics.registry;
+      const worker = String(settings.slot);
+      new Counter({
+        name: "acs_worker_requests_total",
+        help: "Requests answered by each gateway worker process (ACS_WORKERS), by its slot 1..N.",
+        labelNames: ["worker"],
+        registers: [metrics.registry],
+        async collect() {
+          const { values } = await metrics.calls.requests.get();
+          this.reset();
+          this.inc(
+            { worker },
+            values.reduce((sum, v) => sum + v.value, 0),
+          );
+        },
+      });
+    },
+    scrape(local) {
+      const id = nextId++;
+      return new Promise<string>((resolve) => {
+        const fallback = (why: string) => {
+          scrapes.delete(id);
+          logger.warn({ why }, "metrics of the other workers unavailable; answering this worker's own");
+          local.metrics().then(resolve, () => resolve(""));
+        };
+        const timer = setTimeout(() => fallback("the primary did not answer in 10 s"), 10_000);
+        scrapes.set(id, (reply) => {
+          clearTimeout(timer);
+          scrapes.delete(id);
+          if (reply.text !== undefined) resolve(reply.text);
+          else fallback(reply.error ?? "no answer");
+        });
+        if (!process.send?.({ acs: "scrape", id } satisfies ToPrimary)) {
+          clearTimeout(timer);
+          fallback("no channel to the primary");
+        }
+      });
+    },
+    listening(info) {
+      send({ acs: "listening", info });
+    },
+  };
+}
+
+/** The embedded engine as the primary runs it (src/main.ts `startEmbeddedEngine`). */
+export interface PrimaryEngine {
+  readonly model: ModelConfig;
+  isAlive(): boolean;
+  stop(): Promise<void>;
+}
+
+/** Options of {@link runPrimary}. */
+export interface PrimaryOptions {
+  readonly config: Config;
+  /** Worker processes (≥ 2). */
+  readonly workers: number;
+  readonly logger: Logger;
+  /** The embedded engine, already started; stopped after the last worker exits. */
+  readonly engine?: PrimaryEngine | undefined;
+  /** A worker that lived less than this and died is restarted after a growing delay, ms. @default 5000 */
+  readonly minUptimeMs?: number;
+  /** After SIGTERM, workers still running after this long are SIGKILLed, ms. @default 60000 */
+  readonly forceAfterMs?: number;
+}
+
+/** Exit code of an operator's mistake, as src/main.ts uses it (a worker reports it first). */
+const USAGE_EXIT = 2;
+
+interface Slot {
+  readonly n: number;
+  worker: Worker | undefined;
+  listening: boolean;
+  startedAt: number;
+  delayMs: number;
+}
+
+/**
+ * The primary of ACS_WORKERS > 1 (never returns: the process exits after the workers do).
+ * Start: releases the Holds an earlier run left in a SQLite file (without ACS_INSTANCE_ID, as the
+ * single process does), forks worker 1, waits until it listens (exit code 2 with its one line if
+ * it cannot — a port in use), then the others; logs `acs-gateway listening on URL …` once all
+ * listen. A worker that dies is logged and started again in its slot (same instance id, so it
+ * releases the Holds its predecessor left), after 0.1 s, doubling up to 10 s while workers die
+ * young. SIGTERM or SIGINT: SIGTERM to every worker (each closes as the single process does),
+ * then the engine is stopped and the primary exits 0 (1 if a worker did not end cleanly).
+ */
+export async function runPrimary(options: PrimaryOptions): Promise<never> {
+  const { config, logger, engine } = options;
+  const minUptimeMs = options.minUptimeMs ?? 5000;
+  const base = config.instanceId ?? `${hostname()}:${process.pid}:${Math.random().toString(16).slice(2, 10)}`;
+  if (config.db?.kind === "sqlite" && config.instanceId === undefined) {
+    const { createBudgetLedger } = await import("../budget/index.js");
+    const ledger = await createBudgetLedger({ path: config.db.path, reclaimIntervalMs: 0 });
+    try {
+      const reclaimed = await ledger.reclaimOnStart("all");
+      logger.info({ db: config.db.path, reclaimed }, "released the Holds an earlier run left");
+    } finally {
+      await ledger.close();
+    }
+  }
+
+  const slots: Slot[] = Array.from({ length: options.workers }, (_, i) => ({
+    n: i + 1,
+    worker: undefined,
+    listening: false,
+    startedAt: 0,
+    delayMs: 100,
+  }));
+  let closing = false;
+  let unclean = false;
+  let restarts = 0;
+  let first: ListeningInfo | undefined;
+  let announced = false;
+  const pendingScrapes = new Map<number, { got: MetricsJson[]; waiting: Set<number>; done: () => void }>();
+  let nextScrape = 0;
+
+  const primaryRegistry = new Registry();
+  new Gauge({
+    name: "acs_cluster_workers",
+    help: "Gateway worker processes listening now (ACS_WORKERS).",
+    registers: [primaryRegistry],
+    collect() {
+      this.set(slots.filter((s) => s.listening).length);
+    },
+  });
+  new Counter({
+    name: "acs_cluster_worker_restarts_total",
+    help: "Gateway worker processes started again after one died.",
+    registers: [primaryRegistry],
+    collect() {
+      this.reset();
+      this.inc(restarts);
+    },
+  });
+
+  /** Every listening worker's metrics, aggregated, plus the primary's own. */
+  const aggregate = (): Promise<string> =>
+    new Promise((resolve, reject) => {
+      const id = nextScrape++;
+      const live = slots.filter((s) => s.listening && s.worker?.isConnected());
+      const entry = {
+        got: [] as MetricsJson[],
+        waiting: new Set(live.map((s) => s.n)),
+        done: () => {
+          clearTimeout(timer);
+          pendingScrapes.delete(id);
+          Promise.all([AggregatorRegistry.aggregate(entry.got).metrics(), primaryRegistry.metrics()]).then(
+            ([workers, own]) => resolve(`${workers}${own}`),
+            reject,
+          );
+        },
+      };
+      // A worker that does not answer within 5 s (stuck, or closing) is left out of this scrape.
+      const timer = setTimeout(() => {
+        logger.warn({ workers: [...entry.waiting] }, "workers did not answer a metrics scrape in 5 s");
+        entry.done();
+      }, 5000);
+      pendingScrapes.set(id, entry);
+      for (const s of live) s.worker?.send({ acs: "metrics", id } satisfies ToWorker);
+      if (entry.waiting.size === 0) entry.done();
+    });
+
+  const onMessage = (slot: Slot, m: unknown) => {
+    if (!isAcsMessage(m)) return;
+    const msg = m as ToPrimary;
+    if (msg.acs === "listening") {
+      slot.listening = true;
+      slot.delayMs = 100;
+      first ??= msg.info;
+      logger.debug({ worker: slot.n, pid: slot.worker?.process.pid }, "worker listening");
+      if (!announced && slots.every((s) => s.listening)) {
+        announced = true;
+        logger.info(
+          { url: first.url, port: first.port, workers: slots.length, models: first.models },
+          `acs-gateway listening on ${first.url} (REST, Connect, gRPC-Web, gRPC)`,
+        );
+      }
+    } else if (msg.acs === "metrics") {
+      const entry = pendingScrapes.get(msg.id);
+      if (entry === undefined || !entry.waiting.delete(slot.n)) return;
+      entry.got.push(msg.metrics);
+      if (entry.waiting.size === 0) entry.done();
+    } else if (msg.acs === "scrape") {
+      const id = msg.id;
+      aggregate().then(
+        (text) => slot.worker?.send({ acs: "scrape", id, text } satisfies ToWorker),
+        (err: unknown) => slot.worker?.send({ acs: "scrape", id, error: String(err) } satisfies ToWorker),
+      );
+    }
+  };
+
+  const fork = (slot: Slot): Worker => {
+    const settings: WorkerSettings = {
+      slot: slot.n,
+      instanceId: `${base}/w${slot.n}`,
+      embeddedModel: engine?.model,
+      engineAlive: engine?.isAlive() ?? true,
+    };
+    const worker = cluster.fork({ [WORKER_ENV]: JSON.stringify(settings) });
+    slot.worker = worker;
+    slot.listening = false;
+    slot.startedAt = Date.now();
+    worker.on("message", (m: unknown) => onMessage(slot, m));
+    worker.once("exit", (code, signal) => onExit(slot, worker, code, signal));
+    return worker;
+  };
+
+  let startFailed: ((code: number) => void) | undefined;
+  const onExit = (slot: Slot, worker: Worker, code: number | null, signal: string | null) => {
+    const wasListening = slot.listening;
+    slot.listening = false;
+    if (slot.worker === worker) slot.worker = undefined;
+    for (const entry of pendingScrapes.values())
+      if (entry.waiting.delete(slot.n) && entry.waiting.size === 0) entry.done();
+    if (closing) {
+      // A worker still starting has no handler yet: SIGTERM ends it at once, which is clean.
+      if (code !== 0 && !(signal === "SIGTERM" && !wasListening)) unclean = true;
+      logger.info({ worker: slot.n, pid: worker.process.pid, code, signal }, "worker exited");
+      return;
+    }
+    if (!wasListening && startFailed !== undefined) {
+      // Before the gateway listened: the worker has said why (a port in use is exit code 2).
+      startFailed(code ?? 1);
+      return;
+    }
+    const lived = Date.now() - slot.startedAt;
+    const delay = lived < minUptimeMs ? slot.delayMs : 100;
+    slot.delayMs = lived < minUptimeMs ? Math.min(slot.delayMs * 2, 10_000) : 100;
+    restarts++;
+    logger.error(
+      { worker: slot.n, pid: worker.process.pid, code, signal, restartInMs: delay },
+      "worker exited; starting another in its place",
+    );
+    setTimeout(() => {
+      if (!closing) fork(slot);
+    }, delay).unref();
+  };
+
+  const exitAll = async (code: number): Promise<never> => {
+    closing = true;
+    for (const s of slots) s.worker?.process.kill("SIGKILL");
+    await engine?.stop();
+    process.exit(code);
+  };
+
+  // The engine's liveness reaches every worker's readiness.
+  let engineWas = true;
+  if (engine !== undefined) {
+    setInterval(() => {
+      const alive = engine.isAlive();
+      if (alive === engineWas) return;
+      engineWas = alive;
+      for (const s of slots) s.worker?.send({ acs: "engine", alive } satisfies ToWorker);
+    }, 500).unref();
+  }
+
+  const shutdown = (signal: string) => {
+    if (closing) return;
+    closing = true;
+    logger.info({ signal, workers: slots.length }, "shutting down: every worker closes");
+    const live = slots.flatMap((s) => (s.worker === undefined ? [] : [s.worker]));
+    const force = setTimeout(() => {
+      logger.error("workers still running; killing them");
+      for (const w of live) w.process.kill("SIGKILL");
+    }, options.forceAfterMs ?? 60_000);
+    force.unref();
+    for (const w of live) w.process.kill("SIGTERM");
+    Promise.all(
+      live.map((w) =>
+        w.isDead() ? undefined : new Promise<void>((resolve) => w.once("exit", () => resolve())),
+      ),
+    )
+      .then(() => engine?.stop())
+      .then(
+        () => process.exit(unclean ? 1 : 0),
+        (err: unknown) => {
+          logger.error({ err }, "stopping the engine failed");
+          process.exit(1);
+        },
+      );
+  };
+  process.on("SIGTERM", () => shutdown("SIGTERM"));
+  process.on("SIGINT", () => shutdown("SIGINT"));
+
+  // Worker 1 alone first: if it cannot listen, it says why once and the gateway exits.
+  const started = (slot: Slot) =>
+    new Promise<number | undefined>((resolve) => {
+      startFailed = resolve;
+      const w = fork(slot);
+      const check = (m: unknown) => {
+        if (isAcsMessage(m) && m.acs === "listening") {
+          w.off("message", check);
+          resolve(undefined);
+        }
+      };
+      w.on("message", check);
+    });
+  const [one, ...rest] = slots as [Slot, ...Slot[]];
+  const failed = await started(one);
+  if (failed !== undefined) return exitAll(failed === USAGE_EXIT ? USAGE_EXIT : 1);
+  startFailed = undefined;
+  for (const s of rest) fork(s);
+  // Never resolves: the process ends in shutdown() or exitAll().
+  return new Promise<never>(() => undefined);
+}

@@ -1,0 +1,190 @@
+// ACS_WORKERS=2: a real primary (src/main.ts) with two workers on one port, the embedded engine
+// started once by the primary, keys on in one SQLite file. Requests reach both workers; a small
+// Budget is never overspent across them and no Hold is left open; /metrics sums both; a worker
+// that dies is started again; SIGTERM to the primary ends every process.
+import type { ChildProcess } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Database from "better-sqlite3";
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type BudgetLedger, createBudgetLedger } from "../../src/budget/index.js";
+import { until } from "../helpers/hang-guard.js";
+import { freePort, startTs, waitForOk } from "../helpers/processes.js";
+
+const dir = mkdtempSync(join(tmpdir(), "acs-cluster-"));
+const dbPath = join(dir, "acs.db");
+let primary: ChildProcess;
+let url: string;
+let admin: BudgetLedger;
+
+/** The pids of a process's children (Linux /proc). */
+function childrenOf(pid: number): number[] {
+  try {
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8")
+      .trim()
+      .split(/\s+/)
+      .filter(Boolean)
+      .map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/** The primary's worker processes (its children running src/main.ts; the engine is another). */
+function workerPids(): number[] {
+  return childrenOf(primary.pid ?? 0).filter((pid) => {
+    try {
+      return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("src/main.ts");
+    } catch {
+      return false;
+    }
+  });
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The value of each series of `name` on /metrics, by its label text (`""` without labels). */
+async function series(name: string): Promise<Map<string, number>> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const out = new Map<string, number>();
+  for (const line of text.split("\n")) {
+    const m = /^([a-zA-Z_:][\w:]*)(\{[^}]*\})? (\S+)$/.exec(line);
+    if (m?.[1] === name) out.set(m[2] ?? "", Number(m[3]));
+  }
+  return out;
+}
+
+beforeAll(async () => {
+  admin = await createBudgetLedger({ path: dbPath, reclaimIntervalMs: 0 });
+  const port = await freePort();
+  url = `http://127.0.0.1:${port}`;
+  primary = startTs(["src/main.ts"], {
+    ACS_WORKERS: "2",
+    ACS_DB: dbPath,
+    ACS_ENGINE_PRESET: "tiny",
+    PORT: String(port),
+    ACS_LOG_LEVEL: "warn",
+  });
+  await waitForOk(`${url}/healthz`);
+  // Both workers listen (the primary counts them).
+  await until(async () => (await series("acs_cluster_workers")).get("") === 2, "two workers listen");
+});
+
+afterAll(async () => {
+  primary?.kill("SIGKILL");
+  for (const pid of workerPids()) process.kill(pid, "SIGKILL");
+  await admin?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** Holds placed for a key, by the worker that placed each (`w1`, `w2`: the end of its instance id). */
+function holdsByWorker(keyId: string): Record<string, number> {
+  const db = new Database(dbPath, { readonly: true });
+  try {
+    const rows = db
+      .prepare<[string], { instance_id: string; n: number }>(
+        "SELECT instance_id, count(*) AS n FROM holds WHERE key_id = ? GROUP BY instance_id",
+      )
+      .all(keyId);
+    return Object.fromEntries(rows.map((r) => [r.instance_id.replace(/^.*\//, ""), r.n]));
+  } finally {
+    db.close();
+  }
+}
+
+/** Completions answered on /v1/completions, over all workers, as /metrics reports them. */
+async function completionsOnMetrics(): Promise<number> {
+  let n = 0;
+  for (const [labels, v] of await series("acs_requests_total")) {
+    if (labels.includes('route="/v1/completions"')) n += v;
+  }
+  return n;
+}
+
+// vLLM's ignore_eos (every request uses its whole max_tokens) rides along in the body.
+const body = { model: "tiny", prompt: "Hi", max_tokens: 10, temperature: 0, ignore_eos: true };
+
+describe("ACS_WORKERS=2", () => {
+  it("requests land on both workers; /metrics sums the two", async () => {
+    const { id, key } = await admin.createKey({ budgetTokens: 1_000_000 });
+    const client = new OpenAI({ apiKey: key, baseURL: `${url}/v1`, maxRetries: 0 });
+    const before = await completionsOnMetrics();
+    let sent = 0;
+    await until(async () => {
+      await Promise.all(Array.from({ length: 4 }, () => client.completions.create(body)));
+      sent += 4;
+      const by = holdsByWorker(id);
+      return (by.w1 ?? 0) > 0 && (by.w2 ?? 0) > 0;
+    }, "both workers place Holds");
+    const by = holdsByWorker(id);
+    expect(Object.keys(by).sort()).toEqual(["w1", "w2"]);
+    expect((by.w1 ?? 0) + (by.w2 ?? 0)).toBe(sent);
+    // Each worker counts only what it answered: the aggregate is the sum of both.
+    expect((await completionsOnMetrics()) - before).toBe(sent);
+    const perWorker = await series("acs_worker_requests_total");
+    expect([...perWorker.keys()].sort()).toEqual(['{worker="1"}', '{worker="2"}']);
+    for (const n of perWorker.values()) expect(n).toBeGreaterThan(0);
+  });
+
+  it("a small Budget is never overspent across the workers; no Hold left open", async () => {
+    const budget = 120;
+    const { id, key } = await admin.createKey({ budgetTokens: budget });
+    const client = new OpenAI({ apiKey: key, baseURL: `${url}/v1`, maxRetries: 0 });
+    const outcomes = await Promise.all(
+      Array.from({ length: 40 }, () =>
+        client.completions.create(body).then(
+          (r) => ({ charged: r.usage?.total_tokens ?? Number.NaN, code: undefined }),
+          (err: unknown) => ({ charged: 0, code: (err as { code?: string }).code }),
+        ),
+      ),
+    );
+    const served = outcomes.filter((o) => o.code === undefined);
+    const refused = outcomes.filter((o) => o.code !== undefined);
+    expect(refused.every((o) => o.code === "insufficient_quota")).toBe(true);
+    expect(served.length).toBeGreaterThan(0);
+    expect(refused.length).toBeGreaterThan(0); // the Budget fits fewer than 40 of them
+    const charged = served.reduce((a, o) => a + o.charged, 0);
+    const usage = await admin.usage(id);
+    expect(usage.spentTokens).toBe(charged);
+    expect(usage.spentTokens).toBeLessThanOrEqual(budget);
+    expect(usage.openHolds).toBe(0);
+    expect(usage.heldTokens).toBe(0);
+    const by = holdsByWorker(id);
+    expect(Object.values(by).reduce((a, n) => a + n, 0)).toBe(served.length);
+  });
+
+  it("starts a worker again when one dies", async () => {
+    const [victim] = workerPids();
+    expect(victim).toBeDefined();
+    process.kill(victim as number, "SIGKILL");
+    // A kept-alive connection to the dead worker is reset: such a scrape counts as "not yet".
+    const read = (name: string) => series(name).catch(() => new Map<string, number>());
+    await until(
+      async () => (await read("acs_cluster_worker_restarts_total")).get("") === 1,
+      "the primary counts a restart",
+    );
+    await until(async () => (await read("acs_cluster_workers")).get("") === 2, "two workers listen again");
+    const now = workerPids();
+    expect(now).toHaveLength(2);
+    expect(now).not.toContain(victim);
+    expect((await fetch(`${url}/readyz`)).status).toBe(200);
+  });
+
+  it("SIGTERM to the primary: every worker closes, the engine stops, the primary exits 0", async () => {
+    const children = childrenOf(primary.pid ?? 0);
+    expect(children.length).toBe(3); // two workers and the engine
+    const exited = new Promise<number | null>((resolve) => primary.once("exit", resolve));
+    primary.kill("SIGTERM");
+    expect(await exited).toBe(0);
+    await until(() => children.every((pid) => !alive(pid)), "every child process is gone");
+  });
+});
