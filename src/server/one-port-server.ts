@@ -44,7 +44,12 @@ export interface OnePortTimeouts {
    * @default 300000
    */
   readonly requestMs: number;
-  /** HTTP/1.1 keep-alive between requests (idle). @default 5000 */
+  /**
+   * HTTP/1.1 keep-alive between requests (idle). Longer than the idle timeout of the load balancers
+   * and clients in front (60 s for AWS ALB, nginx's 60 s `keepalive_timeout`; undici 4 s): the side
+   * that closes an idle connection first should be the client, else a request sent on it as the
+   * server closes it is reset (a 502 at a load balancer, ECONNRESET in a client). @default 65000
+   */
   readonly keepAliveMs: number;
   /**
    * HTTP/2, idle: a session whose streams carry nothing (HEADERS or DATA, either way) for this long
@@ -66,7 +71,7 @@ export const defaultOnePortTimeouts: OnePortTimeouts = {
   firstBytesMs: 10_000,
   headersMs: 60_000,
   requestMs: 300_000,
-  keepAliveMs: 5_000,
+  keepAliveMs: 65_000,
   h2IdleMs: 72_000,
   closeGraceMs: 5_000,
 };
