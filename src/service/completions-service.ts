@@ -50,7 +50,7 @@ import {
   resolveMaxTokens,
 } from "./checks.js";
 import { boundPromptTokens, countPromptTokens, createSpecialTokenCounter } from "./count-prompt-tokens.js";
-import { type FanOutPart, fanOutParts, isLensFanOut, mergeLimited } from "./lens-fan-out.js";
+import { checkFanOutSeed, type FanOutPart, fanOutParts, isLensFanOut, mergeLimited } from "./lens-fan-out.js";
 import type { ModelRegistry, ServedModel } from "./model-registry.js";
 import type { KeyInfo, Ledger } from "./ports.js";
 import type { CallContext, CompletionsApi } from "./types.js";
@@ -267,6 +267,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     checkStreamOnlyFields(request, stream); //                                   §4 stream_options, prompt_logprobs
     const shape = requestShape(request);
     checkMaxTokensGiven(request, shape); //                                      §3 several prompts or n > 1
+    checkFanOutSeed(request, shape); //                                          §6 seed + k stays an int64
     const model = models.resolve(request.model); //                             §2 model (404)
     if (ctx.record !== undefined) ctx.record.model = model.id;
     if (key !== undefined) await ledger?.checkModel(key, model.id, model.aliases); // §9 allowed (403)
@@ -519,6 +520,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     part: number,
   ): AsyncGenerator<StreamCompletionResponse> {
     const offsets = new TextOffsets();
+    meter.markStarted(part);
     for await (const upstreamChunk of prepared.model.client.stream(
       { ...body, stream: true, return_token_ids: true },
       { signal, ...upstreamCallOptions(prepared, prepared.ctx) },
@@ -626,7 +628,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     meter: UsageMeter,
     part: number,
   ): Promise<CreateCompletionResponse> {
-    meter.markUncounted();
+    meter.markUncounted(part);
     const v = await prepared.model.client.complete(
       { ...body, return_token_ids: true },
       { signal, deadlineMs: deps.nonStreamDeadlineMs, ...upstreamCallOptions(prepared, prepared.ctx) },

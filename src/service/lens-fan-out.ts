@@ -4,6 +4,7 @@
 // `concurrency` at a time; their outputs are merged into the caller's one completion.
 import pLimit from "p-limit";
 import type { CreateCompletionRequest } from "../../gen/acs/v1/completions_pb.js";
+import { ApiError } from "../errors/index.js";
 import type { VllmCompletionRequest } from "../upstream/index.js";
 import type { RequestShape } from "./checks.js";
 
@@ -24,6 +25,26 @@ export interface FanOutPart {
 export function isLensFanOut(request: CreateCompletionRequest, shape: RequestShape): boolean {
   const lens = request.outputResidualStream !== undefined || request.applySteeringVectors.length > 0;
   return lens && (shape.prompts > 1 || shape.n > 1);
+}
+
+/** The largest seed (int64), proto/API.md §2. */
+const maxSeed = 2n ** 63n - 1n;
+
+/**
+ * The seed rule of a fan-out (sample k uses seed s + k) must keep every sample's seed in range:
+ * with n samples, seed ≤ 2^63 − n. Throws ApiError 400 `invalid_request`, param `seed`, before
+ * anything reaches Inference (which would refuse sample k's seed in its own words, after the
+ * samples before it ran). A no-op for a request that does not fan out or has no seed.
+ */
+export function checkFanOutSeed(request: CreateCompletionRequest, shape: RequestShape): void {
+  if (request.seed === undefined || shape.n <= 1 || !isLensFanOut(request, shape)) return;
+  const last = request.seed + BigInt(shape.n - 1);
+  if (last <= maxSeed) return;
+  throw new ApiError(
+    "invalid_request",
+    `A request that captures or steers with n = ${shape.n} runs its samples with seeds seed, seed + 1, …, seed + ${shape.n - 1}, so seed must be at most ${maxSeed - BigInt(shape.n - 1)}, but it is ${request.seed}.`,
+    { param: "seed" },
+  );
 }
 
 /**

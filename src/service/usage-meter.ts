@@ -26,6 +26,10 @@ interface Part {
   reported: number | undefined;
   /** Prompt tokens of its streamed capture's replay prefill. */
   replay: number;
+  /** Whether its Inference request was sent (a fan-out's parts wait for a free slot). */
+  started: boolean;
+  /** Served without a stream: its generated tokens are unknown until Inference answers. */
+  uncounted: boolean;
 }
 
 /**
@@ -38,8 +42,6 @@ interface Part {
  */
 export class UsageMeter {
   readonly #parts: Part[];
-  /** Set when Inference served the request without a stream: tokens generated are unknown until it answers. */
-  #uncounted = false;
 
   /**
    * Each prompt's tokens of a request sent as one upstream request whose prompts were bounded
@@ -74,11 +76,16 @@ export class UsageMeter {
         : typeof promptTokens === "number"
           ? [promptTokens]
           : promptTokens;
+    // A request sent as one upstream request is under way from the start; the parts of a fan-out
+    // (always two or more) each start when a slot is free ({@link markStarted}).
+    const started = prompts.length === 1;
     this.#parts = prompts.map((tokens) => ({
       promptTokens: tokens,
       generated: 0,
       reported: undefined,
       replay: 0,
+      started,
+      uncounted: false,
     }));
   }
 
@@ -142,22 +149,44 @@ export class UsageMeter {
 
   /** Counts generated token ids of part `part`. */
   addGenerated(tokens: number, part = 0): void {
-    this.#part(part).generated += tokens;
+    const p = this.#part(part);
+    p.generated += tokens;
+    p.started = true;
   }
 
   /** A streamed capture's replay prefill of part `part`: its prompt tokens (prompt + generated − 1). */
   addReplay(promptTokens: number, part = 0): void {
-    this.#part(part).replay += promptTokens;
+    const p = this.#part(part);
+    p.replay += promptTokens;
+    p.started = true;
   }
 
-  /** The request is served by non-streamed Inference calls whose generated tokens are unknown until they answer. */
-  markUncounted(): void {
-    this.#uncounted = true;
+  /** Part `part`'s Inference request is being sent (a fan-out's part that was waiting for a slot). */
+  markStarted(part = 0): void {
+    this.#part(part).started = true;
   }
 
-  /** prompt + generated (+ replay) over the parts: what a finished request, or one cut short, has used. */
+  /** Part `part` is served by a non-streamed Inference call whose generated tokens are unknown until it answers. */
+  markUncounted(part = 0): void {
+    const p = this.#part(part);
+    p.started = true;
+    p.uncounted = true;
+  }
+
+  /** What one part has used: nothing before it was sent; Inference's usage, else prompt + generated; + replay. */
+  static #usedBy(p: Part): number {
+    if (!p.started && p.reported === undefined) return 0;
+    return (p.reported ?? p.promptTokens + p.generated) + p.replay;
+  }
+
+  /**
+   * prompt + generated (+ replay) over the parts that were sent: what a finished request, or one
+   * cut short, has used.
+   */
   get used(): number {
-    return this.#parts.reduce((sum, p) => sum + (p.reported ?? p.promptTokens + p.generated) + p.replay, 0);
+    let sum = 0;
+    for (const p of this.#parts) sum += UsageMeter.#usedBy(p);
+    return sum;
   }
 
   /**
@@ -166,23 +195,24 @@ export class UsageMeter {
    * - a refusal by which Inference did no work (it was unreachable or refused the request before
    *   generating anything, in every part): 0;
    * - a non-streamed Inference call cut short by its caller or the deadline before it answered
-   *   (prompt_logprobs, capture; in a fan-out, any part without an answer): its tokens are unknown,
-   *   and vLLM reports none for an aborted request, so the whole Hold — else disconnecting would be
-   *   a way to have work done for free;
-   * - otherwise what was used: prompt + generated (+ replay), summed over the parts.
+   *   (prompt_logprobs, capture): its tokens are unknown, and vLLM reports none for an aborted
+   *   request, so the whole Hold — else disconnecting would be a way to have work done for free. In
+   *   a fan-out, each such part (sent, not answered) is charged its share of the Hold (Hold ÷
+   *   parts) or what it used if more; parts never sent cost nothing; at most the Hold in all;
+   * - otherwise what was used: prompt + generated (+ replay), summed over the parts sent.
    */
   charge(failure: unknown, heldTokens: number): number {
     if (failure === undefined) return this.used;
     const code: ErrorCode = failure instanceof ApiError ? failure.code : "internal_error";
     const noneReported = this.#parts.every((p) => p.reported === undefined);
     if (noWorkCodes.has(code) && this.generated === 0 && noneReported) return 0;
-    if (
-      this.#uncounted &&
-      this.#parts.some((p) => p.reported === undefined) &&
-      (code === "canceled" || code === "deadline_exceeded")
-    ) {
-      return Math.max(heldTokens, this.used);
-    }
-    return this.used;
+    const cut = code === "canceled" || code === "deadline_exceeded";
+    const unanswered = (p: Part) => p.uncounted && p.reported === undefined;
+    if (!cut || !this.#parts.some(unanswered)) return this.used;
+    if (this.#parts.length === 1) return Math.max(heldTokens, this.used);
+    const share = Math.ceil(heldTokens / this.#parts.length);
+    let sum = 0;
+    for (const p of this.#parts) sum += unanswered(p) ? Math.max(share, UsageMeter.#usedBy(p)) : UsageMeter.#usedBy(p);
+    return Math.min(heldTokens, sum);
   }
 }

@@ -4,7 +4,8 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
-import { fanOutParts, isLensFanOut, mergeLimited } from "../../src/service/lens-fan-out.js";
+import { ApiError } from "../../src/errors/index.js";
+import { checkFanOutSeed, fanOutParts, isLensFanOut, mergeLimited } from "../../src/service/lens-fan-out.js";
 import type { VllmCompletionRequest } from "../../src/upstream/index.js";
 import { until } from "../helpers/hang-guard.js";
 
@@ -31,6 +32,39 @@ describe("isLensFanOut", () => {
     ["no lens fields, 3 prompts × n = 4", req({}), { prompts: 3, n: 4 }, false],
   ])("%s", (_name, request, shape, want) => {
     expect(isLensFanOut(request, shape)).toBe(want);
+  });
+});
+
+describe("checkFanOutSeed", () => {
+  const max = 2n ** 63n - 1n;
+  const capture = (seed: bigint) =>
+    create(CreateCompletionRequestSchema, {
+      model: "m",
+      prompt: { case: "text", value: "x" },
+      seed,
+      outputResidualStream: { allLayers: true },
+    });
+  it("accepts seeds whose last sample stays an int64, at the edge too", () => {
+    expect(() => checkFanOutSeed(capture(max - 1n), { prompts: 1, n: 2 })).not.toThrow();
+    expect(() => checkFanOutSeed(capture(-(2n ** 63n)), { prompts: 3, n: 128 })).not.toThrow();
+    expect(() => checkFanOutSeed(capture(max), { prompts: 2, n: 1 })).not.toThrow(); // k is 0 only
+  });
+  it("refuses a seed whose sample k would pass 2^63 − 1: 400 invalid_request, param seed", () => {
+    let err: unknown;
+    try {
+      checkFanOutSeed(capture(max), { prompts: 1, n: 2 });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(ApiError);
+    expect(err).toMatchObject({ code: "invalid_request", param: "seed", status: 400 });
+    expect((err as ApiError).message).toBe(
+      `A request that captures or steers with n = 2 runs its samples with seeds seed, seed + 1, …, seed + 1, so seed must be at most ${max - 1n}, but it is ${max}.`,
+    );
+  });
+  it("leaves a request without lens fields alone (Inference samples n itself)", () => {
+    const plain = create(CreateCompletionRequestSchema, { model: "m", prompt: { case: "text", value: "x" }, seed: max });
+    expect(() => checkFanOutSeed(plain, { prompts: 1, n: 4 })).not.toThrow();
   });
 });
 

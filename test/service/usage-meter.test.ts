@@ -92,16 +92,26 @@ describe("UsageMeter", () => {
     expect(() => meter.addGenerated(1, 3)).toThrow(RangeError);
   });
 
-  it("in a fan-out, charges nothing only when no part did work, and the whole Hold when a part is cut short unanswered", () => {
+  it("in a fan-out, charges nothing for parts never sent, and a part cut short unanswered its share of the Hold", () => {
     const idle = new UsageMeter([3, 4]);
     expect(idle.charge(err("upstream_unavailable"), 50)).toBe(0);
     idle.report(9, 0);
-    expect(idle.charge(err("upstream_unavailable"), 50)).toBe(13);
-    const unary = new UsageMeter([3, 4]);
-    unary.markUncounted();
+    expect(idle.charge(err("upstream_unavailable"), 50)).toBe(9); // part 1 was never sent
+    idle.markStarted(1);
+    expect(idle.charge(err("upstream_unavailable"), 50)).toBe(13); // sent: its prompt was read
+    const unary = new UsageMeter([3, 4, 5, 6]);
+    unary.markUncounted(0);
+    unary.markUncounted(1);
     unary.report(9, 0);
-    expect(unary.charge(err("canceled"), 50)).toBe(50);
+    // part 1 sent and unanswered: its share, 100 / 4 = 25; parts 2 and 3 never sent: nothing.
+    expect(unary.charge(err("canceled"), 100)).toBe(9 + 25);
+    expect(unary.charge(err("deadline_exceeded"), 100)).toBe(9 + 25);
     unary.report(6, 1);
-    expect(unary.charge(err("canceled"), 50)).toBe(15);
+    expect(unary.charge(err("canceled"), 100)).toBe(15);
+    // At most the Hold, however many parts are cut short.
+    const all = new UsageMeter([3, 4]);
+    all.markUncounted(0);
+    all.markUncounted(1);
+    expect(all.charge(err("canceled"), 7)).toBe(7);
   });
 });
