@@ -62,7 +62,14 @@ export async function startGatewayChild(upstreamUrl: string, env: Record<string,
     ["--expose-gc", "--import", "tsx", "--import", probeModule, "src/main.ts"],
     {
       cwd: repoRoot,
-      env: { ...process.env, ACS_WORKERS: "1", ACS_MODELS: modelsFile, PORT: String(port), ACS_LOG_LEVEL: "error", ...env },
+      env: {
+        ...process.env,
+        ACS_WORKERS: "1",
+        ACS_MODELS: modelsFile,
+        PORT: String(port),
+        ACS_LOG_LEVEL: "error",
+        ...env,
+      },
       stdio: ["ignore", "ignore", "inherit", "ipc"],
     },
   );

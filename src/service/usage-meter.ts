@@ -212,7 +212,8 @@ export class UsageMeter {
     if (this.#parts.length === 1) return Math.max(heldTokens, this.used);
     const share = Math.ceil(heldTokens / this.#parts.length);
     let sum = 0;
-    for (const p of this.#parts) sum += unanswered(p) ? Math.max(share, UsageMeter.#usedBy(p)) : UsageMeter.#usedBy(p);
+    for (const p of this.#parts)
+      sum += unanswered(p) ? Math.max(share, UsageMeter.#usedBy(p)) : UsageMeter.#usedBy(p);
     return Math.min(heldTokens, sum);
   }
 }

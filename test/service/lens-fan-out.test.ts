@@ -63,7 +63,11 @@ describe("checkFanOutSeed", () => {
     );
   });
   it("leaves a request without lens fields alone (Inference samples n itself)", () => {
-    const plain = create(CreateCompletionRequestSchema, { model: "m", prompt: { case: "text", value: "x" }, seed: max });
+    const plain = create(CreateCompletionRequestSchema, {
+      model: "m",
+      prompt: { case: "text", value: "x" },
+      seed: max,
+    });
     expect(() => checkFanOutSeed(plain, { prompts: 1, n: 4 })).not.toThrow();
   });
 });
