@@ -13,6 +13,7 @@ export default defineConfig({
     outDir: fileURLToPath(new URL("../../dist/playground", import.meta.url)),
     emptyOutDir: true,
     target: "es2022",
-    sourcemap: true,
+    // No source maps served: the page's sources are in the repository (src/playground).
+    sourcemap: false,
   },
 });

@@ -265,10 +265,8 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
       // The caller has not read for stallMs: end the stream (the call's signal aborts Inference;
       // the pump stops and closes the iterator, which settles the Hold).
       onStall: () => {
-        request.log.info(
-          { requestId: ctx.requestId, stallMs },
-          `stream ended: its caller has not read for ${stallMs} ms`,
-        );
+        // request.log already names the request (requestId).
+        request.log.info({ stallMs }, `stream ended: its caller has not read for ${stallMs} ms`);
         out.destroy();
         reply.raw.destroy();
       },

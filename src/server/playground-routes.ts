@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url";
 import fastifyStatic from "@fastify/static";
 import type { FastifyInstance, FastifyReply } from "fastify";
 import { ApiError } from "../errors/index.js";
-import { requestIdOf, sendError } from "../rest/index.js";
+import { requestIdOf, sendError, unknownRoute } from "../rest/index.js";
 
 /** Where the playground page lives in a URL: /playground and /playground/… */
 export const PLAYGROUND_PATH = "/playground";
@@ -60,6 +60,15 @@ export async function playgroundRoutes(app: FastifyInstance, options: { dir: str
     app.get(`${PLAYGROUND_PATH}/*`, notBuilt);
     return;
   }
+  // @fastify/static refuses a path that leaves `dir` (`..`, NUL, a doubled slash) with its own 403
+  // error: to a caller it is a file the page does not have, the usual 404 envelope (and no stack
+  // in the log). Other errors go on to the server's handler.
+  app.setErrorHandler((err: { code?: unknown; statusCode?: unknown }, request, reply) => {
+    if (err.code === "FST_STATIC_FORBIDDEN_PATH" || err.statusCode === 403 || err.statusCode === 404) {
+      return sendError(reply, unknownRoute(request), requestIdOf(reply));
+    }
+    throw err;
+  });
   await app.register(fastifyStatic, {
     root: dir,
     prefix: `${PLAYGROUND_PATH}/`,

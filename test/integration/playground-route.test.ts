@@ -2,6 +2,7 @@
 // CSP of 'self' only, the gateway's 404 envelope for anything else under /playground/, and a
 // 404 naming the build command when the page was never built.
 import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { request as httpRequest } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -71,6 +72,42 @@ describe("GET /playground", () => {
       const body = (await response.json()) as { error: { code: string }; request_id: string };
       expect(body.error.code).toBe("unknown_route");
       expect(body.request_id).toBe(response.headers.get("x-request-id"));
+    }
+  });
+
+  it("answers paths that would leave the page's folder with the 404 envelope, never a 500", async () => {
+    // Raw paths (fetch would normalise `..` and `%2e%2e` away before sending).
+    const raw = (path: string, method = "GET") =>
+      new Promise<{ status: number; body: string; id: string | undefined }>((resolve, reject) => {
+        const req = httpRequest(`${built.url}/`, { method, path }, (res) => {
+          let body = "";
+          res.setEncoding("utf8").on("data", (d: string) => {
+            body += d;
+          });
+          res.on("end", () =>
+            resolve({
+              status: res.statusCode ?? 0,
+              body,
+              id: res.headers["x-request-id"] as string | undefined,
+            }),
+          );
+        });
+        req.on("error", reject).end();
+      });
+    for (const path of [
+      "/playground/..",
+      "/playground/../package.json",
+      "/playground/%2e%2e/package.json",
+      "/playground//etc/passwd",
+      "/playground/a%00b",
+      "/playground/assets/..%5c..%5cpackage.json",
+    ]) {
+      const response = await raw(path);
+      expect(response.status, path).toBe(404);
+      const body = JSON.parse(response.body) as { error: { code: string }; request_id: string };
+      expect(body.error.code, path).toBe("unknown_route");
+      expect(body.request_id).toBe(response.id);
+      expect(response.body).not.toContain('"name"'); // not package.json
     }
   });
 
