@@ -36,10 +36,18 @@ export interface AdmissionDemand {
   readonly modelId: string;
   /** The model's upstream capacity: concurrent completions all its replicas take. */
   readonly modelCapacity: number;
+  /**
+   * Inference requests this request may hold at once: 1, or a lens fan-out's concurrency
+   * (proto/API.md §6). Counted against the key's share of the model, at most the share itself.
+   * @default 1
+   */
+  readonly upstreamRequests?: number;
 }
 
 /** One admitted request's place; give it back exactly once with `release` (later calls do nothing). */
 export interface AdmissionTicket {
+  /** Inference requests the request may hold at once (its demand, at most the key's share). */
+  readonly upstreamRequests: number;
   release(): void;
 }
 
@@ -133,7 +141,8 @@ export function createAdmission(limits: AdmissionLimits = defaultAdmissionLimits
       }
       const onModel = c.byModel.get(demand.modelId) ?? 0;
       const shareCap = upstreamShareCap(limits.maxUpstreamSharePerKey, demand.modelCapacity);
-      if (onModel >= shareCap) {
+      const weight = Math.min(Math.max(1, demand.upstreamRequests ?? 1), shareCap);
+      if (onModel + weight > shareCap) {
         const percent = Math.round(limits.maxUpstreamSharePerKey * 1000) / 10;
         throw refuse(
           `This key already has ${onModel} requests in flight on ${demand.modelId}: the per-key share of a model's capacity is ${percent}% of its ${demand.modelCapacity} concurrent requests, ${shareCap} requests.`,
@@ -141,17 +150,18 @@ export function createAdmission(limits: AdmissionLimits = defaultAdmissionLimits
       }
       c.requests++;
       if (demand.stream) c.streams++;
-      c.byModel.set(demand.modelId, onModel + 1);
+      c.byModel.set(demand.modelId, onModel + weight);
       keys.set(keyId, c);
 
       let released = false;
       return {
+        upstreamRequests: weight,
         release() {
           if (released) return;
           released = true;
           c.requests--;
           if (demand.stream) c.streams--;
-          const left = (c.byModel.get(demand.modelId) ?? 1) - 1;
+          const left = (c.byModel.get(demand.modelId) ?? weight) - weight;
           if (left > 0) c.byModel.set(demand.modelId, left);
           else c.byModel.delete(demand.modelId);
           if (c.requests === 0) keys.delete(keyId);
@@ -162,4 +172,4 @@ export function createAdmission(limits: AdmissionLimits = defaultAdmissionLimits
 }
 
 /** A ticket that holds nothing (keys off: no caps apply). */
-export const noAdmission: AdmissionTicket = { release() {} };
+export const noAdmission: AdmissionTicket = { upstreamRequests: Number.POSITIVE_INFINITY, release() {} };

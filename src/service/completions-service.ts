@@ -247,9 +247,24 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
    * §9 per-key caps: the request's place among its key's requests in flight (requests, streams,
    * the model's share), or 429 `rate_limited`. Keys off: no caps (one trusted caller on loopback).
    */
-  function admit(key: KeyInfo | undefined, model: ServedModel<VllmClient>, stream: boolean): AdmissionTicket {
+  /** A fan-out's parts run at once: the concurrency, at most what the key's share admitted. */
+  function partsAtOnce(prepared: Prepared): number {
+    return Math.max(1, Math.min(fanOutConcurrency, prepared.admission.upstreamRequests));
+  }
+
+  function admit(
+    key: KeyInfo | undefined,
+    model: ServedModel<VllmClient>,
+    stream: boolean,
+    upstreamRequests: number,
+  ): AdmissionTicket {
     if (key === undefined) return noAdmission;
-    return admission.admit(key.id, { stream, modelId: model.id, modelCapacity: model.upstreamCapacity });
+    return admission.admit(key.id, {
+      stream,
+      modelId: model.id,
+      modelCapacity: model.upstreamCapacity,
+      upstreamRequests,
+    });
   }
 
   async function prepareLeased(
@@ -271,14 +286,16 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const model = models.resolve(request.model); //                             §2 model (404)
     if (ctx.record !== undefined) ctx.record.model = model.id;
     if (key !== undefined) await ledger?.checkModel(key, model.id, model.aliases); // §9 allowed (403)
-    admitted.ticket = admit(key, model, stream); //                               §9 per-key caps (429)
+    const fanOut = isLensFanOut(request, shape); // one Inference request per choice (§6)
+    // A fan-out holds up to its concurrency of Inference requests: counted in the key's share.
+    const upstreamRequests = fanOut ? Math.min(shape.prompts * shape.n, fanOutConcurrency) : 1;
+    admitted.ticket = admit(key, model, stream, upstreamRequests); //             §9 per-key caps (429)
     const steering = checkLensShapes(request, model, steeringLease); //          §6 shapes, values (429/413: bytes)
     checkGeneratedTokensCap(request, shape); //                                  §3 size cap: 32,000
     let lengths = await checkCaptureCapUncounted(request, model, shape, ctx.signal); // §6 size cap: capture
     checkDeadlineFeasible(request, stream); //                                   §3 deadline_infeasible
     // A bound of the prompt tokens when it decides the length check, else the exact count.
     const count = () => countPromptTokens(model.client, model.servedModelName, request, ctx.signal);
-    const fanOut = isLensFanOut(request, shape); // one Inference request per choice (§6)
     // A fan-out's parts are charged per part, each its prompt's exact count: no bounds there.
     let bounds =
       lengths === undefined && !fanOut ? await promptBounds(request, model, ctx.signal) : undefined;
@@ -695,7 +712,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const choices: CompletionChoice[] = [];
     const usages: Usage[] = [];
     try {
-      for await (const { part, response } of mergeLimited(sources, fanOutConcurrency, signal)) {
+      for await (const { part, response } of mergeLimited(sources, partsAtOnce(prepared), signal)) {
         const choice = response.choices[0];
         if (choice === undefined || response.choices.length !== 1) {
           throw new ApiError(
@@ -880,7 +897,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
           }
         },
     );
-    for await (const chunk of mergeLimited(sources, fanOutConcurrency, ctx.signal)) {
+    for await (const chunk of mergeLimited(sources, partsAtOnce(prepared), ctx.signal)) {
       renew();
       yield chunk;
     }

@@ -94,6 +94,29 @@ describe("createAdmission", () => {
     );
   });
 
+  it("counts a lens fan-out's Inference requests in the share, at most the share itself", () => {
+    const admission = createAdmission({
+      maxRequestsPerKey: 0,
+      maxStreamsPerKey: 0,
+      maxUpstreamSharePerKey: 0.5,
+    });
+    const on = { modelId: "m", modelCapacity: 8, stream: false }; // share: 4 Inference requests
+    const fanOut = admission.admit("k", { ...on, upstreamRequests: 3 });
+    expect(fanOut.upstreamRequests).toBe(3);
+    expect(refusal(() => admission.admit("k", { ...on, upstreamRequests: 3 })).code).toBe("rate_limited");
+    const one = admission.admit("k", on); // 3 + 1 = 4
+    expect(admission.inFlight("k").byModel.get("m")).toBe(4);
+    expect(refusal(() => admission.admit("k", on)).code).toBe("rate_limited");
+    fanOut.release();
+    one.release();
+    // A fan-out wider than the share runs at the share: admitted alone, not beside anything.
+    const wide = admission.admit("k", { ...on, upstreamRequests: 100 });
+    expect(wide.upstreamRequests).toBe(4);
+    expect(refusal(() => admission.admit("k", on)).code).toBe("rate_limited");
+    wide.release();
+    expect(admission.inFlight("k").byModel.size).toBe(0);
+  });
+
   it("names the first cap broken: requests, then streams, then the share", () => {
     const admission = createAdmission({
       maxRequestsPerKey: 1,
