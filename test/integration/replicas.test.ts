@@ -17,6 +17,7 @@ import { Health, HealthCheckResponse_ServingStatus } from "../../gen/grpc/health
 import type { ModelConfig } from "../../src/config/index.js";
 import { type RunningEngine, startEngine } from "../../src/engine/index.js";
 import { buildApp } from "../../src/server/index.js";
+import { until } from "../helpers/hang-guard.js";
 import { parseSse, withoutKeepalives } from "../helpers/parse-sse.js";
 import { freePort, startTs, waitForOk } from "../helpers/processes.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
@@ -164,8 +165,10 @@ describe("a replica killed under load", () => {
       stream_options: { include_usage: true },
     });
 
-    // Six long streams, two per replica, each streaming.
-    const running = Array.from({ length: 6 }, () => streamCompletion(stack.url, body(150), auth));
+    // Six long streams, two per replica, each streaming. Long enough (500 of tiny's 512 tokens)
+    // that none ends before the victim is frozen, however fast the machine (the tiny preset makes
+    // ~2,000 tokens/s: 150 tokens ended before the sixth stream started on a quiet machine).
+    const running = Array.from({ length: 6 }, () => streamCompletion(stack.url, body(500), auth));
     await Promise.all(running.map((s) => s.firstChunk));
     const cutOnVictim = outstanding();
     expect(cutOnVictim).toBe(2);
@@ -182,7 +185,7 @@ describe("a replica killed under load", () => {
       void s.firstChunk.then(() => {
         streaming = true;
       });
-      await expect.poll(() => streaming || outstanding() > before, { timeout: 20_000 }).toBe(true);
+      await until(() => streaming || outstanding() > before, "the stream streams or waits on the victim");
       waiting.push(s);
     }
     const waitingOnVictim = outstanding() - cutOnVictim;
@@ -230,15 +233,13 @@ describe("a replica killed under load", () => {
     const expected =
       usages.reduce((n, e) => n + (e.usage as { total_tokens: number }).total_tokens, 0) +
       cut.reduce((n, s) => n + promptTokens + s.events.reduce((m, e) => m + tokenIds(e), 0), 0);
-    await expect
-      .poll(async () => (await stack.ledger?.usage(keyId))?.spentTokens, { timeout: 5000 })
-      .toBe(expected);
-    await expect.poll(async () => (await stack.ledger?.usage(keyId))?.heldTokens, { timeout: 5000 }).toBe(0);
+    await until(async () => (await stack.ledger?.usage(keyId))?.heldTokens === 0, "every Hold settled");
+    expect((await stack.ledger?.usage(keyId))?.spentTokens).toBe(expected);
 
     // The dead replica is out; back on the same port, it is put back and gets requests again.
-    await expect.poll(async () => (await replicaUp(stack.url))[victimUrl], { timeout: 10_000 }).toBe(0);
+    await until(async () => (await replicaUp(stack.url))[victimUrl] === 0, "the dead replica is out");
     await startEngineProcess(victim);
-    await expect.poll(async () => (await replicaUp(stack.url))[victimUrl], { timeout: 20_000 }).toBe(1);
+    await until(async () => (await replicaUp(stack.url))[victimUrl] === 1, "the replica is back");
     for (let i = 0; i < 6; i++) {
       const res = await fetch(`${stack.url}/v1/completions`, {
         method: "POST",
@@ -424,7 +425,7 @@ describe("a model whose upstream is down or serves another model at start-up", (
       servedModelName: "late/model",
       maxModelLen: 300,
     });
-    await expect.poll(async () => (await complete("late/model")).status, { timeout: 10_000 }).toBe(200);
+    await until(async () => (await complete("late/model")).status === 200, "the late model is served");
     const res = await fetch(`${url}/v1/models/late%2Fmodel`);
     expect(((await res.json()) as { max_model_len: number }).max_model_len).toBe(300);
   });
