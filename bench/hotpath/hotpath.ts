@@ -14,8 +14,13 @@
  * answer, the added p50 of a new short text prompt (one /tokenize more) and of a token-id prompt;
  * and a CPU profile of the gateway under 64-connection non-stream load, summarised by module.
  *
- * Options (after `npm run bench -- hotpath`): --quick (1 round of 1 s cells, 2 s profiles),
- * --duration S (window per cell, default 3), --warmup S (0.5), --rounds N (3), --connections
+ * Every target is first primed (--prime S, default 10: half non-stream, half stream, 64
+ * connections) so that the figures are those of a process in its steady state — V8 keeps
+ * optimizing a large code base for many seconds of load, and the gateway's CPU per request after
+ * 0.5 s of load is ~30% above what it is after 20 s; a production process runs for hours.
+ *
+ * Options (after `npm run bench -- hotpath`): --quick (1 round of 1 s cells, 2 s profiles, 2 s
+ * priming), --duration S (window per cell, default 3), --warmup S (0.5), --prime S (10), --rounds N (3), --connections
  * 1,64,256, --chunks N (tokens per completion = chunks per stream, 16), --hop-ms MS (2), --profile-s
  * S (5), --skip-profile, --gateway-cmd "node dist/main.js" (or env BENCH_GATEWAY_CMD; otherwise
  * dist/main.js or dist/src/main.js when built after the last change to src/, else
@@ -45,6 +50,8 @@ export type SectionOptions = Record<string, string | boolean | undefined>;
 interface Config {
   measureS: number;
   warmupS: number;
+  /** Seconds of load on each target before the first round (half non-stream, half stream). */
+  primeS: number;
   rounds: number;
   connections: number[];
   chunks: number;
@@ -105,6 +112,7 @@ function configFrom(o: SectionOptions): Config {
   return {
     measureS: num(o, "duration", quick ? 1 : 3),
     warmupS: num(o, "warmup", quick ? 0.3 : 0.5),
+    primeS: num(o, "prime", quick ? 2 : 10),
     rounds: Math.max(1, Math.round(num(o, "rounds", quick ? 1 : 3))),
     connections,
     chunks: Math.max(1, Math.round(num(o, "chunks", 16))),
@@ -255,6 +263,29 @@ async function runRounds(
   return out;
 }
 
+/**
+ * Loads every target for `cfg.primeS` seconds (half with `bodies[0]`, half with `bodies[1]`, 64
+ * connections), unmeasured: the processes reach their steady state (V8's optimizing compiler done
+ * with the hot code) before anything is measured.
+ */
+async function prime(worker: LoadWorker, cfg: Config, targets: Target[], bodies: LoadBody[]): Promise<void> {
+  if (cfg.primeS <= 0) return;
+  for (const t of targets) {
+    for (const body of bodies) {
+      await worker.run({
+        url: t.server.url,
+        headers: t.headers,
+        body,
+        connections: 64,
+        warmupS: 0,
+        measureS: cfg.primeS / bodies.length,
+        cpuPids: [],
+      });
+    }
+    console.error(`  hotpath: primed ${t.name} (${cfg.primeS} s of load)`);
+  }
+}
+
 /** Per-round values of f(target result, same-round result of `other`), their median. */
 function paired(
   a: LoadResult[] | undefined,
@@ -345,6 +376,7 @@ export async function benchHotpath(options: SectionOptions = {}): Promise<string
         body: JSON.stringify(mode === "stream" ? { ...base, stream: true } : base),
       })),
     );
+    await prime(worker, cfg, targets, [JSON.stringify(base), JSON.stringify({ ...base, stream: true })]);
     const main = await runRounds(
       worker,
       cfg,
@@ -367,6 +399,7 @@ export async function benchHotpath(options: SectionOptions = {}): Promise<string
       { key: "off", name: "acs-gateway", server: offHop, headers: {} },
     ];
     await checkTargets(hopTargets, cfg.chunks);
+    await prime(worker, cfg, hopTargets, [JSON.stringify(base)]);
     const hopBase = { model: MODEL, max_tokens: cfg.chunks, temperature: 0 };
     const hop = await runRounds(
       worker,
@@ -385,11 +418,14 @@ export async function benchHotpath(options: SectionOptions = {}): Promise<string
 
     const profiles: string[] = [];
     if (cfg.profile) {
-      for (const [label, env, headers] of [
-        ["acs-gateway", { ACS_MODELS: models }, {}],
-        ["acs-gateway, keys on", { ACS_MODELS: models, ACS_DB: dbPath }, { authorization: `Bearer ${key}` }],
+      const keysOn = { ACS_MODELS: models, ACS_DB: dbPath };
+      const auth = { authorization: `Bearer ${key}` };
+      for (const [label, env, headers, body] of [
+        ["acs-gateway", { ACS_MODELS: models }, {}, base],
+        ["acs-gateway", { ACS_MODELS: models }, {}, { ...base, stream: true }],
+        ["acs-gateway, keys on", keysOn, auth, base],
       ] as const) {
-        profiles.push(await profileGateway(worker, cfg, dir, label, env, headers, base));
+        profiles.push(await profileGateway(worker, cfg, dir, label, env, headers, body));
       }
     }
     const pids = { fake: fake.pid, bare: bare.pid, off: off.pid, on: on.pid };
@@ -425,7 +461,8 @@ async function profileGateway(
       headers,
       body: JSON.stringify(body),
       connections: 64,
-      warmupS: 1,
+      // As primed as the measured gateways: the profile is of the steady state.
+      warmupS: Math.max(1, cfg.primeS),
       measureS: cfg.profileS,
       cpuPids: [gw.pid],
     });
@@ -447,7 +484,7 @@ async function profileGateway(
     lineNumbers: !cfg.gateway.label.includes("tsx"),
   });
   return [
-    `### Profile: ${label}, 64 connections, non-stream`,
+    `### Profile: ${label}, 64 connections, ${"stream" in body && body.stream === true ? "stream" : "non-stream"}`,
     "",
     `${fmtInt(result.rps)} req/s in the window; the gateway used ${(result.cpuS[gw.pid] ?? 0).toFixed(2)} CPU s in ${result.windowS.toFixed(1)} s. Self time of the samples in the load window only (start-up and shutdown left out); samples are wall-clock, so a blocking fsync, or the gateway waiting for a CPU, counts where it stands. \`npx tsx bench/profile-summary.ts FILE.cpuprofile\` prints the same for any profile.${cfg.gateway.label.includes("tsx") ? " Functions are named without line numbers: tsx's output is mostly one line." : ""}`,
     "",
@@ -567,7 +604,7 @@ function render(
   return [
     "## Hot path: the gateway's own cost next to a bare proxy (issue 13)",
     "",
-    `Separate processes on one machine of ${cpus().length} cores, shared by all of them (so every figure here includes CPU contention with the fake and the load generator): a fast fake vLLM (node:http, fixed answers; ${cfg.chunks} tokens per completion, so ${cfg.chunks} chunks per stream, each in its own write; \`data: [DONE]\` and the chunked terminator in two writes, as uvicorn), a bare proxy (node:http + undici \`Pool.stream\`, 128 upstream connections like the gateway's pool, nothing parsed), the gateway (\`${cfg.gateway.label}\`, production defaults, ACS_MODELS naming the fake) twice — keys off, and keys on (ACS_DB: SQLite on ext4, a key with a huge Budget, Authorization on every request) — and autocannon in a process of its own. Every target gets the same bytes: \`{"model", "prompt": "The sky is", "max_tokens": ${cfg.chunks}, "temperature": 0}\` (+ \`"stream": true\`); the gateway's /tokenize cache is warm after the first request. Each cell: ${cfg.warmupS} s warm-up, then a ${cfg.measureS} s window; latency = request written → response complete, timed per response (sub-ms). Targets are interleaved within each round (order rotated per round); every figure is the median over ${cfg.rounds} round${cfg.rounds > 1 ? "s" : ""}, differences and ratios taken within a round. CPU per chunk = CPU time of the process that relayed the chunks (/proc utime + stime, 10 ms ticks) in the window ÷ chunks of the streams completed in it. Machine load average (1 min): ${load.before.toFixed(1)} before this section, ${load.after.toFixed(1)} after (other work on the machine inflates every absolute figure).`,
+    `Separate processes on one machine of ${cpus().length} cores, shared by all of them (so every figure here includes CPU contention with the fake and the load generator): a fast fake vLLM (node:http, fixed answers; ${cfg.chunks} tokens per completion, so ${cfg.chunks} chunks per stream, each in its own write; \`data: [DONE]\` and the chunked terminator in two writes, as uvicorn), a bare proxy (node:http + undici \`Pool.stream\`, 128 upstream connections like the gateway's pool, nothing parsed), the gateway (\`${cfg.gateway.label}\`, production defaults, ACS_MODELS naming the fake) twice — keys off, and keys on (ACS_DB: SQLite on ext4, a key with a huge Budget, Authorization on every request) — and autocannon in a process of its own. Every target gets the same bytes: \`{"model", "prompt": "The sky is", "max_tokens": ${cfg.chunks}, "temperature": 0}\` (+ \`"stream": true\`); the gateway's /tokenize cache is warm after the first request. Each target was first primed with ${cfg.primeS} s of load (half non-stream, half stream, 64 connections; the profiled gateways too), so that these are steady-state figures. Each cell: ${cfg.warmupS} s warm-up, then a ${cfg.measureS} s window; latency = request written → response complete, timed per response (sub-ms). Targets are interleaved within each round (order rotated per round); every figure is the median over ${cfg.rounds} round${cfg.rounds > 1 ? "s" : ""}, differences and ratios taken within a round. CPU per chunk = CPU time of the process that relayed the chunks (/proc utime + stime, 10 ms ticks) in the window ÷ chunks of the streams completed in it. Machine load average (1 min): ${load.before.toFixed(1)} before this section, ${load.after.toFixed(1)} after (other work on the machine inflates every absolute figure).`,
     "",
     summary.join("\n"),
     "",
