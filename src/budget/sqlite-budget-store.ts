@@ -368,22 +368,27 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
     queue = result.catch(() => undefined);
     return result;
   }
-  function inTransaction<T>(begin: string, fn: () => Promise<T>): Promise<T> {
+  // Prepared once: `db.exec` would parse the SQL again for every transaction (issue 13).
+  const beginImmediate = db.prepare("BEGIN IMMEDIATE");
+  const beginDeferred = db.prepare("BEGIN");
+  const commit = db.prepare("COMMIT");
+  const rollback = db.prepare("ROLLBACK");
+  function inTransaction<T>(begin: Database.Statement, fn: () => Promise<T>): Promise<T> {
     return serial(async () => {
-      db.exec(begin);
+      begin.run();
       try {
         const result = await fn();
-        db.exec("COMMIT");
+        commit.run();
         return result;
       } catch (err) {
-        if (db.inTransaction) db.exec("ROLLBACK");
+        if (db.inTransaction) rollback.run();
         throw err;
       }
     });
   }
   const backend: StoreBackend = {
     kind: "sqlite",
-    transaction: (fn) => inTransaction("BEGIN IMMEDIATE", () => fn(rows)),
+    transaction: (fn) => inTransaction(beginImmediate, () => fn(rows)),
     insertKey: (record: KeyRecord) =>
       serial(() => {
         stmt.insertKey.run({
@@ -405,7 +410,7 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
       }),
     listKeys: () => serial(() => stmt.listKeys.all().map(toKeyRow)),
     keyUsage(keyId, days) {
-      return inTransaction("BEGIN", async () => {
+      return inTransaction(beginDeferred, async () => {
         const key = stmt.keyById.get(keyId);
         if (key === undefined) return undefined;
         const open = stmt.openCounts.get(keyId, keyId) ?? { holds: 0, leases: 0 };
@@ -445,7 +450,7 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
       serial(() => stmt.drainsPending.get(keyId, now, exceptInstanceId)?.n ?? 0),
     purgeClosed: (before) =>
       inTransaction(
-        "BEGIN IMMEDIATE",
+        beginImmediate,
         async () => stmt.purgeHolds.run(before).changes + stmt.purgeLeases.run(before).changes,
       ),
     close: () =>
