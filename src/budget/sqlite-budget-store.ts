@@ -229,6 +229,20 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
       "SELECT id, key_id, tokens, state, used_tokens, charged_tokens, expires_at FROM holds WHERE id = ?",
     ),
     holdKey: db.prepare<[string], { key_id: string }>("SELECT key_id FROM holds WHERE id = ?"),
+    reserve: db.prepare<[number, string, number]>(
+      `UPDATE keys SET held_tokens = held_tokens + ?
+       WHERE id = ? AND revoked_at IS NULL AND budget_tokens - spent_tokens - held_tokens - leased_tokens >= ?`,
+    ),
+    settleOpen: db.prepare<
+      [number, number, number, string],
+      { key_id: string; tokens: number; charged_tokens: number }
+    >(
+      `UPDATE holds SET state = 'settled', used_tokens = ?, charged_tokens = min(?, tokens), closed_at = ?
+       WHERE id = ? AND state = 'open' RETURNING key_id, tokens, charged_tokens`,
+    ),
+    moveHeld: db.prepare<[number, number, string]>(
+      "UPDATE keys SET spent_tokens = spent_tokens + ?, held_tokens = held_tokens - ? WHERE id = ?",
+    ),
     closeHold: db.prepare<[string, number, number, number, string]>(
       "UPDATE holds SET state = ?, used_tokens = ?, charged_tokens = ?, closed_at = ? WHERE id = ?",
     ),
@@ -358,6 +372,17 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
     async revoke(keyId, now) {
       return stmt.revoke.run(now, keyId).changes === 1;
     },
+    // BEGIN IMMEDIATE holds the database's write lock from the start: no row needs locking first.
+    shortcuts: {
+      reserve: (keyId, tokens) => stmt.reserve.run(tokens, keyId, tokens).changes === 1,
+      settleOpen(holdId, usedTokens, closedAt) {
+        const r = stmt.settleOpen.get(usedTokens, usedTokens, closedAt, holdId);
+        return r === undefined ? undefined : { keyId: r.key_id, tokens: r.tokens, charged: r.charged_tokens };
+      },
+      moveHeld(keyId, charged, released) {
+        stmt.moveHeld.run(charged, released, keyId);
+      },
+    },
   };
 
   // One statement or transaction at a time on this connection: a transaction's steps are awaited,
@@ -388,6 +413,7 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
   }
   const backend: StoreBackend = {
     kind: "sqlite",
+    shortcuts: true,
     transaction: (fn) => inTransaction(beginImmediate, () => fn(rows)),
     insertKey: (record: KeyRecord) =>
       serial(() => {
