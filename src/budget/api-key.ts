@@ -15,9 +15,24 @@ export function generateKeyId(): string {
   return `key_${randomBytes(6).toString("hex")}`;
 }
 
-/** A fresh Hold id: `hold_` + 24 lowercase hex (96 random bits). */
+/** Random bytes drawn 12 at a time by {@link generateHoldId}: one `randomBytes` per 256 Hold ids. */
+const HOLD_ID_BYTES = 12;
+let holdIdPool: Buffer = Buffer.alloc(0);
+let holdIdPoolAt = 0;
+
+/**
+ * A fresh Hold id: `hold_` + 24 lowercase hex (96 random bits), from a pool of cryptographically
+ * random bytes refilled every 256 ids (as node's `crypto.randomUUID` does), not a `randomBytes`
+ * call per id.
+ */
 export function generateHoldId(): string {
-  return `hold_${randomBytes(12).toString("hex")}`;
+  if (holdIdPoolAt + HOLD_ID_BYTES > holdIdPool.length) {
+    holdIdPool = randomBytes(HOLD_ID_BYTES * 256);
+    holdIdPoolAt = 0;
+  }
+  const hex = holdIdPool.toString("hex", holdIdPoolAt, holdIdPoolAt + HOLD_ID_BYTES);
+  holdIdPoolAt += HOLD_ID_BYTES;
+  return `hold_${hex}`;
 }
 
 /**

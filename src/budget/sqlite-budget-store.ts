@@ -229,6 +229,20 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
       "SELECT id, key_id, tokens, state, used_tokens, charged_tokens, expires_at FROM holds WHERE id = ?",
     ),
     holdKey: db.prepare<[string], { key_id: string }>("SELECT key_id FROM holds WHERE id = ?"),
+    reserve: db.prepare<[number, string, number]>(
+      `UPDATE keys SET held_tokens = held_tokens + ?
+       WHERE id = ? AND revoked_at IS NULL AND budget_tokens - spent_tokens - held_tokens - leased_tokens >= ?`,
+    ),
+    settleOpen: db.prepare<
+      [number, number, number, string],
+      { key_id: string; tokens: number; charged_tokens: number }
+    >(
+      `UPDATE holds SET state = 'settled', used_tokens = ?, charged_tokens = min(?, tokens), closed_at = ?
+       WHERE id = ? AND state = 'open' RETURNING key_id, tokens, charged_tokens`,
+    ),
+    moveHeld: db.prepare<[number, number, string]>(
+      "UPDATE keys SET spent_tokens = spent_tokens + ?, held_tokens = held_tokens - ? WHERE id = ?",
+    ),
     closeHold: db.prepare<[string, number, number, number, string]>(
       "UPDATE holds SET state = ?, used_tokens = ?, charged_tokens = ?, closed_at = ? WHERE id = ?",
     ),
@@ -358,6 +372,17 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
     async revoke(keyId, now) {
       return stmt.revoke.run(now, keyId).changes === 1;
     },
+    // BEGIN IMMEDIATE holds the database's write lock from the start: no row needs locking first.
+    shortcuts: {
+      reserve: (keyId, tokens) => stmt.reserve.run(tokens, keyId, tokens).changes === 1,
+      settleOpen(holdId, usedTokens, closedAt) {
+        const r = stmt.settleOpen.get(usedTokens, usedTokens, closedAt, holdId);
+        return r === undefined ? undefined : { keyId: r.key_id, tokens: r.tokens, charged: r.charged_tokens };
+      },
+      moveHeld(keyId, charged, released) {
+        stmt.moveHeld.run(charged, released, keyId);
+      },
+    },
   };
 
   // One statement or transaction at a time on this connection: a transaction's steps are awaited,
@@ -368,22 +393,28 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
     queue = result.catch(() => undefined);
     return result;
   }
-  function inTransaction<T>(begin: string, fn: () => Promise<T>): Promise<T> {
+  // Prepared once: `db.exec` would parse the SQL again for every transaction (issue 13).
+  const beginImmediate = db.prepare("BEGIN IMMEDIATE");
+  const beginDeferred = db.prepare("BEGIN");
+  const commit = db.prepare("COMMIT");
+  const rollback = db.prepare("ROLLBACK");
+  function inTransaction<T>(begin: Database.Statement, fn: () => Promise<T>): Promise<T> {
     return serial(async () => {
-      db.exec(begin);
+      begin.run();
       try {
         const result = await fn();
-        db.exec("COMMIT");
+        commit.run();
         return result;
       } catch (err) {
-        if (db.inTransaction) db.exec("ROLLBACK");
+        if (db.inTransaction) rollback.run();
         throw err;
       }
     });
   }
   const backend: StoreBackend = {
     kind: "sqlite",
-    transaction: (fn) => inTransaction("BEGIN IMMEDIATE", () => fn(rows)),
+    shortcuts: true,
+    transaction: (fn) => inTransaction(beginImmediate, () => fn(rows)),
     insertKey: (record: KeyRecord) =>
       serial(() => {
         stmt.insertKey.run({
@@ -405,7 +436,7 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
       }),
     listKeys: () => serial(() => stmt.listKeys.all().map(toKeyRow)),
     keyUsage(keyId, days) {
-      return inTransaction("BEGIN", async () => {
+      return inTransaction(beginDeferred, async () => {
         const key = stmt.keyById.get(keyId);
         if (key === undefined) return undefined;
         const open = stmt.openCounts.get(keyId, keyId) ?? { holds: 0, leases: 0 };
@@ -445,7 +476,7 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
       serial(() => stmt.drainsPending.get(keyId, now, exceptInstanceId)?.n ?? 0),
     purgeClosed: (before) =>
       inTransaction(
-        "BEGIN IMMEDIATE",
+        beginImmediate,
         async () => stmt.purgeHolds.run(before).changes + stmt.purgeLeases.run(before).changes,
       ),
     close: () =>

@@ -9,10 +9,12 @@ import type {
   KeyUsageRecord,
   LeaseSyncInput,
   LeaseSyncOutcome,
+  PlaceHoldInput,
   PlaceHoldOutcome,
   ReclaimCount,
+  SettleResult,
 } from "./budget-store.js";
-import { planHold } from "./plan-hold.js";
+import { checkDemand, demandTokens, planHold } from "./plan-hold.js";
 
 /** A key row. Times are Unix epoch ms; amounts are tokens. */
 export interface KeyRow extends KeyRecord {
@@ -106,11 +108,43 @@ export interface TxRows {
   flagDrain(keyId: string, others?: { instanceId: string; now: number }): Promise<number>;
   blockLeases(keyId: string, until: number): void;
   revoke(keyId: string, now: number): Promise<boolean>;
+  /**
+   * One-statement steps for the common case of a Hold placed whole and of an open Hold settled,
+   * offered by a backend whose transaction locks every row it may touch from its start (SQLite's
+   * `BEGIN IMMEDIATE`), so that no row needs locking first. Absent elsewhere (PostgreSQL).
+   */
+  readonly shortcuts?: TxShortcuts;
+}
+
+/** See {@link TxRows.shortcuts}. Each is synchronous: one statement, its effect visible at once. */
+export interface TxShortcuts {
+  /**
+   * Adds `tokens` to the key's held tokens when the key exists, is not revoked and has at least
+   * `tokens` free (budget − spent − held − leased). Returns whether it did; nothing changes if not.
+   */
+  reserve(keyId: string, tokens: number): boolean;
+  /**
+   * Settles the Hold when it is open: state `settled`, used_tokens = usedTokens, charged_tokens =
+   * min(usedTokens, tokens), closed_at. Returns its key, tokens and charge; undefined (nothing
+   * changed) when the Hold is unknown or not open.
+   */
+  settleOpen(
+    holdId: string,
+    usedTokens: number,
+    closedAt: number,
+  ): { keyId: string; tokens: number; charged: number } | undefined;
+  /** spent += charged and held −= released on the key row. */
+  moveHeld(keyId: string, charged: number, released: number): void;
 }
 
 /** What a backend provides besides transactions: plain statements, each atomic on its own. */
 export interface StoreBackend {
   readonly kind: BudgetStore["kind"];
+  /**
+   * True when the rows of its transactions offer {@link TxRows.shortcuts} (a transaction locks the
+   * whole store from its start).
+   */
+  readonly shortcuts?: boolean;
   /** Runs fn in one transaction (committed when it resolves, rolled back when it throws). */
   transaction<T>(fn: (rows: TxRows) => Promise<T>): Promise<T>;
   insertKey(record: KeyRecord): Promise<void>;
@@ -221,6 +255,47 @@ export function createBudgetStoreOn(backend: StoreBackend): BudgetStore {
     return { holds, leases };
   }
 
+  /** Inserts the Hold of a placeHold input, of `tokens` (the key row is the caller's to update). */
+  function insertHold(rows: TxRows, input: PlaceHoldInput, tokens: number): void {
+    rows.insertHold({
+      id: input.holdId,
+      keyId: input.keyId,
+      tokens,
+      createdAt: input.now,
+      expiresAt: input.expiresAt,
+      instanceId: input.instanceId,
+    });
+  }
+
+  /** Settles a Hold of keyId, the key row locked first then the Hold's. */
+  async function settleLocked(
+    rows: TxRows,
+    keyId: string,
+    holdId: string,
+    usedTokens: number,
+    now: number,
+    day: string,
+  ): Promise<SettleResult | undefined> {
+    const [key, hold] = await Promise.all([rows.lockKey(keyId), rows.lockHold(holdId)]);
+    if (key === undefined || hold === undefined) return undefined;
+    if (hold.state === "settled") return { outcome: "already_settled", chargedTokens: 0, releasedTokens: 0 };
+    const wanted = Math.min(usedTokens, hold.tokens);
+    if (hold.state === "open") {
+      rows.closeHold(holdId, "settled", usedTokens, wanted, now);
+      rows.setKeyNumbers(keyId, key.spentTokens + wanted, key.heldTokens - hold.tokens, key.leasedTokens);
+      rows.addDaily(keyId, day, wanted, 1, 0);
+      return { outcome: "settled", chargedTokens: wanted, releasedTokens: hold.tokens - wanted };
+    }
+    // Reclaimed as stale (charged what its last renewal recorded), then settled late: the rest
+    // of its tokens went back to the Budget and may be held by other requests since, so the
+    // rest of its charge is capped at what is still free.
+    const extra = Math.min(Math.max(0, wanted - hold.chargedTokens), Math.max(0, freeOf(key)));
+    rows.closeHold(holdId, "settled", usedTokens, hold.chargedTokens + extra, now);
+    rows.setKeyNumbers(keyId, key.spentTokens + extra, key.heldTokens, key.leasedTokens);
+    rows.addDaily(keyId, day, extra, 1, 0);
+    return { outcome: "settled_after_reclaim", chargedTokens: extra, releasedTokens: 0 };
+  }
+
   /** A step of a lease that is gone: its charge, up to what is free; recorded for a retry. */
   async function lost(rows: TxRows, key: KeyRow, input: LeaseSyncInput, lease: LeaseRow | undefined) {
     const charged = Math.min(input.chargeIfLost, Math.max(0, freeOf(key)));
@@ -284,6 +359,15 @@ export function createBudgetStoreOn(backend: StoreBackend): BudgetStore {
 
     placeHold: (input) =>
       tx(async (rows): Promise<PlaceHoldOutcome> => {
+        if (rows.shortcuts !== undefined) {
+          // The demand fits whole: what planHold answers when need ≤ available, in one statement.
+          checkDemand(input.demand);
+          const need = demandTokens(input.demand);
+          if (rows.shortcuts.reserve(input.keyId, need)) {
+            insertHold(rows, input, need);
+            return { kind: "held", tokens: need, maxTokens: input.demand.maxTokens, clamped: false };
+          }
+        }
         const key = await rows.lockKey(input.keyId);
         if (key === undefined) return { kind: "unknown_key" };
         if (key.revokedAt !== null) return { kind: "revoked" };
@@ -306,14 +390,7 @@ export function createBudgetStoreOn(backend: StoreBackend): BudgetStore {
             heldTokens: key.heldTokens + key.leasedTokens,
           };
         }
-        rows.insertHold({
-          id: input.holdId,
-          keyId: input.keyId,
-          tokens: plan.tokens,
-          createdAt: input.now,
-          expiresAt: input.expiresAt,
-          instanceId: input.instanceId,
-        });
+        insertHold(rows, input, plan.tokens);
         rows.setKeyNumbers(input.keyId, key.spentTokens, key.heldTokens + plan.tokens, key.leasedTokens);
         return { kind: "held", tokens: plan.tokens, maxTokens: plan.maxTokens, clamped: plan.clamped };
       }),
@@ -321,29 +398,29 @@ export function createBudgetStoreOn(backend: StoreBackend): BudgetStore {
     renewHold: (holdId, expiresAt, usedTokens) => backend.renewHold(holdId, expiresAt, usedTokens),
 
     async settleHold(holdId, usedTokens, now, day) {
+      if (backend.shortcuts) {
+        return tx(async (rows) => {
+          const s = rows.shortcuts;
+          const open = s?.settleOpen(holdId, usedTokens, now);
+          if (s !== undefined && open !== undefined) {
+            // What settleLocked does with an open Hold, the Hold's row already settled.
+            s.moveHeld(open.keyId, open.charged, open.tokens);
+            rows.addDaily(open.keyId, day, open.charged, 1, 0);
+            return {
+              outcome: "settled",
+              chargedTokens: open.charged,
+              releasedTokens: open.tokens - open.charged,
+            };
+          }
+          const hold = await rows.lockHold(holdId);
+          return hold === undefined
+            ? undefined
+            : settleLocked(rows, hold.keyId, holdId, usedTokens, now, day);
+        });
+      }
       const keyId = await backend.holdKeyId(holdId);
       if (keyId === undefined) return undefined;
-      return tx(async (rows) => {
-        const [key, hold] = await Promise.all([rows.lockKey(keyId), rows.lockHold(holdId)]);
-        if (key === undefined || hold === undefined) return undefined;
-        if (hold.state === "settled")
-          return { outcome: "already_settled", chargedTokens: 0, releasedTokens: 0 };
-        const wanted = Math.min(usedTokens, hold.tokens);
-        if (hold.state === "open") {
-          rows.closeHold(holdId, "settled", usedTokens, wanted, now);
-          rows.setKeyNumbers(keyId, key.spentTokens + wanted, key.heldTokens - hold.tokens, key.leasedTokens);
-          rows.addDaily(keyId, day, wanted, 1, 0);
-          return { outcome: "settled", chargedTokens: wanted, releasedTokens: hold.tokens - wanted };
-        }
-        // Reclaimed as stale (charged what its last renewal recorded), then settled late: the rest
-        // of its tokens went back to the Budget and may be held by other requests since, so the
-        // rest of its charge is capped at what is still free.
-        const extra = Math.min(Math.max(0, wanted - hold.chargedTokens), Math.max(0, freeOf(key)));
-        rows.closeHold(holdId, "settled", usedTokens, hold.chargedTokens + extra, now);
-        rows.setKeyNumbers(keyId, key.spentTokens + extra, key.heldTokens, key.leasedTokens);
-        rows.addDaily(keyId, day, extra, 1, 0);
-        return { outcome: "settled_after_reclaim", chargedTokens: extra, releasedTokens: 0 };
-      });
+      return tx((rows) => settleLocked(rows, keyId, holdId, usedTokens, now, day));
     },
 
     chargeLate: (keyId, tokens, day) =>

@@ -1,10 +1,12 @@
 import { describe, expect, it } from "vitest";
+import { generateHoldId } from "../../src/budget/api-key.js";
 import {
   apiKeyHint,
   generateApiKey,
   hashApiKey,
   looksLikeApiKey,
   parseAuthorization,
+  utcDay,
 } from "../../src/budget/index.js";
 
 describe("parseAuthorization", () => {
@@ -41,5 +43,36 @@ describe("keys", () => {
     );
     expect(apiKeyHint("acs-abcdefWXYZ")).toBe("acs-…WXYZ");
     expect(looksLikeApiKey("sk-abc")).toBe(false);
+  });
+});
+
+describe("Hold ids", () => {
+  it("are hold_ + 24 lowercase hex and distinct, across refills of the random pool", () => {
+    const ids = new Set<string>();
+    for (let i = 0; i < 2000; i++) {
+      const id = generateHoldId();
+      expect(id).toMatch(/^hold_[0-9a-f]{24}$/);
+      ids.add(id);
+    }
+    expect(ids.size).toBe(2000);
+  });
+});
+
+describe("utcDay", () => {
+  it("is the UTC date of an epoch ms, whatever the order of the calls (the last day is reused)", () => {
+    const iso = (ms: number) => new Date(ms).toISOString().slice(0, 10);
+    const day = 86_400_000;
+    const times = [
+      0,
+      day - 1,
+      day,
+      -1,
+      -day,
+      -day - 1,
+      1_767_225_599_999,
+      1_767_225_600_000,
+      1_767_225_599_999,
+    ];
+    for (const t of [...times, ...times.reverse()]) expect(utcDay(t)).toBe(iso(t));
   });
 });
