@@ -485,6 +485,42 @@ describe("connections", () => {
     expect(up.connections).toBeLessThanOrEqual(3);
   });
 
+  it("a slow consumer of many chunks in one write gets them all, in order, and the connection back", async () => {
+    // 200 events in one write: more than the client queues before it stops reading the socket.
+    const many = Array.from({ length: 200 }, (_, i) => chunk(0, `t${i}`, i === 199 ? "length" : null));
+    const { up, c } = await setup((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" }).end(sse(many));
+    });
+    for (let round = 0; round < 2; round++) {
+      const texts: string[] = [];
+      for await (const x of streamOf(c)) {
+        texts.push(x.choices[0]?.text ?? "");
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      expect(texts).toStrictEqual(many.map((_, i) => `t${i}`));
+    }
+    expect(up.connections).toBe(1);
+  });
+
+  it("a caller that leaves while the end after [DONE] is still awaited ends the stream normally", async () => {
+    const caller = new AbortController();
+    let ended = false;
+    const { c } = await setup((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write(sse([chunk(0, "a", "length")]));
+      // the chunked terminator never comes
+      res.on("close", () => {
+        ended = true;
+      });
+    });
+    const it = streamOf(c, caller.signal)[Symbol.asyncIterator]();
+    expect((await it.next()).done).toBe(false);
+    const last = it.next();
+    caller.abort();
+    expect((await last).done).toBe(true);
+    await until(() => ended, "the upstream connection was closed");
+  });
+
   it("answers /tokenize while every completion connection is held by a stream", async () => {
     const held: Array<() => void> = [];
     const { up, c } = await setup(
