@@ -339,6 +339,16 @@ describe("stream", () => {
     expect((await apiErrorOf(collect(streamOf(client)))).code).toBe("upstream_unavailable");
   });
 
+  it("an already aborted signal: canceled without reaching Inference, then the stream is over", async () => {
+    const { up, c } = await setup(sseHandler(sse([chunk(0, "a")])));
+    const caller = new AbortController();
+    caller.abort();
+    const it = streamOf(c, caller.signal)[Symbol.asyncIterator]();
+    expect((await apiErrorOf(it.next())).code).toBe("canceled");
+    expect(await it.next()).toStrictEqual({ value: undefined, done: true });
+    expect(up.requests).toHaveLength(0);
+  });
+
   it("consumer stops early → the upstream sees the connection close", async () => {
     const { up, c } = await setup((_req, res) => {
       res.writeHead(200, { "content-type": "text/event-stream" });

@@ -533,7 +533,7 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
               signal,
               deadlineMs: Math.max(1, o.deadlineMs - (Date.now() - start)),
               upstreamRequestId,
-              headers: { ...o.headers, ...trace?.headers },
+              headers: trace === undefined ? (o.headers ?? noHeaders) : { ...o.headers, ...trace.headers },
             });
             trace?.end();
             return result;

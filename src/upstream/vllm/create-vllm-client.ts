@@ -329,6 +329,7 @@ class UpstreamStream implements AsyncIterableIterator<VllmCompletionChunk>, Disp
       try {
         this.#start();
       } catch (error) {
+        this.#settled = true; // thrown before anything was claimed or sent
         return Promise.reject(error);
       }
     }
