@@ -339,6 +339,16 @@ describe("stream", () => {
     expect((await apiErrorOf(collect(streamOf(client)))).code).toBe("upstream_unavailable");
   });
 
+  it("an already aborted signal: canceled without reaching Inference, then the stream is over", async () => {
+    const { up, c } = await setup(sseHandler(sse([chunk(0, "a")])));
+    const caller = new AbortController();
+    caller.abort();
+    const it = streamOf(c, caller.signal)[Symbol.asyncIterator]();
+    expect((await apiErrorOf(it.next())).code).toBe("canceled");
+    expect(await it.next()).toStrictEqual({ value: undefined, done: true });
+    expect(up.requests).toHaveLength(0);
+  });
+
   it("consumer stops early → the upstream sees the connection close", async () => {
     const { up, c } = await setup((_req, res) => {
       res.writeHead(200, { "content-type": "text/event-stream" });
@@ -483,6 +493,42 @@ describe("connections", () => {
     // Reused: a few at most (undici may dispatch the next request a moment before the socket is
     // back in the pool), where a body destroyed at [DONE] costs one connection per stream (20).
     expect(up.connections).toBeLessThanOrEqual(3);
+  });
+
+  it("a slow consumer of many chunks in one write gets them all, in order, and the connection back", async () => {
+    // 200 events in one write: more than the client queues before it stops reading the socket.
+    const many = Array.from({ length: 200 }, (_, i) => chunk(0, `t${i}`, i === 199 ? "length" : null));
+    const { up, c } = await setup((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" }).end(sse(many));
+    });
+    for (let round = 0; round < 2; round++) {
+      const texts: string[] = [];
+      for await (const x of streamOf(c)) {
+        texts.push(x.choices[0]?.text ?? "");
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      expect(texts).toStrictEqual(many.map((_, i) => `t${i}`));
+    }
+    expect(up.connections).toBe(1);
+  });
+
+  it("a caller that leaves while the end after [DONE] is still awaited ends the stream normally", async () => {
+    const caller = new AbortController();
+    let ended = false;
+    const { c } = await setup((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write(sse([chunk(0, "a", "length")]));
+      // the chunked terminator never comes
+      res.on("close", () => {
+        ended = true;
+      });
+    });
+    const it = streamOf(c, caller.signal)[Symbol.asyncIterator]();
+    expect((await it.next()).done).toBe(false);
+    const last = it.next();
+    caller.abort();
+    expect((await last).done).toBe(true);
+    await until(() => ended, "the upstream connection was closed");
   });
 
   it("answers /tokenize while every completion connection is held by a stream", async () => {

@@ -155,6 +155,8 @@ const zeroErrors = (): Record<ReplicaErrorKind, number> => ({
   health: 0,
 });
 
+const noHeaders: Readonly<Record<string, string>> = Object.freeze({});
+
 /** Faults after which a request without output may go to another replica. */
 const retryableFaults: ReadonlySet<UpstreamFault> = new Set([
   "unreachable",
@@ -389,48 +391,125 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
 
   const idempotentRetry = (fault: UpstreamFault) => retryableFaults.has(fault);
 
-  async function* stream(body: VllmCompletionRequest, o: StreamOptions): AsyncGenerator<VllmCompletionChunk> {
+  /**
+   * `stream` with failover before the first chunk: a plain async iterator over the chosen
+   * replica's stream (no async-generator layer per chunk). An attempt starts at the first `next()`.
+   */
+  function stream(body: VllmCompletionRequest, o: StreamOptions): AsyncIterableIterator<VllmCompletionChunk> {
     const tried = new Set<Replica>();
-    for (let attempt = 0; ; attempt++) {
-      const r = pick(tried);
-      if (r === undefined) throw noneUp();
-      tried.add(r);
-      const link = attemptSignal(r, o.signal);
-      let yielded = false;
+    let attempt = -1;
+    let closed = false;
+    let yielded = false;
+    let r: Replica | undefined;
+    let link: AttemptSignal | undefined;
+    let trace: ReturnType<NonNullable<StreamOptions["trace"]>> | undefined;
+    let inner: AsyncIterator<VllmCompletionChunk> | undefined;
+
+    /** The current attempt is over: its trace ends, its replica's count and signal are released. */
+    const finish = (error?: unknown): void => {
+      trace?.end(error);
+      (r as Replica).outstanding--;
+      link?.release();
+      r = undefined;
+      link = undefined;
+      trace = undefined;
+      inner = undefined;
+    };
+
+    const start = (): void => {
+      attempt++;
+      const chosen = pick(tried);
+      if (chosen === undefined) throw noneUp();
+      tried.add(chosen);
+      r = chosen;
+      link = attemptSignal(chosen, o.signal);
+      yielded = false;
       const upstreamRequestId = attempt === 0 ? o.upstreamRequestId : `${o.upstreamRequestId}-retry`;
-      const trace = o.trace?.({ model, replica: r.url, upstreamRequestId, attempt, stream: true });
-      let traceError: unknown;
+      trace = o.trace?.({ model, replica: chosen.url, upstreamRequestId, attempt, stream: true });
       try {
-        for await (const chunk of r.client.stream(body, {
-          signal: link.signal,
-          upstreamRequestId,
-          headers: { ...o.headers, ...trace?.headers },
-        })) {
-          if (!yielded) {
-            yielded = true;
-            link.keep();
-          }
-          yield chunk;
-        }
-        answered(r);
-        return;
+        inner = chosen.client
+          .stream(body, {
+            signal: link.signal,
+            upstreamRequestId,
+            headers: trace === undefined ? (o.headers ?? noHeaders) : { ...o.headers, ...trace.headers },
+          })
+          [Symbol.asyncIterator]();
       } catch (err) {
-        traceError = err;
-        if (o.signal.aborted) throw err;
-        const takenOut = link.takenOut();
-        const fault = takenOut ? "broken" : upstreamFaultOf(err);
-        if (!takenOut) failed(r, fault, err);
-        if (yielded || attempt > 0 || !(takenOut || retryableFaults.has(fault))) {
-          throw takenOut ? noneUp(err) : err;
-        }
-        if (!replicas.some((x) => x.state === "up" && !tried.has(x))) throw takenOut ? noneUp(err) : err;
-        failoverCount++;
-      } finally {
-        trace?.end(traceError);
-        r.outstanding--;
-        link.release();
+        finish(err);
+        throw err;
       }
-    }
+    };
+
+    return {
+      [Symbol.asyncIterator]() {
+        return this;
+      },
+      async next(): Promise<IteratorResult<VllmCompletionChunk>> {
+        for (;;) {
+          if (closed) return { value: undefined, done: true };
+          if (inner === undefined) {
+            try {
+              start();
+            } catch (err) {
+              closed = true;
+              throw err;
+            }
+          }
+          const replica = r as Replica;
+          const current = link as AttemptSignal;
+          try {
+            const res = await (inner as AsyncIterator<VllmCompletionChunk>).next();
+            if (res.done === true) {
+              closed = true;
+              answered(replica);
+              finish();
+              return res;
+            }
+            if (!yielded) {
+              yielded = true;
+              current.keep();
+            }
+            return res;
+          } catch (err) {
+            let rethrow: unknown;
+            if (o.signal.aborted) rethrow = err;
+            else {
+              const takenOut = current.takenOut();
+              const fault = takenOut ? "broken" : upstreamFaultOf(err);
+              if (!takenOut) failed(replica, fault, err);
+              if (
+                yielded ||
+                attempt > 0 ||
+                !(takenOut || retryableFaults.has(fault)) ||
+                !replicas.some((x) => x.state === "up" && !tried.has(x))
+              ) {
+                rethrow = takenOut ? noneUp(err) : err;
+              }
+            }
+            finish(err);
+            if (rethrow !== undefined) {
+              closed = true;
+              throw rethrow;
+            }
+            failoverCount++;
+          }
+        }
+      },
+      async return(): Promise<IteratorResult<VllmCompletionChunk>> {
+        if (!closed) {
+          closed = true;
+          const current = inner;
+          if (current !== undefined) {
+            try {
+              await current.return?.();
+            } finally {
+              finish();
+            }
+          }
+        }
+        return { value: undefined, done: true };
+      },
+    };
   }
 
   const firstChecks = Promise.all(replicas.map((r) => check(r))).then(() => undefined);
@@ -454,7 +533,7 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
               signal,
               deadlineMs: Math.max(1, o.deadlineMs - (Date.now() - start)),
               upstreamRequestId,
-              headers: { ...o.headers, ...trace?.headers },
+              headers: trace === undefined ? (o.headers ?? noHeaders) : { ...o.headers, ...trace.headers },
             });
             trace?.end();
             return result;

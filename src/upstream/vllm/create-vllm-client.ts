@@ -1,9 +1,9 @@
-import { Pool } from "undici";
+import { type Dispatcher, Pool } from "undici";
 import { ApiError, randomHex32 } from "../../errors/index.js";
 import { claimUpstreamRequestId, releaseUpstreamRequestId } from "../../telemetry/upstream-request-ids.js";
 import { type VllmRequestBody, vllmRequestBody } from "./build-vllm-request.js";
 import { createTokenizeCache, type TokenizeCache } from "./create-tokenize-cache.js";
-import { decodeSse } from "./decode-sse.js";
+import { createSseDecoder, type SseDecoder } from "./decode-sse.js";
 import { isVllmErrorBody, mapUpstreamError } from "./map-upstream-error.js";
 import {
   parseVllmCompletion,
@@ -266,6 +266,302 @@ function parseJson(text: string, what: string): unknown {
   }
 }
 
+/** Chunks queued and not yet taken by the consumer above which the socket is no longer read. */
+const PAUSE_AT_QUEUED_CHUNKS = 32;
+
+type HeadersFor = (spec: {
+  accept: string;
+  requestId: string;
+  contentLength?: number | undefined;
+  headers?: Readonly<Record<string, string>> | undefined;
+}) => Record<string, string>;
+
+/**
+ * One `POST /v1/completions` stream ({@link VllmClient.stream}): an undici dispatch handler that
+ * decodes the SSE body as it arrives (eventsource-parser, one parse and structural check per event)
+ * into a queue, and the async iterator of that queue, with back-pressure (the socket is paused
+ * while {@link PAUSE_AT_QUEUED_CHUNKS} chunks wait). One `abort` listener on the caller's signal
+ * per request; the request starts at the first `next()`. After `[DONE]` the body is read to its
+ * end (at most {@link MAX_BYTES_AFTER_DONE}) so the connection is reused; the iterator ends then.
+ */
+class UpstreamStream implements AsyncIterableIterator<VllmCompletionChunk>, Dispatcher.DispatchHandler {
+  #started = false;
+  /** The request ended, one way or another: the id is released and the listener removed. */
+  #settled = false;
+  /** The body was read to its end (or past [DONE] as far as wanted): nothing to abort. */
+  #finished = false;
+  #responseStarted = false;
+  /** `[DONE]` was seen: what follows is read and dropped. */
+  #done = false;
+  #bytesAfterDone = 0;
+  /** The error the iterator ends with once the queue is drained. */
+  #error: ApiError | undefined;
+  readonly #queue: VllmCompletionChunk[] = [];
+  #head = 0;
+  #resolve: ((r: IteratorResult<VllmCompletionChunk>) => void) | undefined;
+  #reject: ((e: unknown) => void) | undefined;
+  #controller: Dispatcher.DispatchController | undefined;
+  /** Set when the upstream request must be aborted before undici gave us its controller. */
+  #abortReason: ApiError | undefined;
+  #requestId = "";
+  #unfollow: (() => void) | undefined;
+  #sse: SseDecoder | undefined;
+  /** A non-SSE answer's body, collected to be mapped at its end. */
+  #text: Buffer[] | undefined;
+  #status = 0;
+  #contentType = "";
+
+  constructor(
+    private readonly pool: Pool,
+    private readonly path: string,
+    private readonly body: VllmCompletionRequest,
+    private readonly opts: StreamOptions,
+    private readonly headersFor: HeadersFor,
+    private readonly sseOptions: { maxEventChars: number } | undefined,
+  ) {}
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+
+  next(): Promise<IteratorResult<VllmCompletionChunk>> {
+    if (!this.#started) {
+      try {
+        this.#start();
+      } catch (error) {
+        this.#settled = true; // thrown before anything was claimed or sent
+        return Promise.reject(error);
+      }
+    }
+    if (this.#head < this.#queue.length) {
+      const value = this.#queue[this.#head++] as VllmCompletionChunk;
+      if (this.#head === this.#queue.length) {
+        this.#queue.length = 0;
+        this.#head = 0;
+        if (this.#controller?.paused === true && !this.#settled) this.#controller.resume();
+      }
+      return Promise.resolve({ value, done: false });
+    }
+    if (this.#error !== undefined) return Promise.reject(this.#error);
+    if (this.#settled) return Promise.resolve({ value: undefined, done: true });
+    return new Promise((resolve, reject) => {
+      this.#resolve = resolve;
+      this.#reject = reject;
+    });
+  }
+
+  /** The consumer stopped early: the upstream request is aborted (unless [DONE] was seen). */
+  return(): Promise<IteratorResult<VllmCompletionChunk>> {
+    if (!this.#started) {
+      this.#started = true;
+      this.#settled = true; // nothing was claimed or sent
+    } else if (!this.#settled && !this.#done) {
+      this.#fail(canceled(), true);
+    }
+    // Past [DONE] the rest of the body is still read (and the id released at its end), so the
+    // connection is reused; what is queued is dropped either way.
+    this.#queue.length = 0;
+    this.#head = 0;
+    this.#error = undefined;
+    return Promise.resolve({ value: undefined, done: true });
+  }
+
+  #start(): void {
+    this.#started = true;
+    if (!this.body.stream) throw new RangeError("stream() needs a body with stream: true");
+    const signal = this.opts.signal;
+    if (signal.aborted) throw callerAbort(signal);
+    this.#requestId = claimUpstreamRequestId(this.opts.upstreamRequestId);
+    this.#unfollow = follow(signal, () => {
+      if (this.#done) {
+        // The caller left during the read after [DONE]: the stream itself is complete.
+        this.#controller?.abort(canceled());
+        this.#finished = true;
+        this.#end();
+      } else this.#fail(callerAbort(signal), true);
+    });
+    try {
+      const payload = vllmRequestBody(this.body);
+      this.pool.dispatch(
+        {
+          method: "POST",
+          path: this.path,
+          headers: this.headersFor({
+            accept: "text/event-stream",
+            requestId: this.#requestId,
+            contentLength: payload.contentLength,
+            headers: this.opts.headers,
+          }),
+          body: payload.body,
+        },
+        this,
+      );
+    } catch (error) {
+      this.#fail(mapUpstreamError({ kind: "transport", error, responseStarted: false }), true);
+    }
+  }
+
+  /** Ends the request with `error` (after the chunks already queued); aborts upstream if asked. */
+  #fail(error: ApiError, abort: boolean): void {
+    if (this.#settled) return;
+    this.#error = error;
+    this.#settle();
+    if (abort && !this.#finished) {
+      if (this.#controller === undefined) this.#abortReason = error;
+      else this.#controller.abort(error);
+    }
+    const reject = this.#reject;
+    if (reject !== undefined && this.#head === this.#queue.length) {
+      this.#resolve = undefined;
+      this.#reject = undefined;
+      reject(error);
+    }
+  }
+
+  #settle(): void {
+    this.#settled = true;
+    releaseUpstreamRequestId(this.#requestId);
+    this.#unfollow?.();
+    this.#unfollow = undefined;
+  }
+
+  /** The body was read to its end after [DONE]: the iterator ends after the queued chunks. */
+  #end(): void {
+    if (this.#settled) return;
+    this.#finished = true;
+    this.#settle();
+    const resolve = this.#resolve;
+    if (resolve !== undefined && this.#head === this.#queue.length) {
+      this.#resolve = undefined;
+      this.#reject = undefined;
+      resolve({ value: undefined, done: true });
+    }
+  }
+
+  #push(chunk: VllmCompletionChunk): void {
+    const resolve = this.#resolve;
+    if (resolve !== undefined) {
+      this.#resolve = undefined;
+      this.#reject = undefined;
+      resolve({ value: chunk, done: false });
+      return;
+    }
+    this.#queue.push(chunk);
+    if (this.#queue.length - this.#head >= PAUSE_AT_QUEUED_CHUNKS) this.#controller?.pause();
+  }
+
+  readonly #onData = (data: string): void => {
+    if (this.#done || this.#settled) return;
+    if (data === "[DONE]") {
+      this.#done = true;
+      return;
+    }
+    try {
+      const json = parseJson(data, "stream event");
+      if (isVllmErrorBody(json)) throw mapUpstreamError({ kind: "event", body: json });
+      this.#push(parseVllmCompletionChunk(json));
+    } catch (error) {
+      this.#fail(
+        error instanceof ApiError
+          ? error
+          : mapUpstreamError({ kind: "transport", error, responseStarted: true }),
+        true,
+      );
+    }
+  };
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.#controller = controller;
+    if (this.#abortReason !== undefined) controller.abort(this.#abortReason);
+  }
+
+  onResponseStart(
+    controller: Dispatcher.DispatchController,
+    statusCode: number,
+    headers: Record<string, string | string[] | undefined>,
+  ): void {
+    this.#controller = controller;
+    this.#responseStarted = true;
+    const contentType = headers["content-type"];
+    this.#contentType = contentType === undefined ? "" : String(contentType);
+    this.#status = statusCode;
+    if (statusCode !== 200 || !this.#contentType.startsWith("text/event-stream")) this.#text = [];
+    else this.#sse = createSseDecoder(this.#onData, this.sseOptions);
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.#text !== undefined) {
+      this.#text.push(chunk);
+      return;
+    }
+    if (this.#settled && !this.#done) return;
+    if (this.#done) {
+      this.#bytesAfterDone += chunk.length;
+      // More than a little after [DONE]: dropped with the connection.
+      if (this.#bytesAfterDone > MAX_BYTES_AFTER_DONE) {
+        this.#finished = true;
+        controller.abort(canceled());
+        this.#end();
+      }
+      return;
+    }
+    const sse = this.#sse as SseDecoder;
+    sse.push(chunk);
+    const failure = sse.failure();
+    if (failure !== undefined) this.#fail(failure, true);
+  }
+
+  onResponseEnd(): void {
+    if (this.#text !== undefined) {
+      this.#finished = true;
+      const bytes = Buffer.concat(this.#text);
+      // As undici's body.text(): UTF-8, a BOM skipped.
+      const bom = bytes.length > 2 && bytes[0] === 0xef && bytes[1] === 0xbb && bytes[2] === 0xbf;
+      const text = bytes.toString("utf8", bom ? 3 : 0);
+      this.#text = undefined;
+      let error: ApiError;
+      try {
+        if (this.#status !== 200 || isVllmErrorBody(parseJson(text, "response"))) {
+          error = mapUpstreamError({ kind: "response", status: this.#status, body: text });
+        } else {
+          error = new ApiError(
+            "upstream_error",
+            `Inference answered a stream request with ${this.#contentType || "no content type"}.`,
+          );
+        }
+      } catch (e) {
+        error =
+          e instanceof ApiError
+            ? e
+            : mapUpstreamError({ kind: "transport", error: e, responseStarted: true });
+      }
+      this.#fail(error, false);
+      return;
+    }
+    if (!this.#done && !this.#settled) {
+      const sse = this.#sse as SseDecoder;
+      sse.end();
+      const failure = sse.failure();
+      if (failure !== undefined) this.#fail(failure, false);
+      else if (!this.#done)
+        this.#fail(new ApiError("upstream_error", "Inference's stream ended without [DONE]."), false);
+    }
+    this.#finished = true;
+    this.#end();
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
+    if (this.#done) {
+      // After [DONE] a failure to read the rest only costs the connection.
+      this.#finished = true;
+      this.#end();
+      return;
+    }
+    this.#finished = true;
+    this.#fail(mapUpstreamError({ kind: "transport", error, responseStarted: this.#responseStarted }), false);
+  }
+}
+
 /**
  * A client of one Inference server over two undici `Pool`s (keep-alive, explicit timeouts longer
  * than the 14-minute non-stream wait): one for completions, as many connections as Inference
@@ -355,72 +651,6 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
     }
   }
 
-  async function* streamChunks(
-    body: VllmCompletionRequest,
-    o: StreamOptions,
-  ): AsyncGenerator<VllmCompletionChunk> {
-    if (!body.stream) throw new RangeError("stream() needs a body with stream: true");
-    const link = linkAbort(o.signal);
-    const requestId = claimUpstreamRequestId(o.upstreamRequestId);
-    let responseStarted = false;
-    let finished = false;
-    try {
-      const payload = vllmRequestBody(body);
-      const res = await pool.request({
-        method: "POST",
-        path: `${prefix}/v1/completions`,
-        headers: headersFor({
-          accept: "text/event-stream",
-          requestId,
-          contentLength: payload.contentLength,
-          headers: o.headers,
-        }),
-        body: payload.body,
-        signal: link.signal,
-      });
-      responseStarted = true;
-      const contentType = String(res.headers["content-type"] ?? "");
-      if (res.statusCode !== 200 || !contentType.startsWith("text/event-stream")) {
-        const text = await res.body.text();
-        finished = true;
-        if (res.statusCode !== 200 || isVllmErrorBody(parseJson(text, "response"))) {
-          throw mapUpstreamError({ kind: "response", status: res.statusCode, body: text });
-        }
-        throw new ApiError(
-          "upstream_error",
-          `Inference answered a stream request with ${contentType || "no content type"}.`,
-        );
-      }
-      let done = false;
-      // The body is not destroyed when the loop stops at [DONE]: it is read to its end below.
-      for await (const data of decodeSse(
-        res.body.iterator({ destroyOnReturn: false }),
-        maxSseEventChars === undefined ? {} : { maxEventChars: maxSseEventChars },
-      )) {
-        if (data === "[DONE]") {
-          done = true;
-          break;
-        }
-        const json = parseJson(data, "stream event");
-        if (isVllmErrorBody(json)) throw mapUpstreamError({ kind: "event", body: json });
-        yield parseVllmCompletionChunk(json);
-      }
-      if (!done) throw new ApiError("upstream_error", "Inference's stream ended without [DONE].");
-      finished = true;
-      // What follows [DONE] (the chunked terminator, often a write of its own) is read, so the
-      // connection goes back to the pool instead of being closed; more than a little is dropped.
-      await res.body.dump({ limit: MAX_BYTES_AFTER_DONE }).catch(() => undefined);
-    } catch (error) {
-      throw link.reason() ?? mapUpstreamError({ kind: "transport", error, responseStarted });
-    } finally {
-      // Early stop by the consumer, or an error: abort the upstream request (undici destroys the
-      // socket, vLLM sees the disconnect and aborts the engine request).
-      if (!finished) link.abort();
-      releaseUpstreamRequestId(requestId);
-      link.dispose();
-    }
-  }
-
   return {
     async complete(body, o) {
       if (body.stream) throw new RangeError("complete() needs a body with stream: false");
@@ -439,7 +669,14 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
     },
 
     stream(body, o) {
-      return streamChunks(body, o);
+      return new UpstreamStream(
+        pool,
+        `${prefix}/v1/completions`,
+        body,
+        o,
+        headersFor,
+        maxSseEventChars === undefined ? undefined : { maxEventChars: maxSseEventChars },
+      );
     },
 
     async tokenize(model, prompt, addSpecialTokens, signal) {

@@ -96,43 +96,68 @@ function promptLogprobs(v: unknown, path: string): VllmPromptLogprobs {
 
 const finishReasons = new Set(["stop", "length", "abort"]);
 
-function choice(v: unknown, path: string): VllmCompletionChoice {
-  const o = rec(v, path);
-  const finish = opt(o.finish_reason, `${path}.finish_reason`, str);
-  if (finish !== null && !finishReasons.has(finish))
-    fail(`${path}.finish_reason`, "stop, length, abort or null");
-  const stopReason = o.stop_reason;
-  if (stopReason !== undefined && stopReason !== null && typeof stopReason !== "string") {
-    int(stopReason, `${path}.stop_reason`);
+// The checks below build a field's path only when it fails: they run per stream chunk.
+
+/** `choices[i]` of a completion or chunk. */
+function choice(v: unknown, i: number): VllmCompletionChoice {
+  if (typeof v !== "object" || v === null || Array.isArray(v)) fail(`choices[${i}]`, "an object");
+  const o = v as Rec;
+  const f = o.finish_reason;
+  let finish: VllmCompletionChoice["finish_reason"] = null;
+  if (f !== undefined && f !== null) {
+    if (typeof f !== "string") fail(`choices[${i}].finish_reason`, "a string");
+    if (!finishReasons.has(f as string)) fail(`choices[${i}].finish_reason`, "stop, length, abort or null");
+    finish = f as VllmCompletionChoice["finish_reason"];
   }
+  const stopReason = o.stop_reason;
+  if (
+    stopReason !== undefined &&
+    stopReason !== null &&
+    typeof stopReason !== "string" &&
+    !Number.isSafeInteger(stopReason)
+  ) {
+    fail(`choices[${i}].stop_reason`, "an integer");
+  }
+  const index = o.index;
+  if (!Number.isSafeInteger(index)) fail(`choices[${i}].index`, "an integer");
+  const text = o.text;
+  if (typeof text !== "string") fail(`choices[${i}].text`, "a string");
+  const lp = o.logprobs;
+  const plp = o.prompt_logprobs;
+  const pti = o.prompt_token_ids;
+  const ti = o.token_ids;
   return {
-    index: int(o.index, `${path}.index`),
-    text: str(o.text, `${path}.text`),
-    logprobs: opt(o.logprobs, `${path}.logprobs`, logprobs),
-    finish_reason: finish as VllmCompletionChoice["finish_reason"],
+    index: index as number,
+    text: text as string,
+    logprobs: lp === undefined || lp === null ? null : logprobs(lp, `choices[${i}].logprobs`),
+    finish_reason: finish,
     stop_reason: (stopReason ?? null) as string | number | null,
-    prompt_logprobs: opt(o.prompt_logprobs, `${path}.prompt_logprobs`, promptLogprobs),
-    prompt_token_ids: opt(o.prompt_token_ids, `${path}.prompt_token_ids`, ints),
-    token_ids: opt(o.token_ids, `${path}.token_ids`, ints),
+    prompt_logprobs:
+      plp === undefined || plp === null ? null : promptLogprobs(plp, `choices[${i}].prompt_logprobs`),
+    prompt_token_ids: pti === undefined || pti === null ? null : ints(pti, `choices[${i}].prompt_token_ids`),
+    token_ids: ti === undefined || ti === null ? null : ints(ti, `choices[${i}].token_ids`),
   };
 }
 
-function header(o: Rec): Pick<VllmCompletion, "id" | "object" | "created" | "model"> {
-  return {
-    id: str(o.id ?? "", "id"),
-    object: str(o.object ?? "", "object"),
-    created: int(o.created ?? 0, "created"),
-    model: str(o.model ?? "", "model"),
-  };
+function choices(v: unknown): VllmCompletionChoice[] {
+  if (!Array.isArray(v)) fail("choices", "an array");
+  const list = v as unknown[];
+  const out = new Array<VllmCompletionChoice>(list.length);
+  for (let i = 0; i < list.length; i++) out[i] = choice(list[i], i);
+  return out;
 }
 
 /** A non-streamed completion body (parsed JSON) → VllmCompletion; throws ApiError 502 when malformed. */
 export function parseVllmCompletion(json: unknown): VllmCompletion {
   return guard("completion", json, (v) => {
     const o = rec(v, "$");
+    // Written out, not `...header(o)`: a spread here cost ~2 µs per chunk.
     return {
-      ...header(o),
-      choices: arr(o.choices, "choices").map((c, i) => choice(c, `choices[${i}]`)),
+      id: str(o.id ?? "", "id"),
+      object: str(o.object ?? "", "object"),
+      created: int(o.created ?? 0, "created"),
+      model: str(o.model ?? "", "model"),
+      choices: choices(o.choices),
       usage: opt(o.usage, "usage", usage),
       activations: opt(o.activations, "activations", rec) as VllmActivations | null,
     };
@@ -143,9 +168,13 @@ export function parseVllmCompletion(json: unknown): VllmCompletion {
 export function parseVllmCompletionChunk(json: unknown): VllmCompletionChunk {
   return guard("stream chunk", json, (v) => {
     const o = rec(v, "$");
+    // Written out, not `...header(o)`: a spread here cost ~2 µs per chunk.
     return {
-      ...header(o),
-      choices: arr(o.choices, "choices").map((c, i) => choice(c, `choices[${i}]`)),
+      id: str(o.id ?? "", "id"),
+      object: str(o.object ?? "", "object"),
+      created: int(o.created ?? 0, "created"),
+      model: str(o.model ?? "", "model"),
+      choices: choices(o.choices),
       usage: opt(o.usage, "usage", usage),
     };
   });
@@ -206,14 +235,16 @@ export function parseVllmJson(text: string): unknown {
   for (const c of choices) {
     if (typeof c !== "object" || c === null) continue;
     const { logprobs, prompt_logprobs } = c as {
-      logprobs?: { top_logprobs?: unknown };
+      logprobs?: { top_logprobs?: unknown } | null;
       prompt_logprobs?: unknown;
     };
-    const dicts = [
-      ...(Array.isArray(logprobs?.top_logprobs) ? logprobs.top_logprobs : []),
-      ...(Array.isArray(prompt_logprobs) ? prompt_logprobs : []),
-    ];
-    if (dicts.some(hasIntegerKey)) return parseJsonOrdered(text);
+    const top = logprobs?.top_logprobs;
+    if (
+      (Array.isArray(top) && top.some(hasIntegerKey)) ||
+      (Array.isArray(prompt_logprobs) && prompt_logprobs.some(hasIntegerKey))
+    ) {
+      return parseJsonOrdered(text);
+    }
   }
   return json;
 }
