@@ -691,7 +691,17 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         c.promptTokenIds = [];
       }
     }
-    return create(CreateCompletionResponseSchema, { ...ids, choices: sorted, ...(usage ? { usage } : {}) });
+    // As create(CreateCompletionResponseSchema, {...ids, choices, usage}) builds it (a proto3
+    // message is a plain object; an unset message field is absent), without its reflection.
+    const response: CreateCompletionResponse = {
+      $typeName: "acs.v1.CreateCompletionResponse",
+      id: ids.id,
+      created: ids.created,
+      model: ids.model,
+      choices: sorted,
+    };
+    if (usage !== undefined) response.usage = usage;
+    return response;
   }
 
   /**
