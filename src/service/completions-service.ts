@@ -32,6 +32,7 @@ import {
 import {
   buildVllmRequest,
   newCompletionId,
+  type StreamOptions,
   TextOffsets,
   toCompletionResponse,
   toStreamChunk,
@@ -83,12 +84,11 @@ export interface CompletionsServiceDeps {
   readonly admission?: Admission;
 }
 
-/** The options of one upstream call of a prepared request: its X-Request-Id and its tracer. */
-function upstreamCallOptions(prepared: Prepared, ctx: CallContext) {
-  return {
-    upstreamRequestId: prepared.nextUpstreamId(),
-    ...(ctx.record?.traceUpstream === undefined ? {} : { trace: ctx.record.traceUpstream }),
-  };
+/** The options of one upstream call of a prepared request: `signal`, its X-Request-Id and its tracer. */
+function upstreamCallOptions(prepared: Prepared, signal: AbortSignal): StreamOptions {
+  const upstreamRequestId = prepared.nextUpstreamId();
+  const trace = prepared.ctx.record?.traceUpstream;
+  return trace === undefined ? { signal, upstreamRequestId } : { signal, upstreamRequestId, trace };
 }
 
 /** Records the moment Inference's first generated token arrived (once). */
@@ -564,9 +564,8 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     delete body.logprobs;
     delete body.prompt_logprobs;
     const v = await prepared.model.client.complete(body, {
-      signal,
+      ...upstreamCallOptions(prepared, signal),
       deadlineMs: deps.nonStreamDeadlineMs,
-      ...upstreamCallOptions(prepared, prepared.ctx),
     });
     meter.addReplay(v.usage?.prompt_tokens ?? prompt.length, part);
     return residualStream(v.activations);
@@ -585,7 +584,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     part: number,
   ): AsyncIterable<VllmCompletionChunk> {
     meter.markStarted(part);
-    return prepared.model.client.stream(body, { signal, ...upstreamCallOptions(prepared, prepared.ctx) });
+    return prepared.model.client.stream(body, upstreamCallOptions(prepared, signal));
   }
 
   /**
@@ -720,7 +719,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     meter.markUncounted(part);
     const v = await prepared.model.client.complete(
       { ...body, return_token_ids: true },
-      { signal, deadlineMs: deps.nonStreamDeadlineMs, ...upstreamCallOptions(prepared, prepared.ctx) },
+      { ...upstreamCallOptions(prepared, signal), deadlineMs: deps.nonStreamDeadlineMs },
     );
     const response = toCompletionResponse(v, request.model);
     for (const c of response.choices) meter.addGenerated(c.tokenIds.length, part);
