@@ -888,8 +888,8 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
           generatedIds.push(...choice.tokenIds);
         }
         if (!returnTokenIds) {
-          choice.tokenIds = [];
-          choice.promptTokenIds = [];
+          if (choice.tokenIds.length > 0) choice.tokenIds = [];
+          if (choice.promptTokenIds.length > 0) choice.promptTokenIds = [];
         }
       }
       if (!continuousUsage) chunk.usage = undefined;
@@ -942,8 +942,8 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
                 generatedIds.push(...choice.tokenIds);
               }
               if (!returnTokenIds) {
-                choice.tokenIds = [];
-                choice.promptTokenIds = [];
+                if (choice.tokenIds.length > 0) choice.tokenIds = [];
+                if (choice.promptTokenIds.length > 0) choice.promptTokenIds = [];
               }
             }
             chunk.usage = continuousUsage ? usageSoFar() : undefined;
