@@ -56,52 +56,68 @@ function checkBound(name: string, value: number): number {
 export function createSteeringBudget(options: SteeringBudgetOptions = {}): SteeringBudget {
   const requestBytes = checkBound("requestBytes", options.requestBytes ?? limits.steeringRequestBytes);
   const processBytes = checkBound("processBytes", options.processBytes ?? limits.steeringProcessBytes);
-  let inFlight = 0;
-  let peak = 0;
-  const param = "apply_steering_vectors";
+  const counts: BudgetCounts = { requestBytes, processBytes, inFlight: 0, peak: 0 };
 
   return {
     requestBytes,
     processBytes,
     get inFlight() {
-      return inFlight;
+      return counts.inFlight;
     },
     get peak() {
-      return peak;
+      return counts.peak;
     },
-    lease() {
-      let held = 0;
-      return {
-        get bytes() {
-          return held;
-        },
-        reserve(bytes) {
-          if (bytes <= 0) return;
-          const total = held + bytes;
-          const bound = Math.min(requestBytes, processBytes);
-          if (total > bound) {
-            throw new ApiError(
-              "request_too_large",
-              `The steering vectors of this request decode to ${total} bytes, more than the ${bound} bytes one request may hold.`,
-              { param },
-            );
-          }
-          if (inFlight + bytes > processBytes) {
-            throw new ApiError(
-              "rate_limited",
-              `The server is busy decoding the steering vectors of other requests (${inFlight} of ${processBytes} bytes in use); this request needs ${total}. Retry in ${STEERING_RETRY_AFTER_SECONDS} s.`,
-              { retry: { retry: true, afterSeconds: STEERING_RETRY_AFTER_SECONDS } },
-            );
-          }
-          held = total;
-          inFlight += bytes;
-          peak = Math.max(peak, inFlight);
-        },
-        release() {
-          inFlight -= held;
-          held = 0;
-        },
-      };
-    },
+    lease: () => new Lease(counts),
   };
+}
+
+/** A budget's bounds and what it holds now (shared by its leases). */
+interface BudgetCounts {
+  readonly requestBytes: number;
+  readonly processBytes: number;
+  inFlight: number;
+  peak: number;
+}
+
+/** One request's lease: one object per request, its methods shared (every request takes one). */
+class Lease implements SteeringLease {
+  #held = 0;
+  readonly #budget: BudgetCounts;
+
+  constructor(budget: BudgetCounts) {
+    this.#budget = budget;
+  }
+
+  get bytes(): number {
+    return this.#held;
+  }
+
+  reserve(bytes: number): void {
+    if (bytes <= 0) return;
+    const budget = this.#budget;
+    const total = this.#held + bytes;
+    const bound = Math.min(budget.requestBytes, budget.processBytes);
+    if (total > bound) {
+      throw new ApiError(
+        "request_too_large",
+        `The steering vectors of this request decode to ${total} bytes, more than the ${bound} bytes one request may hold.`,
+        { param: "apply_steering_vectors" },
+      );
+    }
+    if (budget.inFlight + bytes > budget.processBytes) {
+      throw new ApiError(
+        "rate_limited",
+        `The server is busy decoding the steering vectors of other requests (${budget.inFlight} of ${budget.processBytes} bytes in use); this request needs ${total}. Retry in ${STEERING_RETRY_AFTER_SECONDS} s.`,
+        { retry: { retry: true, afterSeconds: STEERING_RETRY_AFTER_SECONDS } },
+      );
+    }
+    this.#held = total;
+    budget.inFlight += bytes;
+    budget.peak = Math.max(budget.peak, budget.inFlight);
+  }
+
+  release(): void {
+    this.#budget.inFlight -= this.#held;
+    this.#held = 0;
+  }
 }

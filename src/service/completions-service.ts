@@ -32,10 +32,12 @@ import {
 import {
   buildVllmRequest,
   newCompletionId,
+  type StreamOptions,
   TextOffsets,
   toCompletionResponse,
   toStreamChunk,
   type VllmClient,
+  type VllmCompletionChunk,
   type VllmCompletionRequest,
 } from "../upstream/index.js";
 import { type Admission, type AdmissionTicket, createAdmission, noAdmission } from "./admission.js";
@@ -82,12 +84,11 @@ export interface CompletionsServiceDeps {
   readonly admission?: Admission;
 }
 
-/** The options of one upstream call of a prepared request: its X-Request-Id and its tracer. */
-function upstreamCallOptions(prepared: Prepared, ctx: CallContext) {
-  return {
-    upstreamRequestId: prepared.nextUpstreamId(),
-    ...(ctx.record?.traceUpstream === undefined ? {} : { trace: ctx.record.traceUpstream }),
-  };
+/** The options of one upstream call of a prepared request: `signal`, its X-Request-Id and its tracer. */
+function upstreamCallOptions(prepared: Prepared, signal: AbortSignal): StreamOptions {
+  const upstreamRequestId = prepared.nextUpstreamId();
+  const trace = prepared.ctx.record?.traceUpstream;
+  return trace === undefined ? { signal, upstreamRequestId } : { signal, upstreamRequestId, trace };
 }
 
 /** Records the moment Inference's first generated token arrived (once). */
@@ -189,6 +190,55 @@ function newMeter(prepared: Prepared, request: CreateCompletionRequest): UsageMe
 
 function completionIds(model: string): CompletionIds {
   return { id: newCompletionId(), created: BigInt(Math.floor(Date.now() / 1000)), model };
+}
+
+/**
+ * The streamed upstream request of `body`: streamed, with token ids and the usage chunk always
+ * (what was generated is known at every moment), usage on every chunk only with `continuousUsage`.
+ */
+function upstreamStreamBody(body: VllmCompletionRequest, continuousUsage: boolean): VllmCompletionRequest {
+  return {
+    ...body,
+    stream: true,
+    return_token_ids: true,
+    stream_options: { include_usage: true, continuous_usage_stats: continuousUsage },
+  };
+}
+
+/** The choice of `index` among `choices` (each index once), or undefined. */
+function choiceOfIndex(choices: readonly CompletionChoice[], index: number): CompletionChoice | undefined {
+  const guess = choices[index]; // Inference's choices come in index order: the usual place
+  if (guess !== undefined && guess.index === index) return guess;
+  for (const c of choices) if (c.index === index) return c;
+  return undefined;
+}
+
+/**
+ * The first piece of a collected choice, made its accumulator: as a fresh choice with the piece
+ * merged into it — the piece's text, logprobs, token ids and prompt token ids; its finish and stop
+ * reason only when it finished; no prompt_logprobs (a collected stream has none).
+ */
+function firstPiece(piece: CompletionChoice): CompletionChoice {
+  if (piece.finishReason === FinishReason.UNSPECIFIED && piece.stopReason.case !== undefined) {
+    piece.stopReason = { case: undefined };
+  }
+  if (piece.promptLogprobs.length > 0) piece.promptLogprobs = [];
+  return piece;
+}
+
+/** Appends every item of `items` to `to` (no argument spread: a long list cannot overflow the stack). */
+function appendAll<T>(to: T[], items: readonly T[]): void {
+  for (let i = 0; i < items.length; i++) to.push(items[i] as T);
+}
+
+/** `choices` in ascending index order (sorted in place when they are not). */
+function sortedByIndex(choices: CompletionChoice[]): CompletionChoice[] {
+  for (let i = 1; i < choices.length; i++) {
+    if ((choices[i] as CompletionChoice).index < (choices[i - 1] as CompletionChoice).index) {
+      return choices.sort((a, b) => a.index - b.index);
+    }
+  }
+  return choices;
 }
 
 /** The sum of several upstream requests' usage (a lens fan-out's usage, proto/API.md §6). */
@@ -514,45 +564,52 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     delete body.logprobs;
     delete body.prompt_logprobs;
     const v = await prepared.model.client.complete(body, {
-      signal,
+      ...upstreamCallOptions(prepared, signal),
       deadlineMs: deps.nonStreamDeadlineMs,
-      ...upstreamCallOptions(prepared, prepared.ctx),
     });
     meter.addReplay(v.usage?.prompt_tokens ?? prompt.length, part);
     return residualStream(v.activations);
   }
 
   /**
-   * Inference's stream of `body` as proto chunks of the caller's completion, metered on part
-   * `part`: every chunk (usage chunks included, token ids kept) in Inference's order, with
-   * `text_offset` that point into each choice's text (one TextOffsets per stream). The upstream
-   * always streams token ids and usage, so that what was generated is known at every moment.
+   * Inference's stream of `body` (a request built by {@link upstreamStreamBody}), metered on part
+   * `part` from its first chunk. Each chunk goes through {@link meteredChunk} in the caller's loop
+   * (no generator layer of its own between the client's stream and the caller: this runs per chunk).
    */
-  async function* upstreamChunks(
+  function upstreamStream(
     prepared: Prepared,
     body: VllmCompletionRequest,
-    ids: CompletionIds,
     signal: AbortSignal,
     meter: UsageMeter,
     part: number,
-  ): AsyncGenerator<StreamCompletionResponse> {
-    const offsets = new TextOffsets();
+  ): AsyncIterable<VllmCompletionChunk> {
     meter.markStarted(part);
-    for await (const upstreamChunk of prepared.model.client.stream(
-      { ...body, stream: true, return_token_ids: true },
-      { signal, ...upstreamCallOptions(prepared, prepared.ctx) },
-    )) {
-      const chunk = toStreamChunk(upstreamChunk, ids, offsets);
-      for (const choice of chunk.choices) {
-        meter.addGenerated(choice.tokenIds.length, part);
-        if (choice.promptTokenIds.length > 0)
-          meter.notePromptTokens(choice.index, choice.promptTokenIds.length);
-      }
-      if (meter.generated > 0) markFirstToken(prepared.ctx);
-      if (chunk.choices.length === 0 && chunk.usage !== undefined)
-        meter.report(chunk.usage.totalTokens, part);
-      yield chunk;
+    return prepared.model.client.stream(body, upstreamCallOptions(prepared, signal));
+  }
+
+  /**
+   * One chunk of Inference's stream as a proto chunk of the caller's completion, metered on part
+   * `part`: usage chunks included, token ids kept, with `text_offset` that point into each choice's
+   * text (`offsets`: one TextOffsets per stream). The upstream always streams token ids and usage,
+   * so that what was generated is known at every moment.
+   */
+  function meteredChunk(
+    prepared: Prepared,
+    upstreamChunk: VllmCompletionChunk,
+    ids: CompletionIds,
+    offsets: TextOffsets,
+    meter: UsageMeter,
+    part: number,
+  ): StreamCompletionResponse {
+    const chunk = toStreamChunk(upstreamChunk, ids, offsets);
+    for (const choice of chunk.choices) {
+      meter.addGenerated(choice.tokenIds.length, part);
+      if (choice.promptTokenIds.length > 0)
+        meter.notePromptTokens(choice.index, choice.promptTokenIds.length);
     }
+    if (meter.generated > 0) markFirstToken(prepared.ctx);
+    if (chunk.choices.length === 0 && chunk.usage !== undefined) meter.report(chunk.usage.totalTokens, part);
+    return chunk;
   }
 
   /**
@@ -584,29 +641,33 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       );
     }, deps.nonStreamDeadlineMs);
     const ids = completionIds(request.model);
-    const choices = new Map<number, CompletionChoice>();
+    // The choices in the order they first came; each is the first piece of its index (a fresh
+    // message of this stream's only), the later pieces appended to it.
+    const choices: CompletionChoice[] = [];
     let usage: CreateCompletionResponse["usage"];
-    const body: VllmCompletionRequest = {
-      ...upstreamBody,
-      stream_options: { include_usage: true, continuous_usage_stats: false },
-    };
+    const body = upstreamStreamBody(upstreamBody, false);
+    const offsets = new TextOffsets();
     try {
-      for await (const chunk of upstreamChunks(prepared, body, ids, signal, meter, part)) {
+      for await (const upstreamChunk of upstreamStream(prepared, body, signal, meter, part)) {
+        const chunk = meteredChunk(prepared, upstreamChunk, ids, offsets, meter, part);
         if (chunk.choices.length === 0 && chunk.usage !== undefined) usage = chunk.usage;
         for (const piece of chunk.choices) {
-          const choice = choices.get(piece.index) ?? create(CompletionChoiceSchema, { index: piece.index });
+          const choice = choiceOfIndex(choices, piece.index);
+          if (choice === undefined) {
+            choices.push(firstPiece(piece));
+            continue;
+          }
           choice.text += piece.text;
           if (piece.logprobs !== undefined) {
-            choice.logprobs ??= create(LogprobsSchema);
-            choice.logprobs.content.push(...piece.logprobs.content);
+            if (choice.logprobs === undefined) choice.logprobs = create(LogprobsSchema);
+            appendAll(choice.logprobs.content, piece.logprobs.content);
           }
           if (piece.promptTokenIds.length > 0) choice.promptTokenIds = piece.promptTokenIds;
-          choice.tokenIds.push(...piece.tokenIds);
+          appendAll(choice.tokenIds, piece.tokenIds);
           if (piece.finishReason !== FinishReason.UNSPECIFIED) {
             choice.finishReason = piece.finishReason;
             choice.stopReason = piece.stopReason;
           }
-          choices.set(piece.index, choice);
         }
       }
     } catch (err) {
@@ -622,14 +683,24 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       clearTimeout(timer);
       callerSignal.removeEventListener("abort", onCaller);
     }
-    const sorted = [...choices.values()].sort((a, b) => a.index - b.index);
+    const sorted = sortedByIndex(choices);
     if (request.returnTokenIds !== true) {
       for (const c of sorted) {
         c.tokenIds = [];
         c.promptTokenIds = [];
       }
     }
-    return create(CreateCompletionResponseSchema, { ...ids, choices: sorted, ...(usage ? { usage } : {}) });
+    // As create(CreateCompletionResponseSchema, {...ids, choices, usage}) builds it (a proto3
+    // message is a plain object; an unset message field is absent), without its reflection.
+    const response: CreateCompletionResponse = {
+      $typeName: "acs.v1.CreateCompletionResponse",
+      id: ids.id,
+      created: ids.created,
+      model: ids.model,
+      choices: sorted,
+    };
+    if (usage !== undefined) response.usage = usage;
+    return response;
   }
 
   /**
@@ -648,7 +719,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     meter.markUncounted(part);
     const v = await prepared.model.client.complete(
       { ...body, return_token_ids: true },
-      { signal, deadlineMs: deps.nonStreamDeadlineMs, ...upstreamCallOptions(prepared, prepared.ctx) },
+      { ...upstreamCallOptions(prepared, signal), deadlineMs: deps.nonStreamDeadlineMs },
     );
     const response = toCompletionResponse(v, request.model);
     for (const c of response.choices) meter.addGenerated(c.tokenIds.length, part);
@@ -803,11 +874,10 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const renew = holdRenewer(prepared.hold, meter);
     let promptIds: number[] = [];
     const generatedIds: number[] = [];
-    const body: VllmCompletionRequest = {
-      ...prepared.body,
-      stream_options: { include_usage: true, continuous_usage_stats: continuousUsage },
-    };
-    for await (const chunk of upstreamChunks(prepared, body, ids, ctx.signal, meter, 0)) {
+    const body = upstreamStreamBody(prepared.body, continuousUsage);
+    const offsets = new TextOffsets();
+    for await (const upstreamChunk of upstreamStream(prepared, body, ctx.signal, meter, 0)) {
+      const chunk = meteredChunk(prepared, upstreamChunk, ids, offsets, meter, 0);
       if (chunk.choices.length === 0) {
         if (includeUsage && chunk.usage !== undefined) yield chunk;
         continue;
@@ -818,8 +888,8 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
           generatedIds.push(...choice.tokenIds);
         }
         if (!returnTokenIds) {
-          choice.tokenIds = [];
-          choice.promptTokenIds = [];
+          if (choice.tokenIds.length > 0) choice.tokenIds = [];
+          if (choice.promptTokenIds.length > 0) choice.promptTokenIds = [];
         }
       }
       if (!continuousUsage) chunk.usage = undefined;
@@ -859,11 +929,10 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         async function* (signal: AbortSignal): AsyncGenerator<StreamCompletionResponse> {
           let promptIds: number[] = [];
           const generatedIds: number[] = [];
-          const body: VllmCompletionRequest = {
-            ...part.body,
-            stream_options: { include_usage: true, continuous_usage_stats: continuousUsage },
-          };
-          for await (const chunk of upstreamChunks(prepared, body, ids, signal, meter, i)) {
+          const body = upstreamStreamBody(part.body, continuousUsage);
+          const offsets = new TextOffsets();
+          for await (const upstreamChunk of upstreamStream(prepared, body, signal, meter, i)) {
+            const chunk = meteredChunk(prepared, upstreamChunk, ids, offsets, meter, i);
             if (chunk.usage !== undefined) latest[i] = chunk.usage;
             if (chunk.choices.length === 0) continue;
             for (const choice of chunk.choices) {
@@ -873,8 +942,8 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
                 generatedIds.push(...choice.tokenIds);
               }
               if (!returnTokenIds) {
-                choice.tokenIds = [];
-                choice.promptTokenIds = [];
+                if (choice.tokenIds.length > 0) choice.tokenIds = [];
+                if (choice.promptTokenIds.length > 0) choice.promptTokenIds = [];
               }
             }
             chunk.usage = continuousUsage ? usageSoFar() : undefined;

@@ -20,8 +20,12 @@ export async function countPromptTokens(
   const p = request.prompt;
   if (p.case === "tokenIds") return [p.value.values.length];
   if (p.case === "tokenIdsList") return p.value.values.map((v) => v.values.length);
-  const texts = p.case === "text" ? [p.value] : p.case === "texts" ? p.value.values : [];
   const addSpecialTokens = request.addSpecialTokens ?? true;
+  // One text (the usual request): one call, without the de-duplication and workers below.
+  if (p.case === "text") {
+    return [(await client.tokenize(servedModelName, p.value, addSpecialTokens, signal)).count];
+  }
+  const texts = p.case === "texts" ? p.value.values : [];
   const unique = [...new Set(texts)];
   const counts = new Map<string, number>();
   let next = 0;

@@ -134,12 +134,16 @@ export class UsageMeter {
 
   /** Σ prompt tokens over the parts, as the Hold counts them. */
   get promptTokens(): number {
-    return this.#parts.reduce((sum, p) => sum + p.promptTokens, 0);
+    let sum = 0;
+    for (const p of this.#parts) sum += p.promptTokens;
+    return sum;
   }
 
   /** Tokens generated so far over every part, counted from the token ids of every choice. */
   get generated(): number {
-    return this.#parts.reduce((sum, p) => sum + p.generated, 0);
+    let sum = 0;
+    for (const p of this.#parts) sum += p.generated; // read per streamed chunk: no callback
+    return sum;
   }
 
   /** Inference's usage of part `part` (its `usage.total_tokens`). */

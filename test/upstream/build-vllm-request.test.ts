@@ -167,6 +167,15 @@ describe("buildVllmRequest", () => {
   it("never sends vllm_xargs when empty", () => {
     expect(buildVllmRequest(text(), resolved)).not.toHaveProperty("vllm_xargs");
   });
+
+  it("without seed and vllm_xargs the text is the body's fields in their order, one string", () => {
+    const body = buildVllmRequest(text({ prompt: { case: "text", value: "é€😀" } }), resolved);
+    const { seed: _s, vllm_xargs: _x, ...rest } = body;
+    expect(serializeVllmRequest(body)).toBe(JSON.stringify(rest));
+    const { body: b, contentLength } = vllmRequestBody(body);
+    expect(b).toBe(JSON.stringify(rest));
+    expect(contentLength).toBe(Buffer.byteLength(b as string));
+  });
 });
 
 describe("vllmRequestJson / vllmRequestBody: a steering list written in pieces", () => {

@@ -1,6 +1,12 @@
+import { create, toBinary } from "@bufbuild/protobuf";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { FinishReason } from "../../gen/acs/v1/completions_pb.js";
+import {
+  CompletionChoiceSchema,
+  FinishReason,
+  StreamCompletionResponseSchema,
+  UsageSchema,
+} from "../../gen/acs/v1/completions_pb.js";
 import { ApiError } from "../../src/errors/index.js";
 import {
   orderedEntries,
@@ -185,6 +191,51 @@ describe("toStreamChunk", () => {
     const s = toStreamChunk(c, ids, new TextOffsets());
     expect(s.choices[0]?.finishReason).toBe(FinishReason.STOP);
     expect(s.choices[0]?.stopReason).toStrictEqual({ case: "stopTokenId", value: 128009 });
+  });
+
+  it("builds the same messages as create() (fields, unset ones absent, key order, binary form)", () => {
+    const c = parseVllmCompletionChunk({
+      id: "x",
+      object: "text_completion",
+      created: 5,
+      model: "m",
+      choices: [
+        {
+          index: 1,
+          text: " a",
+          logprobs: {
+            text_offset: [0],
+            token_logprobs: [-0.5],
+            tokens: [" a"],
+            top_logprobs: [{ " a": -0.5 }],
+          },
+          finish_reason: "stop",
+          stop_reason: "\n",
+          prompt_token_ids: [1, 2],
+          token_ids: [7],
+        },
+        { index: 0, text: "b", logprobs: null, finish_reason: null, stop_reason: null, token_ids: [8] },
+      ],
+      usage: { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 },
+    });
+    const s = toStreamChunk(c, ids, new TextOffsets());
+    const viaCreate = create(StreamCompletionResponseSchema, {
+      ...ids,
+      choices: s.choices.map(({ $typeName: _, ...init }) => create(CompletionChoiceSchema, init)),
+      usage: create(UsageSchema, { promptTokens: 1, completionTokens: 2, totalTokens: 3 }),
+    });
+    expect(s).toStrictEqual(viaCreate);
+    expect(Object.keys(s)).toStrictEqual(Object.keys(viaCreate));
+    for (const [i, choice] of s.choices.entries()) {
+      expect(Object.keys(choice)).toStrictEqual(Object.keys(viaCreate.choices[i]!));
+    }
+    expect(Object.keys(s.usage!)).toStrictEqual(Object.keys(viaCreate.usage!));
+    expect(toBinary(StreamCompletionResponseSchema, s)).toStrictEqual(
+      toBinary(StreamCompletionResponseSchema, viaCreate),
+    );
+    const none = toStreamChunk({ ...c, choices: [], usage: null }, ids, new TextOffsets());
+    expect(none).toStrictEqual(create(StreamCompletionResponseSchema, { ...ids }));
+    expect(Object.keys(none)).toStrictEqual(Object.keys(create(StreamCompletionResponseSchema, { ...ids })));
   });
 });
 

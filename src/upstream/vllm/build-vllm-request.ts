@@ -115,6 +115,8 @@ function promptOf(req: CreateCompletionRequest): VllmPrompt {
  * integer (a bigint, never through a double), so 2^63 − 1 and −2^63 reach Inference unchanged.
  */
 export function vllmRequestJson(body: VllmCompletionRequest): JsonText {
+  // Neither vllm_xargs nor seed (most requests): the fields alone, without copying the body.
+  if (body.seed === undefined && body.vllm_xargs === undefined) return jsonText([JSON.stringify(body)]);
   const { seed, vllm_xargs: xargs, ...rest } = body;
   const fields = JSON.stringify(rest);
   const parts: JsonTextPart[] = [fields.slice(0, -1)];
@@ -164,8 +166,8 @@ export interface VllmRequestBody {
 export function vllmRequestBody(body: VllmCompletionRequest): VllmRequestBody {
   const json = vllmRequestJson(body);
   const contentLength = jsonTextByteLength(json);
-  const [only, ...others] = json.parts;
-  if (typeof only === "string" && others.length === 0) return { body: only, contentLength };
+  const only = json.parts[0];
+  if (typeof only === "string" && json.parts.length === 1) return { body: only, contentLength };
   return {
     body: Readable.from(jsonTextChunks(json), { objectMode: false, highWaterMark: 64 * 1024 }),
     contentLength,

@@ -1,7 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import {
   type CompletionChoice,
-  CompletionChoiceSchema,
   type CreateCompletionResponse,
   CreateCompletionResponseSchema,
   FinishReason,
@@ -10,9 +9,7 @@ import {
   type PromptPositionLogprobs,
   PromptPositionLogprobsSchema,
   type StreamCompletionResponse,
-  StreamCompletionResponseSchema,
   type Usage,
-  UsageSchema,
 } from "../../../gen/acs/v1/completions_pb.js";
 import { ApiError, randomHex32 } from "../../errors/index.js";
 import { orderedEntries } from "./parse-json-ordered.js";
@@ -64,21 +61,33 @@ export function toStreamChunk(
   ids: { id: string; created: bigint; model: string },
   offsets: TextOffsets,
 ): StreamCompletionResponse {
-  return create(StreamCompletionResponseSchema, {
+  // Built as `create(StreamCompletionResponseSchema, {...})` would build it (a proto3 message is a
+  // plain object: `$typeName`, then each implicit-presence field in field order; an unset message
+  // field is absent), without create()'s per-field reflection: this runs once per streamed chunk.
+  const n = c.choices.length;
+  const choices: CompletionChoice[] = new Array(n);
+  for (let i = 0; i < n; i++) {
+    const choice = c.choices[i] as VllmCompletionChoice;
+    choices[i] = toChoice(choice, offsets.of(choice.index));
+  }
+  const chunk: StreamCompletionResponse = {
+    $typeName: "acs.v1.StreamCompletionResponse",
     id: ids.id,
     created: ids.created,
     model: ids.model,
-    choices: c.choices.map((choice) => toChoice(choice, offsets.of(choice.index))),
-    ...(c.usage === null ? {} : { usage: toUsage(c.usage) }),
-  });
+    choices,
+  };
+  if (c.usage !== null) chunk.usage = toUsage(c.usage);
+  return chunk;
 }
 
 function toUsage(u: VllmUsage): Usage {
-  return create(UsageSchema, {
+  return {
+    $typeName: "acs.v1.Usage",
     promptTokens: u.prompt_tokens,
     completionTokens: u.completion_tokens,
     totalTokens: u.total_tokens,
-  });
+  };
 }
 
 function finishReasonOf(c: VllmCompletionChoice): FinishReason {
@@ -94,6 +103,11 @@ function finishReasonOf(c: VllmCompletionChoice): FinishReason {
   }
 }
 
+/** No stop reason (a shared value is never handed out: each choice gets its own object). */
+function noStopReason(): CompletionChoice["stopReason"] {
+  return { case: undefined };
+}
+
 function toChoice(c: VllmCompletionChoice, offsets: ChoiceTextOffsets): CompletionChoice {
   const finishReason = finishReasonOf(c);
   const textOffsets = offsets.next(c.text, c.logprobs?.tokens ?? []);
@@ -102,17 +116,20 @@ function toChoice(c: VllmCompletionChoice, offsets: ChoiceTextOffsets): Completi
       ? { case: "stopString", value: c.stop_reason }
       : typeof c.stop_reason === "number"
         ? { case: "stopTokenId", value: c.stop_reason }
-        : { case: undefined };
-  return create(CompletionChoiceSchema, {
+        : noStopReason();
+  // As create(CompletionChoiceSchema, {...}) builds it (see toStreamChunk), without reflection.
+  const choice: CompletionChoice = {
+    $typeName: "acs.v1.CompletionChoice",
     index: c.index,
     text: c.text,
-    ...(c.logprobs === null ? {} : { logprobs: toLogprobs(c.logprobs, textOffsets) }),
     finishReason,
     stopReason,
     promptLogprobs: c.prompt_logprobs === null ? [] : toPromptLogprobs(c.prompt_logprobs),
     promptTokenIds: c.prompt_token_ids ?? [],
     tokenIds: c.token_ids ?? [],
-  });
+  };
+  if (c.logprobs !== null) choice.logprobs = toLogprobs(c.logprobs, textOffsets);
+  return choice;
 }
 
 /**

@@ -1,0 +1,119 @@
+// A non-streamed completion is Inference's stream collected (src/service/completions-service.ts,
+// collectStream): per choice index, text appended, logprobs rows and token ids concatenated, the
+// finish and stop reason of the choice's last chunk; choices in index order whatever order they came.
+import { create } from "@bufbuild/protobuf";
+import { describe, expect, it } from "vitest";
+import { CreateCompletionRequestSchema, FinishReason } from "../../gen/acs/v1/completions_pb.js";
+import type { ModelConfig } from "../../src/config/index.js";
+import { createCompletionsService, createModelRegistry } from "../../src/service/index.js";
+import type { VllmClient, VllmCompletionChunk, VllmCompletionRequest } from "../../src/upstream/index.js";
+
+type Piece = Partial<VllmCompletionChunk["choices"][number]> & { index: number; text: string };
+
+function chunk(choices: Piece[], usage: VllmCompletionChunk["usage"] = null): VllmCompletionChunk {
+  return {
+    id: "cmpl-up",
+    object: "text_completion",
+    created: 1,
+    model: "served",
+    choices: choices.map((c) => ({
+      logprobs: null,
+      finish_reason: null,
+      stop_reason: null,
+      prompt_logprobs: null,
+      prompt_token_ids: null,
+      token_ids: null,
+      ...c,
+    })),
+    usage,
+  } as VllmCompletionChunk;
+}
+
+function serviceStreaming(chunks: () => VllmCompletionChunk[]) {
+  const sent: VllmCompletionRequest[] = [];
+  const client = {
+    serving: () => true,
+    tokenize: async () => ({ count: 2, tokens: [1, 2], maxModelLen: 4096 }),
+    async *stream(body: VllmCompletionRequest) {
+      sent.push(body);
+      yield* chunks();
+    },
+  } as unknown as VllmClient & { serving(): boolean };
+  const model = {
+    id: "m",
+    aliases: [],
+    upstreams: [{ url: "http://127.0.0.1:1", weight: 1 }],
+    servedModelName: "served",
+    maxModelLen: 4096,
+    hiddenSize: 8,
+    numLayers: 2,
+    ownedBy: "acs",
+  } as unknown as ModelConfig;
+  const api = createCompletionsService({
+    models: createModelRegistry([model], () => client),
+    ledger: undefined,
+    nonStreamDeadlineMs: 60_000,
+  });
+  return { api, sent };
+}
+
+const ctx = () => ({
+  requestId: "req_0123456789abcdef0123456789abcdef",
+  signal: new AbortController().signal,
+  authorization: undefined,
+  setResponseHeader() {},
+});
+
+describe("collectStream", () => {
+  const pieces = () => [
+    chunk([
+      { index: 1, text: "B", token_ids: [21], prompt_token_ids: [1, 2], stop_reason: "ignored" },
+      { index: 0, text: "A", token_ids: [11], prompt_token_ids: [1, 2] },
+    ]),
+    chunk([{ index: 0, text: "a", token_ids: [12, 13], finish_reason: "stop", stop_reason: "\n" }]),
+    chunk([{ index: 1, text: "b", token_ids: [22], finish_reason: "length" }]),
+    chunk([], { prompt_tokens: 2, completion_tokens: 4, total_tokens: 6 }),
+  ];
+
+  it("merges each index's pieces, choices in index order, the last chunk's finish and stop reason", async () => {
+    const { api, sent } = serviceStreaming(pieces);
+    const request = create(CreateCompletionRequestSchema, {
+      model: "m",
+      prompt: { case: "text", value: "x" },
+      maxTokens: 4,
+      n: 2,
+      temperature: 1,
+      returnTokenIds: true,
+    });
+    const r = await api.createCompletion(request, ctx());
+    expect(sent[0]).toMatchObject({
+      stream: true,
+      return_token_ids: true,
+      stream_options: { include_usage: true, continuous_usage_stats: false },
+    });
+    expect(
+      r.choices.map((c) => [c.index, c.text, c.tokenIds, c.promptTokenIds, c.finishReason]),
+    ).toStrictEqual([
+      [0, "Aa", [11, 12, 13], [1, 2], FinishReason.STOP],
+      [1, "Bb", [21, 22], [1, 2], FinishReason.LENGTH],
+    ]);
+    expect(r.choices[0]?.stopReason).toStrictEqual({ case: "stopString", value: "\n" });
+    expect(r.choices[1]?.stopReason).toStrictEqual({ case: undefined });
+    expect(r.usage).toMatchObject({ promptTokens: 2, completionTokens: 4, totalTokens: 6 });
+    expect(r.id).toMatch(/^cmpl-[0-9a-f]{32}$/);
+    expect(r.model).toBe("m");
+  });
+
+  it("drops token ids when they were not asked for", async () => {
+    const { api } = serviceStreaming(pieces);
+    const request = create(CreateCompletionRequestSchema, {
+      model: "m",
+      prompt: { case: "text", value: "x" },
+      maxTokens: 4,
+      n: 2,
+      temperature: 1,
+    });
+    const r = await api.createCompletion(request, ctx());
+    for (const c of r.choices) expect([c.tokenIds, c.promptTokenIds]).toStrictEqual([[], []]);
+  });
+});
