@@ -1,4 +1,3 @@
-import { PassThrough } from "node:stream";
 import type {
   FastifyBaseLogger,
   FastifyInstance,
@@ -198,8 +197,9 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
   const contextOf = (request: FastifyRequest, reply: FastifyReply) =>
     createCallContext(request, reply, shutdown);
 
-  app.addHook("onRequest", async (_request, reply) => {
+  app.addHook("onRequest", (_request, reply, done) => {
     requestIdOf(reply);
+    done();
   });
   app.setErrorHandler((err, _request, reply) => {
     // A call cut short by the shutdown (the service throws `canceled`) answers 503, not 499.
@@ -258,8 +258,21 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
     const reached = await Promise.race([checked, firstSettled]);
     const waited = await waitForFirst(first, reached === "first" ? 0 : keepaliveIntervalMs);
     if (waited.kind === "failed") throw waited.error;
-    const out = new PassThrough();
-    const writer = createSseWriter(out, {
+    // The events go straight into the response, one write each (no stream between them). fastify
+    // sends nothing itself once hijacked: the head is this reply's headers (X-Request-Id, CORS, the
+    // clamp header) with the SSE ones, as fastify would have written them for a stream.
+    reply
+      .type("text/event-stream; charset=utf-8")
+      .header("cache-control", "no-cache")
+      .header("x-accel-buffering", "no");
+    reply.hijack();
+    const res = reply.raw;
+    const headers = reply.getHeaders();
+    for (const name in headers) {
+      const value = headers[name];
+      if (value !== undefined) res.setHeader(name, value);
+    }
+    const writer = createSseWriter(res, {
       keepaliveIntervalMs,
       stallMs,
       // The caller has not read for stallMs: end the stream (the call's signal aborts Inference;
@@ -267,17 +280,11 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
       onStall: () => {
         // request.log already names the request (requestId).
         request.log.info({ stallMs }, `stream ended: its caller has not read for ${stallMs} ms`);
-        out.destroy();
-        reply.raw.destroy();
+        res.destroy();
       },
     });
     // One interval has passed with no chunk: a keepalive now puts the 200 head on the wire.
-    if (waited.kind === "pending") out.write(": keepalive\n\n");
-    reply
-      .type("text/event-stream; charset=utf-8")
-      .header("cache-control", "no-cache")
-      .header("x-accel-buffering", "no")
-      .send(out);
+    if (waited.kind === "pending") res.write(": keepalive\n\n");
     void pumpChunks(first, chunks, writer, {
       render,
       requestId: ctx.requestId,
