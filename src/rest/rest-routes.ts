@@ -91,6 +91,8 @@ function bodyBytes(body: unknown): Uint8Array {
 
 /** `application/json`, with or without `; charset=utf-8`; anything else → 415. */
 function assertJsonContentType(contentType: string | undefined): void {
+  // What clients send (no allocation for it).
+  if (contentType === "application/json") return;
   const [essence = "", ...parameters] = (contentType ?? "")
     .split(";")
     .map((part) => part.trim().toLowerCase());
@@ -256,7 +258,14 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
       () => "first" as const,
     );
     const reached = await Promise.race([checked, firstSettled]);
-    const waited = await waitForFirst(first, reached === "first" ? 0 : keepaliveIntervalMs);
+    // The first chunk has come (or failed): take it without a timer.
+    const waited =
+      reached === "first"
+        ? await first.then(
+            (result): FirstChunk => ({ kind: "settled", result }),
+            (error: unknown): FirstChunk => ({ kind: "failed", error }),
+          )
+        : await waitForFirst(first, keepaliveIntervalMs);
     if (waited.kind === "failed") throw waited.error;
     // The events go straight into the response, one write each (no stream between them). fastify
     // sends nothing itself once hijacked: the head is this reply's headers (X-Request-Id, CORS, the

@@ -54,8 +54,10 @@ export function protocolOf(path: string, contentType: string | undefined): Proto
   const type = (contentType ?? "").toLowerCase();
   if (type.startsWith("application/grpc-web")) return "grpc-web";
   if (type.startsWith("application/grpc")) return "grpc";
-  if (rpcPath.test(path) || type.startsWith("application/connect+")) return "connect";
+  if (type.startsWith("application/connect+")) return "connect";
+  // An RPC path's first segment holds a dot (`/<package>.<Service>/…`): `/v1/…` is never one.
   if (path.startsWith("/v1/")) return "rest";
+  if (rpcPath.test(path)) return "connect";
   return "ops";
 }
 
