@@ -3,10 +3,11 @@
  * into a null sink) against the fake vLLM (bench/hotpath/fake-vllm.ts, in a child process so its
  * CPU is not counted), an undici client in this process on one connection, sequential requests.
  * Prints process.cpuUsage() (user + system, this process: gateway + client) per request (min and
- * median of 5 rounds of `--requests`), for a
- * non-stream completion of 1 token and a stream of 16 chunks, after a warm-up.
+ * median of 5 rounds of `--requests`; an eighth of them for 256 chunks) for a non-stream completion
+ * of 1 token and streams of 16 and 256 chunks (their difference / 240: the CPU per chunk), after a
+ * warm-up. The machine's other load shows in the figures: compare A/B runs interleaved.
  *
- * Run: `node --import tsx bench/hotpath/rest-cpu.ts [--warmup 4000] [--requests 4000]`.
+ * Run: `node --import tsx bench/hotpath/rest-cpu.ts [--warmup 4000] [--requests 2000]`.
  */
 import { spawn } from "node:child_process";
 import { once } from "node:events";
@@ -25,9 +26,13 @@ const { values } = parseArgs({
 const warmup = Number(values.warmup);
 const requests = Number(values.requests);
 
-const fake = spawn(process.execPath, ["--import", "tsx", "bench/hotpath/fake-vllm.ts", "--exit-with-stdin"], {
-  stdio: ["pipe", "pipe", "inherit"],
-});
+const fake = spawn(
+  process.execPath,
+  ["--import", "tsx", "bench/hotpath/fake-vllm.ts", "--chunks", "256", "--exit-with-stdin"],
+  {
+    stdio: ["pipe", "pipe", "inherit"],
+  },
+);
 const [line] = (await once(fake.stdout, "data")) as [Buffer];
 const fakeUrl = /http:\/\/\S+/.exec(line.toString())?.[0] ?? "";
 
@@ -58,6 +63,7 @@ const client = new Pool(address, { connections: 1 });
 const bodies = {
   unary: JSON.stringify({ model: "bench-model", prompt: "Hello there", max_tokens: 1 }),
   stream: JSON.stringify({ model: "bench-model", prompt: "Hello there", max_tokens: 16, stream: true }),
+  stream256: JSON.stringify({ model: "bench-model", prompt: "Hello there", max_tokens: 256, stream: true }),
 };
 
 async function one(body: string): Promise<void> {
@@ -78,15 +84,20 @@ async function run(kind: keyof typeof bodies, n: number): Promise<number> {
   return (d.user + d.system) / n;
 }
 
-for (const kind of ["unary", "stream"] as const) {
-  await run(kind, warmup);
+const medians: Partial<Record<keyof typeof bodies, number>> = {};
+for (const kind of ["unary", "stream", "stream256"] as const) {
+  const n = kind === "stream256" ? Math.ceil(requests / 8) : requests;
+  await run(kind, kind === "stream256" ? Math.ceil(warmup / 8) : warmup);
   const rounds: number[] = [];
-  for (let r = 0; r < 5; r++) rounds.push(await run(kind, requests));
+  for (let r = 0; r < 5; r++) rounds.push(await run(kind, n));
   rounds.sort((x, y) => x - y);
+  medians[kind] = rounds[2] ?? 0;
   console.log(
     `${kind}: min ${rounds[0]?.toFixed(0)} µs, median ${rounds[2]?.toFixed(0)} µs CPU per request (gateway + client)`,
   );
 }
+const perChunk = ((medians.stream256 ?? 0) - (medians.stream ?? 0)) / 240;
+console.log(`per chunk (stream of 256 − stream of 16, / 240): ${perChunk.toFixed(1)} µs (gateway + client)`);
 await client.close();
 await app.close();
 fake.stdin?.end();

@@ -69,8 +69,10 @@ export function createSseWriter(out: Writable, options: SseWriterOptions = {}): 
     if (!out.writableNeedDrain) out.write(": keepalive\n\n");
   }, intervalMs);
   out.once("close", stop);
-  // An error on the destination (e.g. EPIPE) also ends the stream; 'close' follows it.
-  out.once("error", stop);
+  // An error on the destination (e.g. EPIPE, a write after end) also ends the stream; 'close'
+  // follows it. `on`, not `once`: a second error must not go unheard (an HTTP response written
+  // directly has no pipe of fastify's listening to it).
+  out.on("error", stop);
 
   /** Resolves on 'drain' (true), or when `out` closes or the wait passed `stallMs` (false). */
   const drained = (): Promise<boolean> =>
