@@ -83,9 +83,7 @@ export function createCallContext(
   if (res.destroyed) onClose();
   else res.once("close", onClose);
   const authorization = request.headers.authorization;
-  const record = callRecordOf(request);
-  return {
-    ...(record === undefined ? {} : { record }),
+  const context: { -readonly [K in keyof CallContext]: CallContext[K] } = {
     requestId: requestIdOf(reply),
     signal: controller.signal,
     authorization: typeof authorization === "string" ? authorization : undefined,
@@ -93,4 +91,7 @@ export function createCallContext(
       if (!res.headersSent) reply.header(name, value);
     },
   };
+  const record = callRecordOf(request);
+  if (record !== undefined) context.record = record;
+  return context;
 }

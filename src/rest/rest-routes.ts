@@ -1,4 +1,3 @@
-import { PassThrough } from "node:stream";
 import type {
   FastifyBaseLogger,
   FastifyInstance,
@@ -92,6 +91,8 @@ function bodyBytes(body: unknown): Uint8Array {
 
 /** `application/json`, with or without `; charset=utf-8`; anything else → 415. */
 function assertJsonContentType(contentType: string | undefined): void {
+  // What clients send (no allocation for it).
+  if (contentType === "application/json") return;
   const [essence = "", ...parameters] = (contentType ?? "")
     .split(";")
     .map((part) => part.trim().toLowerCase());
@@ -198,8 +199,9 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
   const contextOf = (request: FastifyRequest, reply: FastifyReply) =>
     createCallContext(request, reply, shutdown);
 
-  app.addHook("onRequest", async (_request, reply) => {
+  app.addHook("onRequest", (_request, reply, done) => {
     requestIdOf(reply);
+    done();
   });
   app.setErrorHandler((err, _request, reply) => {
     // A call cut short by the shutdown (the service throws `canceled`) answers 503, not 499.
@@ -256,10 +258,30 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
       () => "first" as const,
     );
     const reached = await Promise.race([checked, firstSettled]);
-    const waited = await waitForFirst(first, reached === "first" ? 0 : keepaliveIntervalMs);
+    // The first chunk has come (or failed): take it without a timer.
+    const waited =
+      reached === "first"
+        ? await first.then(
+            (result): FirstChunk => ({ kind: "settled", result }),
+            (error: unknown): FirstChunk => ({ kind: "failed", error }),
+          )
+        : await waitForFirst(first, keepaliveIntervalMs);
     if (waited.kind === "failed") throw waited.error;
-    const out = new PassThrough();
-    const writer = createSseWriter(out, {
+    // The events go straight into the response, one write each (no stream between them). fastify
+    // sends nothing itself once hijacked: the head is this reply's headers (X-Request-Id, CORS, the
+    // clamp header) with the SSE ones, as fastify would have written them for a stream.
+    reply
+      .type("text/event-stream; charset=utf-8")
+      .header("cache-control", "no-cache")
+      .header("x-accel-buffering", "no");
+    reply.hijack();
+    const res = reply.raw;
+    const headers = reply.getHeaders();
+    for (const name in headers) {
+      const value = headers[name];
+      if (value !== undefined) res.setHeader(name, value);
+    }
+    const writer = createSseWriter(res, {
       keepaliveIntervalMs,
       stallMs,
       // The caller has not read for stallMs: end the stream (the call's signal aborts Inference;
@@ -267,17 +289,11 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
       onStall: () => {
         // request.log already names the request (requestId).
         request.log.info({ stallMs }, `stream ended: its caller has not read for ${stallMs} ms`);
-        out.destroy();
-        reply.raw.destroy();
+        res.destroy();
       },
     });
     // One interval has passed with no chunk: a keepalive now puts the 200 head on the wire.
-    if (waited.kind === "pending") out.write(": keepalive\n\n");
-    reply
-      .type("text/event-stream; charset=utf-8")
-      .header("cache-control", "no-cache")
-      .header("x-accel-buffering", "no")
-      .send(out);
+    if (waited.kind === "pending") res.write(": keepalive\n\n");
     void pumpChunks(first, chunks, writer, {
       render,
       requestId: ctx.requestId,

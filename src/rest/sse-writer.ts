@@ -38,6 +38,10 @@ export interface SseWriter {
   readonly stalled: boolean;
 }
 
+/** Settled answers of a write, shared by every writer (a settled promise holds no state). */
+const TRUE = Promise.resolve(true);
+const FALSE = Promise.resolve(false);
+
 /**
  * An SSE writer on `out` (an HTTP response, or a PassThrough piped into one). The keepalive timer
  * starts at once and stops when the stream ends or `out` closes (e.g. the client disconnects);
@@ -65,8 +69,10 @@ export function createSseWriter(out: Writable, options: SseWriterOptions = {}): 
     if (!out.writableNeedDrain) out.write(": keepalive\n\n");
   }, intervalMs);
   out.once("close", stop);
-  // An error on the destination (e.g. EPIPE) also ends the stream; 'close' follows it.
-  out.once("error", stop);
+  // An error on the destination (e.g. EPIPE, a write after end) also ends the stream; 'close'
+  // follows it. `on`, not `once`: a second error must not go unheard (an HTTP response written
+  // directly has no pipe of fastify's listening to it).
+  out.on("error", stop);
 
   /** Resolves on 'drain' (true), or when `out` closes or the wait passed `stallMs` (false). */
   const drained = (): Promise<boolean> =>
@@ -89,13 +95,13 @@ export function createSseWriter(out: Writable, options: SseWriterOptions = {}): 
       out.on("error", settle);
     });
 
-  const write = async (text: string): Promise<boolean> => {
+  // No promise is made for a write the destination took at once (the usual case: one per chunk).
+  const write = (text: string): Promise<boolean> => {
     if (isGone()) {
       stop();
-      return false;
+      return FALSE;
     }
-    if (!out.write(text)) return drained();
-    return true;
+    return out.write(text) ? TRUE : drained();
   };
 
   const end = async (): Promise<void> => {
@@ -107,7 +113,7 @@ export function createSseWriter(out: Writable, options: SseWriterOptions = {}): 
   };
 
   return {
-    send: (data) => (ended ? Promise.resolve(false) : write(`data: ${JSON.stringify(data)}\n\n`)),
+    send: (data) => (ended ? FALSE : write(`data: ${JSON.stringify(data)}\n\n`)),
     done: end,
     async fail(envelope) {
       if (ended) return;

@@ -217,18 +217,20 @@ export async function buildServer(
     },
   });
 
-  app.addHook("onRequest", async (request, reply) => {
+  // Callback hooks (an async hook costs a promise per request); one that answers does not call done.
+  app.addHook("onRequest", (request, reply, done) => {
     // Every response carries it, Connect's too (connect-fastify copies the reply's headers), also
     // when connect-es refuses a request before our handler runs.
     reply.header("x-request-id", request.id);
-  });
-  // Stopping: calls in flight go on; a new request on a connection still open is refused (503
-  // `upstream_unavailable`, a retryable error) and its HTTP/1.1 connection closed after it. The ops
-  // routes still answer (/readyz: 503).
-  app.addHook("onRequest", async (request, reply) => {
-    if (!lifecycle.stopped || opsPaths.has(request.url.split("?", 1)[0] ?? "")) return;
+    // Stopping: calls in flight go on; a new request on a connection still open is refused (503
+    // `upstream_unavailable`, a retryable error) and its HTTP/1.1 connection closed after it. The
+    // ops routes still answer (/readyz: 503).
+    if (!lifecycle.stopped || opsPaths.has(request.url.split("?", 1)[0] ?? "")) {
+      done();
+      return;
+    }
     if (request.raw.httpVersionMajor === 1) reply.header("connection", "close");
-    return sendAnyError(request, reply, shutdownError());
+    sendAnyError(request, reply, shutdownError());
   });
   // The access log, the request metrics and the gateway span of every request (src/telemetry).
   observeRequests(app, { metrics: metrics.calls, tracing });
@@ -247,10 +249,13 @@ export async function buildServer(
   // 413 on every route, before routing, for bodies that declare their size (after CORS, so a
   // browser can read it). fastify's bodyLimit covers chunked REST bodies; connect-node's
   // readMaxBytes chunked Connect bodies.
-  app.addHook("onRequest", async (request, reply) => {
-    const length = Number(request.headers["content-length"] ?? 0);
-    if (!(length > limits.bodyLimitBytes)) return;
-    return sendAnyError(request, reply, requestTooLarge(limits.bodyLimitBytes));
+  app.addHook("onRequest", (request, reply, done) => {
+    const declared = request.headers["content-length"];
+    if (declared === undefined || !(Number(declared) > limits.bodyLimitBytes)) {
+      done();
+      return;
+    }
+    sendAnyError(request, reply, requestTooLarge(limits.bodyLimitBytes));
   });
 
   // Errors raised before a route's own handler (fastify's, or an unknown route) in each surface's

@@ -54,13 +54,28 @@ export function protocolOf(path: string, contentType: string | undefined): Proto
   const type = (contentType ?? "").toLowerCase();
   if (type.startsWith("application/grpc-web")) return "grpc-web";
   if (type.startsWith("application/grpc")) return "grpc";
-  if (rpcPath.test(path) || type.startsWith("application/connect+")) return "connect";
+  if (type.startsWith("application/connect+")) return "connect";
+  // An RPC path's first segment holds a dot (`/<package>.<Service>/…`): `/v1/…` is never one.
   if (path.startsWith("/v1/")) return "rest";
+  if (rpcPath.test(path)) return "connect";
   return "ops";
 }
 
 /** gRPC codes that say the server failed (the others are the caller's doing). */
 const serverFailures = new Set(["unknown", "internal", "unavailable", "data_loss", "deadline_exceeded"]);
+
+/**
+ * The `{protocol}` label set of each protocol, made once (prom-client keeps the object of a series'
+ * first observation and only reads it: prom-client 15's `.labels()` children hash the labels on
+ * every call all the same, so they would save nothing more).
+ */
+const protocolLabels: Readonly<Record<Protocol, { readonly protocol: Protocol }>> = {
+  rest: { protocol: "rest" },
+  connect: { protocol: "connect" },
+  grpc: { protocol: "grpc" },
+  "grpc-web": { protocol: "grpc-web" },
+  ops: { protocol: "ops" },
+};
 
 /** Milliseconds, rounded to 0.1. */
 const ms = (x: number) => Math.round(x * 10) / 10;
@@ -89,8 +104,8 @@ function finish(
 
   metrics.requests.inc({ protocol, route, model, status: String(status), grpc_code: grpcCode ?? "" });
   metrics.duration.observe({ protocol, route }, durationMs / 1000);
-  metrics.inFlight.dec({ protocol });
-  if (state.streaming) metrics.streamsInFlight.dec({ protocol });
+  metrics.inFlight.dec(protocolLabels[protocol]);
+  if (state.streaming) metrics.streamsInFlight.dec(protocolLabels[protocol]);
   if (record.promptTokens !== undefined) metrics.promptTokens.inc({ model }, record.promptTokens);
   if (completion !== undefined) metrics.completionTokens.inc({ model }, completion);
   if (ttftMs !== undefined) {
@@ -102,26 +117,23 @@ function finish(
   if (record.errorCode === "insufficient_quota") metrics.budgetRefusals.inc({ model });
   if (record.clamped === true) metrics.budgetClamps.inc({ model });
 
-  const line = {
-    method: request.method,
-    route,
-    protocol,
-    status,
-    ...(grpcCode === undefined ? {} : { grpcCode }),
-    ...(record.errorCode === undefined ? {} : { error: record.errorCode }),
-    ...(record.model === undefined ? {} : { model: record.model }),
-    ...(record.keyName === undefined ? {} : { keyName: record.keyName }),
-    ...(record.promptTokens === undefined ? {} : { promptTokens: record.promptTokens }),
-    ...(completion === undefined ? {} : { completionTokens: completion }),
-    ...(ttftMs === undefined ? {} : { ttftMs: ms(ttftMs) }),
-    durationMs: ms(durationMs),
-    ...(state.streaming ? { stream: true } : {}),
-    ...(record.clamped === true ? { clamped: true } : {}),
-    ...(canceled ? { canceled: true } : {}),
-  };
+  // Built field by field in the line's order (no object spread per optional field).
+  const line: Record<string, unknown> = { method: request.method, route, protocol, status };
+  if (grpcCode !== undefined) line.grpcCode = grpcCode;
+  if (record.errorCode !== undefined) line.error = record.errorCode;
+  if (record.model !== undefined) line.model = record.model;
+  if (record.keyName !== undefined) line.keyName = record.keyName;
+  if (record.promptTokens !== undefined) line.promptTokens = record.promptTokens;
+  if (completion !== undefined) line.completionTokens = completion;
+  if (ttftMs !== undefined) line.ttftMs = ms(ttftMs);
+  line.durationMs = ms(durationMs);
+  if (state.streaming) line.stream = true;
+  if (record.clamped === true) line.clamped = true;
+  if (canceled) line.canceled = true;
   if (probeRoutes.has(route)) request.log.debug(line, "request");
   else request.log.info(line, "request");
 
+  if (!span.isRecording()) return;
   span.setAttributes({
     "http.response.status_code": status,
     ...(grpcCode === undefined ? {} : { "rpc.grpc.status_code_name": grpcCode }),
@@ -145,33 +157,25 @@ function finish(
  * span's end. Register it before any hook that may answer early.
  */
 export function observeRequests(app: FastifyInstance, deps: RequestTelemetryDeps): void {
-  app.addHook("onRequest", async (request, reply) => {
-    const path = request.url.split("?", 1)[0] ?? "";
+  const { metrics, tracing } = deps;
+  // A callback hook: an async one costs a promise per request.
+  app.addHook("onRequest", (request, reply, done) => {
+    const url = request.url;
+    const query = url.indexOf("?");
+    const path = query === -1 ? url : url.slice(0, query);
     const protocol = protocolOf(path, request.headers["content-type"]);
     const route = request.routeOptions.url ?? "unknown";
-    const rpc = protocol !== "rest" && protocol !== "ops";
-    const name = rpc && route !== "unknown" ? route.slice(1) : `${request.method} ${route}`;
-    const span = deps.tracing.startRequest(name, request.headers, {
-      "http.request.method": request.method,
-      "http.route": route,
-      "url.path": path,
-      "acs.protocol": protocol,
-      "acs.request_id": request.id,
-      ...(rpc && route !== "unknown"
-        ? {
-            "rpc.system": protocol === "connect" ? "connect_rpc" : "grpc",
-            "rpc.service": route.slice(1).split("/")[0],
-            "rpc.method": route.split("/")[2],
-          }
-        : {}),
-    });
+    const span =
+      tracing.recording || request.headers.traceparent !== undefined
+        ? startSpan(tracing, request, path, protocol, route)
+        : tracing.startRequest("", request.headers, noAttributes);
     const state: RequestState = {
       record: {
-        traceUpstream: deps.tracing.upstreamTracer(span),
+        traceUpstream: tracing.upstreamTracer(span),
         streamStarted() {
           if (state.streaming) return;
           state.streaming = true;
-          deps.metrics.streamsInFlight.inc({ protocol });
+          metrics.streamsInFlight.inc(protocolLabels[protocol]);
         },
       },
       start: performance.now(),
@@ -182,11 +186,41 @@ export function observeRequests(app: FastifyInstance, deps: RequestTelemetryDeps
       finished: false,
     };
     states.set(request, state);
-    deps.metrics.inFlight.inc({ protocol });
+    metrics.inFlight.inc(protocolLabels[protocol]);
     const res = reply.raw;
-    res.once("finish", () => {
+    res.on("finish", () => {
       state.finished = true;
     });
-    res.once("close", () => finish(request, reply, state, deps));
+    res.on("close", () => finish(request, reply, state, deps));
+    done();
+  });
+}
+
+/** No attributes: the span of a request when nothing records it. */
+const noAttributes: Readonly<Record<string, never>> = {};
+
+/** The gateway span of a request, with its attributes. */
+function startSpan(
+  tracing: Tracing,
+  request: FastifyRequest,
+  path: string,
+  protocol: Protocol,
+  route: string,
+): Span {
+  const rpc = protocol !== "rest" && protocol !== "ops";
+  const name = rpc && route !== "unknown" ? route.slice(1) : `${request.method} ${route}`;
+  return tracing.startRequest(name, request.headers, {
+    "http.request.method": request.method,
+    "http.route": route,
+    "url.path": path,
+    "acs.protocol": protocol,
+    "acs.request_id": request.id,
+    ...(rpc && route !== "unknown"
+      ? {
+          "rpc.system": protocol === "connect" ? "connect_rpc" : "grpc",
+          "rpc.service": route.slice(1).split("/")[0],
+          "rpc.method": route.split("/")[2],
+        }
+      : {}),
   });
 }

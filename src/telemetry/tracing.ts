@@ -4,6 +4,8 @@ import {
   type Attributes,
   type Context,
   context,
+  INVALID_SPAN_CONTEXT,
+  isSpanContextValid,
   ROOT_CONTEXT,
   type Span,
   SpanKind,
@@ -78,6 +80,12 @@ function failSpan(span: Span, err: unknown): void {
   });
 }
 
+/** The span of a request nothing records and no caller's context names (a no-op span). */
+const invalidSpan: Span = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
+
+/** An upstream call of such a request: no span, no header. */
+const untracedCall: UpstreamTracer = () => ({ headers: {}, end() {} });
+
 /**
  * The gateway's tracing. Spans are recorded only with `exporter` or `otlpTracesUrl`; the provider
  * is the gateway's own (not registered globally), and contexts are passed explicitly, so several
@@ -100,13 +108,18 @@ export function createTracing(options: TracingOptions = {}): Tracing {
   // Without a provider: the API's no-op tracer, whose spans carry their parent's context.
   const tracer: Tracer = provider?.getTracer("acs-gateway") ?? trace.getTracer("acs-gateway-noop");
 
+  const recording = provider !== undefined;
   return {
-    recording: provider !== undefined,
+    recording,
     startRequest(name, headers, attributes) {
+      // Nothing recorded and no caller context to pass on: the one invalid span, no work at all.
+      if (!recording && headers.traceparent === undefined) return invalidSpan;
       const parent = propagator.extract(ROOT_CONTEXT, headers, headerGetter);
       return tracer.startSpan(name, { kind: SpanKind.SERVER, attributes }, parent);
     },
     upstreamTracer(parent) {
+      // Not recording and no valid caller context: no span, no traceparent (inject writes none).
+      if (!recording && !isSpanContextValid(parent.spanContext())) return untracedCall;
       const parentContext: Context = trace.setSpan(context.active(), parent);
       return (call): UpstreamCallTrace => {
         const span = tracer.startSpan(

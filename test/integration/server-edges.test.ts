@@ -358,6 +358,25 @@ describe("errors before routing keep the envelope", () => {
     expect(res.status).toBe(413);
     expect(res.headers.get("access-control-allow-origin")).toBe("http://example.test");
   });
+
+  it("an SSE response carries the CORS headers and X-Request-Id (its events bypass fastify's send)", async () => {
+    const res = await checkedFetch(`${stack.url}/v1/completions`, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        origin: "http://example.test",
+      },
+      body: JSON.stringify({ model: "tiny", prompt: "Hi", max_tokens: 2, stream: true }),
+    });
+    expect(res.status).toBe(200);
+    expect(res.headers.get("content-type")).toBe("text/event-stream; charset=utf-8");
+    expect(res.headers.get("cache-control")).toBe("no-cache");
+    expect(res.headers.get("x-accel-buffering")).toBe("no");
+    expect(res.headers.get("x-request-id")).toMatch(/^req_[0-9a-f]{32}$/);
+    expect(res.headers.get("access-control-allow-origin")).toBe("http://example.test");
+    expect(res.headers.get("access-control-expose-headers")).toContain("x-request-id");
+    expect((await res.text()).endsWith("data: [DONE]\n\n")).toBe(true);
+  });
 });
 
 describe("413 on the Connect surfaces, with the envelope (bodies that declare their length)", () => {

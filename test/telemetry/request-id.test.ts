@@ -167,6 +167,14 @@ describe("traceparent", () => {
     expect(seen?.headers.tracestate).toBe("vendor=x");
   });
 
+  it("without a traceparent, none is sent (no spans recorded)", async () => {
+    const before = completionsSeen().length;
+    await complete({});
+    const [seen] = completionsSeen().slice(before);
+    expect(seen?.headers.traceparent).toBeUndefined();
+    expect(seen?.headers.tracestate).toBeUndefined();
+  });
+
   it("an invalid traceparent is not passed on", async () => {
     const before = completionsSeen().length;
     await complete({ traceparent: "garbage" });
