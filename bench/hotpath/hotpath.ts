@@ -69,11 +69,13 @@ function num(o: SectionOptions, key: string, fallback: number): number {
   return n;
 }
 
-function newestMtime(dir: string): number {
+/** Newest modification time of the files under `dir` whose name ends with `suffix`, ms. */
+function newestMtime(dir: string, suffix = ""): number {
   let newest = 0;
   for (const e of readdirSync(dir, { withFileTypes: true })) {
     const p = join(dir, e.name);
-    newest = Math.max(newest, e.isDirectory() ? newestMtime(p) : statSync(p).mtimeMs);
+    if (e.isDirectory()) newest = Math.max(newest, newestMtime(p, suffix));
+    else if (e.name.endsWith(suffix)) newest = Math.max(newest, statSync(p).mtimeMs);
   }
   return newest;
 }
@@ -88,12 +90,15 @@ export function gatewayCommand(override: string | undefined): { argv: string[]; 
     if (argv[0] === "node") argv[0] = process.execPath;
     return { argv, label: override.trim() };
   }
-  const srcMtime = newestMtime(join(ROOT, "src"));
+  // tsc rewrites only the outputs that changed: the build is current when its newest file is newer
+  // than the newest TypeScript source (a README or an unchanged main.js says nothing).
+  const srcMtime = newestMtime(join(ROOT, "src"), ".ts");
   const stale: string[] = [];
   for (const rel of ["dist/main.js", "dist/src/main.js"]) {
     const p = join(ROOT, rel);
     if (!existsSync(p)) continue;
-    if (statSync(p).mtimeMs >= srcMtime) return { argv: [process.execPath, p], label: `node ${rel}` };
+    if (newestMtime(join(ROOT, "dist"), ".js") >= srcMtime)
+      return { argv: [process.execPath, p], label: `node ${rel}` };
     stale.push(rel);
   }
   const note = stale.length > 0 ? ` (${stale.join(", ")} older than src/: not used)` : "";
