@@ -512,6 +512,50 @@ describe("connections", () => {
     expect(up.connections).toBe(1);
   });
 
+  it("a consumer that stops taking chunks stops the socket's reads: Inference's writes back up, then all arrive", async () => {
+    // 100,000 events (~30 MB), written as fast as the socket takes them. Without the pause the
+    // client would read (and queue) all of them while its consumer takes none.
+    const total = 100_000;
+    const state = { written: 0, waiting: false, finished: false };
+    const { c } = await setup(async (_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      for (let i = 0; i < total; i += 1000) {
+        const batch = Array.from({ length: 1000 }, (_, k) => chunk(0, `t${i + k}`));
+        const text = sse(batch, false);
+        state.written += text.length;
+        if (!res.write(text)) {
+          state.waiting = true;
+          await new Promise((resolve) => res.once("drain", resolve));
+          state.waiting = false;
+        }
+      }
+      res.end(sse([chunk(0, "end", "length")]));
+      state.finished = true;
+    });
+    const it = streamOf(c)[Symbol.asyncIterator]();
+    expect((await it.next()).value?.choices[0]?.text).toBe("t0");
+    // The consumer takes nothing more: Inference is soon stuck on a full socket (nothing written
+    // over 20 polls in a row, long before the 30 MB are out).
+    let still = 0;
+    let last = -1;
+    await until(() => {
+      still = state.waiting && state.written === last ? still + 1 : 0;
+      last = state.written;
+      return still >= 20 || state.finished;
+    }, "Inference's writes stopped or ended");
+    expect(state.finished).toBe(false);
+    // Taking the chunks resumes the reads: every one arrives, in order.
+    let n = 1;
+    for (let next = await it.next(); next.done !== true; next = await it.next()) {
+      const text = next.value.choices[0]?.text;
+      if (n < total) expect(text).toBe(`t${n}`);
+      else expect(text).toBe("end");
+      n++;
+    }
+    expect(n).toBe(total + 1);
+    expect(state.finished).toBe(true);
+  });
+
   it("a caller that leaves while the end after [DONE] is still awaited ends the stream normally", async () => {
     const caller = new AbortController();
     let ended = false;
