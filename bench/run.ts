@@ -38,6 +38,7 @@ function parse() {
       quick: { type: "boolean" },
       duration: { type: "string" },
       warmup: { type: "string" },
+      prime: { type: "string" },
       rounds: { type: "string" },
       connections: { type: "string" },
       chunks: { type: "string" },
