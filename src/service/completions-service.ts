@@ -735,7 +735,14 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     return response;
   }
 
-  /** One upstream request's whole completion: prompt_logprobs and activations exist only on Inference's non-streamed answer. */
+  /**
+   * One upstream request's whole completion. With a Hold (keys on), Inference's stream collected
+   * ({@link collectStream}), so that a caller who goes away or the deadline is charged exactly what
+   * was generated. Without one (keys off: nothing to charge), and for prompt_logprobs and
+   * activations (they exist only there), Inference's non-streamed answer ({@link completeUnary}):
+   * one JSON body instead of a chunk per token, for Inference to write and for the gateway to read.
+   * Both give the caller the same response.
+   */
   function completeOne(
     prepared: Prepared,
     body: VllmCompletionRequest,
@@ -744,7 +751,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     meter: UsageMeter,
     part: number,
   ): Promise<CreateCompletionResponse> {
-    return request.promptLogprobs === undefined && !prepared.capture
+    return prepared.hold !== undefined && request.promptLogprobs === undefined && !prepared.capture
       ? collectStream(prepared, body, request, signal, meter, part)
       : completeUnary(prepared, body, request, signal, meter, part);
   }

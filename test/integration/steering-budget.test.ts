@@ -14,6 +14,7 @@ import { ErrorEnvelopeSchema } from "../../gen/acs/v1/error_pb.js";
 import { Compression, Dtype } from "../../gen/acs/v1/lens_pb.js";
 import { zstdCompress } from "../../src/lens/index.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
+import { answerCompletion, chunk } from "../upstream/fake-upstream.js";
 
 const MiB = 2 ** 20;
 const [LAYERS, POSITIONS, HIDDEN] = [32, 64, 4096];
@@ -52,23 +53,16 @@ function startGatedUpstream() {
   });
   const bodies: Buffer[] = [];
   let waiting = 0;
-  const answer = (res: ServerResponse) => {
-    const base = { id: "cmpl-x", object: "text_completion", created: 1, model: "acs/fake" };
-    const chunk = {
-      ...base,
-      choices: [
-        { index: 0, text: " ok", logprobs: null, finish_reason: "length", stop_reason: null, token_ids: [7] },
-      ],
-      usage: null,
-    };
-    const usage = {
-      ...base,
-      choices: [],
-      usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
-    };
-    res.writeHead(200, { "content-type": "text/event-stream" });
-    res.end(`data: ${JSON.stringify(chunk)}\n\ndata: ${JSON.stringify(usage)}\n\ndata: [DONE]\n\n`);
-  };
+  /** Inference's answer to `body`: one token, streamed or not as the body asks. */
+  const answer = (res: ServerResponse, body: Buffer) =>
+    answerCompletion(res, body.toString(), [
+      chunk(0, " ok", "length", { token_ids: [7] }),
+      {
+        ...chunk(0, ""),
+        choices: [],
+        usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
+      },
+    ]);
   const read = async (req: IncomingMessage) => {
     const chunks: Buffer[] = [];
     for await (const c of req as AsyncIterable<Buffer>) chunks.push(c);
@@ -91,11 +85,12 @@ function startGatedUpstream() {
         req.pause();
         waiting++;
         await gate;
-        bodies.push(await read(req));
+        const body = await read(req);
+        bodies.push(body);
+        answer(res, body);
       } else {
-        await read(req);
+        answer(res, await read(req));
       }
-      answer(res);
     })().catch(() => res.destroy());
   });
   return { server, bodies, open, waiting: () => waiting };

@@ -1,9 +1,14 @@
-// A non-streamed completion is Inference's stream collected (src/service/completions-service.ts,
-// collectStream): per choice index, text appended, logprobs rows and token ids concatenated, the
-// finish and stop reason of the choice's last chunk; choices in index order whatever order they came.
+// With keys on, a non-streamed completion is Inference's stream collected
+// (src/service/completions-service.ts, collectStream): per choice index, text appended, logprobs
+// rows and token ids concatenated, the finish and stop reason of the choice's last chunk; choices in
+// index order whatever order they came. With keys off it is Inference's non-streamed answer.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
-import { describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema, FinishReason } from "../../gen/acs/v1/completions_pb.js";
+import { type BudgetLedger, createBudgetLedger } from "../../src/budget/index.js";
 import type { ModelConfig } from "../../src/config/index.js";
 import { createCompletionsService, createModelRegistry } from "../../src/service/index.js";
 import type { VllmClient, VllmCompletionChunk, VllmCompletionRequest } from "../../src/upstream/index.js";
@@ -29,7 +34,8 @@ function chunk(choices: Piece[], usage: VllmCompletionChunk["usage"] = null): Vl
   } as VllmCompletionChunk;
 }
 
-function serviceStreaming(chunks: () => VllmCompletionChunk[]) {
+/** The service over a client that streams `chunks` (and has no non-streamed answer). */
+function serviceStreaming(chunks: () => VllmCompletionChunk[], ledger: BudgetLedger | undefined) {
   const sent: VllmCompletionRequest[] = [];
   const client = {
     serving: () => true,
@@ -37,6 +43,10 @@ function serviceStreaming(chunks: () => VllmCompletionChunk[]) {
     async *stream(body: VllmCompletionRequest) {
       sent.push(body);
       yield* chunks();
+    },
+    async complete(body: VllmCompletionRequest) {
+      sent.push(body);
+      throw new Error("no non-streamed answer here");
     },
   } as unknown as VllmClient & { serving(): boolean };
   const model = {
@@ -51,20 +61,33 @@ function serviceStreaming(chunks: () => VllmCompletionChunk[]) {
   } as unknown as ModelConfig;
   const api = createCompletionsService({
     models: createModelRegistry([model], () => client),
-    ledger: undefined,
+    ledger,
     nonStreamDeadlineMs: 60_000,
   });
   return { api, sent };
 }
 
-const ctx = () => ({
+const ctx = (authorization?: string) => ({
   requestId: "req_0123456789abcdef0123456789abcdef",
   signal: new AbortController().signal,
-  authorization: undefined,
+  authorization,
   setResponseHeader() {},
 });
 
-describe("collectStream", () => {
+let dir: string;
+let ledger: BudgetLedger;
+let bearer: string;
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), "acs-collect-"));
+  ledger = await createBudgetLedger({ path: join(dir, "budget.db") });
+  bearer = `Bearer ${(await ledger.createKey({ budgetTokens: 1_000_000 })).key}`;
+});
+afterAll(async () => {
+  await ledger.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe("collectStream (keys on)", () => {
   const pieces = () => [
     chunk([
       { index: 1, text: "B", token_ids: [21], prompt_token_ids: [1, 2], stop_reason: "ignored" },
@@ -76,7 +99,7 @@ describe("collectStream", () => {
   ];
 
   it("merges each index's pieces, choices in index order, the last chunk's finish and stop reason", async () => {
-    const { api, sent } = serviceStreaming(pieces);
+    const { api, sent } = serviceStreaming(pieces, ledger);
     const request = create(CreateCompletionRequestSchema, {
       model: "m",
       prompt: { case: "text", value: "x" },
@@ -85,7 +108,7 @@ describe("collectStream", () => {
       temperature: 1,
       returnTokenIds: true,
     });
-    const r = await api.createCompletion(request, ctx());
+    const r = await api.createCompletion(request, ctx(bearer));
     expect(sent[0]).toMatchObject({
       stream: true,
       return_token_ids: true,
@@ -105,7 +128,7 @@ describe("collectStream", () => {
   });
 
   it("drops token ids when they were not asked for", async () => {
-    const { api } = serviceStreaming(pieces);
+    const { api } = serviceStreaming(pieces, ledger);
     const request = create(CreateCompletionRequestSchema, {
       model: "m",
       prompt: { case: "text", value: "x" },
@@ -113,7 +136,21 @@ describe("collectStream", () => {
       n: 2,
       temperature: 1,
     });
-    const r = await api.createCompletion(request, ctx());
+    const r = await api.createCompletion(request, ctx(bearer));
     for (const c of r.choices) expect([c.tokenIds, c.promptTokenIds]).toStrictEqual([[], []]);
+  });
+});
+
+describe("keys off", () => {
+  it("asks Inference for its non-streamed answer: nothing to charge, one body instead of a chunk a token", async () => {
+    const { api, sent } = serviceStreaming(() => [], undefined);
+    const request = create(CreateCompletionRequestSchema, {
+      model: "m",
+      prompt: { case: "text", value: "x" },
+      maxTokens: 4,
+    });
+    await expect(api.createCompletion(request, ctx())).rejects.toThrow();
+    expect(sent).toHaveLength(1);
+    expect(sent[0]?.stream).toBe(false);
   });
 });

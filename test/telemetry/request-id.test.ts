@@ -13,31 +13,35 @@ import {
   requestIdFrom,
 } from "../../src/telemetry/index.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
-import { chunk, type FakeUpstream, sse, startFakeUpstream, withVllmOps } from "../upstream/fake-upstream.js";
+import {
+  answerCompletion,
+  chunk,
+  type FakeUpstream,
+  startFakeUpstream,
+  withVllmOps,
+} from "../upstream/fake-upstream.js";
 
-/** Inference: /tokenize (one token a character) and a streamed completion of two tokens. */
+/** Inference: /tokenize (one token a character) and a completion of two tokens, streamed or not. */
 function scripted(_req: IncomingMessage, res: ServerResponse, body: string): void {
-  const json = JSON.parse(body) as { prompt: string };
-  res.setHeader("content-type", _req.url === "/tokenize" ? "application/json" : "text/event-stream");
   if (_req.url === "/tokenize") {
+    const json = JSON.parse(body) as { prompt: string };
     const tokens = [...String(json.prompt)].map((_, i) => i + 1);
+    res.setHeader("content-type", "application/json");
     res.end(JSON.stringify({ count: tokens.length, tokens, max_model_len: 512 }));
     return;
   }
-  res.end(
-    sse([
-      chunk(0, "a", null, { token_ids: [7] }),
-      chunk(0, "b", "length", { token_ids: [8] }),
-      {
-        id: "cmpl-x",
-        object: "text_completion",
-        created: 1,
-        model: "acs/fake",
-        choices: [],
-        usage: { prompt_tokens: 2, completion_tokens: 2, total_tokens: 4 },
-      },
-    ]),
-  );
+  answerCompletion(res, body, [
+    chunk(0, "a", null, { token_ids: [7] }),
+    chunk(0, "b", "length", { token_ids: [8] }),
+    {
+      id: "cmpl-x",
+      object: "text_completion",
+      created: 1,
+      model: "acs/fake",
+      choices: [],
+      usage: { prompt_tokens: 2, completion_tokens: 2, total_tokens: 4 },
+    },
+  ]);
 }
 
 let upstream: FakeUpstream;

@@ -12,7 +12,13 @@ import { CompletionsService } from "../../gen/acs/v1/completions_pb.js";
 import { createTracing } from "../../src/telemetry/index.js";
 import { until } from "../helpers/hang-guard.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
-import { chunk, type FakeUpstream, sse, startFakeUpstream, withVllmOps } from "../upstream/fake-upstream.js";
+import {
+  answerCompletion,
+  chunk,
+  type FakeUpstream,
+  startFakeUpstream,
+  withVllmOps,
+} from "../upstream/fake-upstream.js";
 
 function scripted(req: IncomingMessage, res: ServerResponse, body: string): void {
   const json = JSON.parse(body) as { prompt: string };
@@ -28,8 +34,10 @@ function scripted(req: IncomingMessage, res: ServerResponse, body: string): void
     res.end(JSON.stringify({ object: "error", message: "boom", type: "InternalServerError", code: 500 }));
     return;
   }
-  res.setHeader("content-type", "text/event-stream");
-  res.end(sse([chunk(0, "a", null, { token_ids: [7] }), chunk(0, "b", "length", { token_ids: [8] })]));
+  answerCompletion(res, body, [
+    chunk(0, "a", null, { token_ids: [7] }),
+    chunk(0, "b", "length", { token_ids: [8] }),
+  ]);
 }
 
 const exporter = new InMemorySpanExporter();
@@ -91,7 +99,8 @@ describe("OpenTelemetry spans", () => {
       "acs.upstream.replica": upstream.url,
       "acs.upstream.request_id": "trace-test-1",
       "acs.upstream.attempt": 0,
-      "acs.upstream.stream": true,
+      // Keys off: a non-streamed request is Inference's non-streamed answer.
+      "acs.upstream.stream": false,
       "url.full": `${upstream.url}/v1/completions`,
     });
     const seen = upstream.requests.slice(before).find((r) => r.url === "/v1/completions");

@@ -130,3 +130,66 @@ export function chunk(
     usage: null,
   };
 }
+
+/** One vLLM choice as its stream chunks build it up (the fields the gateway reads). */
+interface CollectedChoice {
+  index: number;
+  text: string;
+  logprobs: null;
+  finish_reason: string | null;
+  stop_reason: string | number | null;
+  prompt_token_ids?: number[] | null | undefined;
+  token_ids?: number[] | null | undefined;
+}
+
+/**
+ * vLLM's non-streamed answer (`stream: false`) equal to the stream chunks `events` (objects as
+ * {@link chunk} builds them; no logprobs): per index the texts and token ids appended, the last
+ * finish and stop reason, prompt token ids as sent; `usage` from the chunk that carries one.
+ */
+export function collected(events: readonly unknown[]) {
+  const choices = new Map<number, CollectedChoice>();
+  let usage: unknown = null;
+  let created = 1_700_000_000;
+  for (const e of events) {
+    const c = e as { created: number; choices: CollectedChoice[]; usage: unknown };
+    created = c.created;
+    if (c.usage !== null && c.usage !== undefined) usage = c.usage;
+    for (const piece of c.choices) {
+      const had = choices.get(piece.index);
+      if (had === undefined) {
+        choices.set(piece.index, {
+          ...piece,
+          token_ids: piece.token_ids ? [...piece.token_ids] : piece.token_ids,
+        });
+        continue;
+      }
+      had.text += piece.text;
+      if (piece.token_ids) had.token_ids = [...(had.token_ids ?? []), ...piece.token_ids];
+      if (piece.prompt_token_ids) had.prompt_token_ids = piece.prompt_token_ids;
+      if (piece.finish_reason !== null) {
+        had.finish_reason = piece.finish_reason;
+        had.stop_reason = piece.stop_reason;
+      }
+    }
+  }
+  return {
+    id: "cmpl-upstream",
+    object: "text_completion",
+    created,
+    model: "served/model",
+    choices: [...choices.values()].sort((a, b) => a.index - b.index),
+    usage,
+  };
+}
+
+/**
+ * Answers a completion request as Inference does: `events` as SSE when the request body asks for
+ * `stream: true`, else their {@link collected} non-streamed answer as JSON. (The gateway asks for a
+ * stream with keys on, and for the non-streamed answer with keys off.)
+ */
+export function answerCompletion(res: ServerResponse, requestBody: string, events: unknown[]): void {
+  const streamed = (JSON.parse(requestBody) as { stream?: unknown }).stream === true;
+  res.setHeader("content-type", streamed ? "text/event-stream" : "application/json");
+  res.end(streamed ? sse(events) : JSON.stringify(collected(events)));
+}

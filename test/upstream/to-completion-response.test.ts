@@ -3,6 +3,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
   CompletionChoiceSchema,
+  CreateCompletionResponseSchema,
   FinishReason,
   StreamCompletionResponseSchema,
   UsageSchema,
@@ -236,6 +237,32 @@ describe("toStreamChunk", () => {
     const none = toStreamChunk({ ...c, choices: [], usage: null }, ids, new TextOffsets());
     expect(none).toStrictEqual(create(StreamCompletionResponseSchema, { ...ids }));
     expect(Object.keys(none)).toStrictEqual(Object.keys(create(StreamCompletionResponseSchema, { ...ids })));
+  });
+});
+
+describe("toCompletionResponse, built by hand", () => {
+  it("builds the same message as create() (fields, unset ones absent, key order, binary form)", () => {
+    for (const v of [
+      parseVllmCompletion(parseVllmJson(vllmText)),
+      { ...parseVllmCompletion(parseVllmJson(vllmText)), usage: null },
+    ]) {
+      const r = toCompletionResponse(v, "llama-8b");
+      const viaCreate = create(CreateCompletionResponseSchema, {
+        id: r.id,
+        created: r.created,
+        model: r.model,
+        choices: r.choices.map(({ $typeName: _, ...init }) => create(CompletionChoiceSchema, init)),
+        ...(v.usage === null
+          ? {}
+          : { usage: create(UsageSchema, { promptTokens: 2, completionTokens: 4, totalTokens: 6 }) }),
+      });
+      expect(r).toStrictEqual(viaCreate);
+      expect(Object.keys(r)).toStrictEqual(Object.keys(viaCreate));
+      expect(r.created).toBe(1700000123n);
+      expect(toBinary(CreateCompletionResponseSchema, r)).toStrictEqual(
+        toBinary(CreateCompletionResponseSchema, viaCreate),
+      );
+    }
   });
 });
 

@@ -2,7 +2,6 @@ import { create } from "@bufbuild/protobuf";
 import {
   type CompletionChoice,
   type CreateCompletionResponse,
-  CreateCompletionResponseSchema,
   FinishReason,
   type Logprobs,
   LogprobsSchema,
@@ -38,13 +37,23 @@ export function newCompletionId(): string {
  */
 export function toCompletionResponse(v: VllmCompletion, model: string): CreateCompletionResponse {
   const offsets = new TextOffsets();
-  return create(CreateCompletionResponseSchema, {
+  const n = v.choices.length;
+  const choices: CompletionChoice[] = new Array(n);
+  for (let i = 0; i < n; i++) {
+    const choice = v.choices[i] as VllmCompletionChoice;
+    choices[i] = toChoice(choice, offsets.of(choice.index));
+  }
+  // As create(CreateCompletionResponseSchema, {...}) builds it (see toStreamChunk), without its
+  // per-field reflection: this runs once per unary request.
+  const response: CreateCompletionResponse = {
+    $typeName: "acs.v1.CreateCompletionResponse",
     id: newCompletionId(),
     created: BigInt(v.created),
     model,
-    choices: v.choices.map((c) => toChoice(c, offsets.of(c.index))),
-    ...(v.usage === null ? {} : { usage: toUsage(v.usage) }),
-  });
+    choices,
+  };
+  if (v.usage !== null) response.usage = toUsage(v.usage);
+  return response;
 }
 
 /**
