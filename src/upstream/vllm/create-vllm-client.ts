@@ -227,37 +227,6 @@ function follow(signal: AbortSignal, onAbort: () => void): () => void {
   };
 }
 
-/** Ties a caller signal and an optional deadline to one AbortController; aborts carry ApiErrors. */
-function linkAbort(signal: AbortSignal | undefined, deadlineMs?: number) {
-  const controller = new AbortController();
-  if (signal?.aborted) throw callerAbort(signal);
-  const unfollow =
-    signal === undefined ? undefined : follow(signal, () => controller.abort(callerAbort(signal)));
-  const timer =
-    deadlineMs === undefined
-      ? undefined
-      : setTimeout(
-          () =>
-            controller.abort(
-              new ApiError("deadline_exceeded", `Inference did not answer within ${deadlineMs} ms.`),
-            ),
-          deadlineMs,
-        );
-  return {
-    signal: controller.signal,
-    abort: (): void => controller.abort(canceled()),
-    /** The ApiError we aborted with, if any. */
-    reason: (): ApiError | undefined =>
-      controller.signal.aborted && controller.signal.reason instanceof ApiError
-        ? controller.signal.reason
-        : undefined,
-    dispose: (): void => {
-      if (timer !== undefined) clearTimeout(timer);
-      unfollow?.();
-    },
-  };
-}
-
 function parseJson(text: string, what: string): unknown {
   try {
     return parseVllmJson(text);
@@ -563,6 +532,139 @@ class UpstreamStream implements AsyncIterableIterator<VllmCompletionChunk>, Disp
 }
 
 /**
+ * One upstream request whose whole JSON answer is read ({@link VllmClient.complete}, `/tokenize`,
+ * `/v1/models`): an undici dispatch handler that collects the body's bytes and settles `promise`
+ * with the parsed JSON at its end — no Readable, no AbortController: one `abort` listener on the
+ * caller's signal (shared, {@link follow}) and one timer for the deadline. Rejects with an ApiError:
+ * the caller's abort (`canceled`, or its `deadline_exceeded`), `deadline_exceeded` after
+ * `deadlineMs`, Inference's error answer (any status; an error body with 200 too) mapped by
+ * {@link mapUpstreamError}, `upstream_error` for a body that is not JSON, or the transport's fault.
+ */
+class JsonCall implements Dispatcher.DispatchHandler {
+  readonly promise: Promise<unknown>;
+  #resolve!: (json: unknown) => void;
+  #reject!: (error: unknown) => void;
+  #settled = false;
+  #responseStarted = false;
+  #status = 0;
+  #chunks: Buffer[] = [];
+  #controller: Dispatcher.DispatchController | undefined;
+  /** Why we abort the request (set before undici gave us its controller, or when we abort). */
+  #abortReason: ApiError | undefined;
+  #requestId = "";
+  #unfollow: (() => void) | undefined;
+  #timer: NodeJS.Timeout | undefined;
+
+  constructor(spec: CallSpec, prefix: string, headersFor: HeadersFor) {
+    this.promise = new Promise((resolve, reject) => {
+      this.#resolve = resolve;
+      this.#reject = reject;
+    });
+    const signal = spec.signal;
+    if (signal?.aborted) {
+      this.#settled = true;
+      this.#reject(callerAbort(signal));
+      return;
+    }
+    this.#requestId = claimUpstreamRequestId(spec.requestId);
+    if (signal !== undefined) this.#unfollow = follow(signal, () => this.#abort(callerAbort(signal)));
+    const deadlineMs = spec.deadlineMs;
+    if (deadlineMs !== undefined) {
+      this.#timer = setTimeout(
+        () =>
+          this.#abort(new ApiError("deadline_exceeded", `Inference did not answer within ${deadlineMs} ms.`)),
+        deadlineMs,
+      );
+    }
+    const payload: VllmRequestBody | undefined =
+      typeof spec.body === "string"
+        ? { body: spec.body, contentLength: Buffer.byteLength(spec.body) }
+        : spec.body;
+    try {
+      spec.pool.dispatch(
+        {
+          method: spec.method,
+          path: prefix + spec.path,
+          headers: headersFor({
+            accept: spec.accept,
+            requestId: this.#requestId,
+            contentLength: payload?.contentLength,
+            headers: spec.headers,
+          }),
+          ...(payload === undefined ? {} : { body: payload.body }),
+        },
+        this,
+      );
+    } catch (error) {
+      this.#fail(mapUpstreamError({ kind: "transport", error, responseStarted: false }));
+    }
+  }
+
+  /** Ends the call with `error` and aborts the request (the caller left, or the deadline passed). */
+  #abort(error: ApiError): void {
+    if (this.#settled) return;
+    this.#abortReason = error;
+    this.#fail(error);
+    this.#controller?.abort(error);
+  }
+
+  #fail(error: unknown): void {
+    if (this.#settled) return;
+    this.#end();
+    this.#reject(error);
+  }
+
+  #end(): void {
+    this.#settled = true;
+    this.#chunks = [];
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#unfollow?.();
+    this.#unfollow = undefined;
+    releaseUpstreamRequestId(this.#requestId);
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.#controller = controller;
+    if (this.#abortReason !== undefined) controller.abort(this.#abortReason);
+  }
+
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number): void {
+    this.#controller = controller;
+    this.#responseStarted = true;
+    this.#status = statusCode;
+  }
+
+  onResponseData(_controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (!this.#settled) this.#chunks.push(chunk);
+  }
+
+  onResponseEnd(): void {
+    if (this.#settled) return;
+    const bytes = this.#chunks.length === 1 ? (this.#chunks[0] as Buffer) : Buffer.concat(this.#chunks);
+    // As undici's body.text(): UTF-8, a BOM skipped.
+    const bom = bytes.length > 2 && bytes[0] === 0xef && bytes[1] === 0xbb && bytes[2] === 0xbf;
+    const text = bytes.toString("utf8", bom ? 3 : 0);
+    const status = this.#status;
+    try {
+      if (status < 200 || status > 299) throw mapUpstreamError({ kind: "response", status, body: text });
+      const json = parseJson(text, "response");
+      if (isVllmErrorBody(json)) throw mapUpstreamError({ kind: "response", status, body: text });
+      this.#end();
+      this.#resolve(json);
+    } catch (error) {
+      this.#fail(error);
+    }
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
+    this.#fail(
+      this.#abortReason ??
+        mapUpstreamError({ kind: "transport", error, responseStarted: this.#responseStarted }),
+    );
+  }
+}
+
+/**
  * A client of one Inference server over two undici `Pool`s (keep-alive, explicit timeouts longer
  * than the 14-minute non-stream wait): one for completions, as many connections as Inference
  * accepts; one for the control calls, which therefore never wait behind completions. A streamed
@@ -613,42 +715,8 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
   };
 
   /** One request whose whole JSON body is read; error bodies (any status) are mapped. */
-  async function callJson(spec: CallSpec): Promise<unknown> {
-    const link = linkAbort(spec.signal, spec.deadlineMs);
-    const requestId = claimUpstreamRequestId(spec.requestId);
-    let responseStarted = false;
-    const payload: VllmRequestBody | undefined =
-      typeof spec.body === "string"
-        ? { body: spec.body, contentLength: Buffer.byteLength(spec.body) }
-        : spec.body;
-    try {
-      const res = await spec.pool.request({
-        method: spec.method,
-        path: prefix + spec.path,
-        headers: headersFor({
-          accept: spec.accept,
-          requestId,
-          contentLength: payload?.contentLength,
-          headers: spec.headers,
-        }),
-        ...(payload === undefined ? {} : { body: payload.body }),
-        signal: link.signal,
-      });
-      responseStarted = true;
-      const text = await res.body.text();
-      if (res.statusCode < 200 || res.statusCode > 299) {
-        throw mapUpstreamError({ kind: "response", status: res.statusCode, body: text });
-      }
-      const json = parseJson(text, "response");
-      if (isVllmErrorBody(json))
-        throw mapUpstreamError({ kind: "response", status: res.statusCode, body: text });
-      return json;
-    } catch (error) {
-      throw link.reason() ?? mapUpstreamError({ kind: "transport", error, responseStarted });
-    } finally {
-      releaseUpstreamRequestId(requestId);
-      link.dispose();
-    }
+  function callJson(spec: CallSpec): Promise<unknown> {
+    return new JsonCall(spec, prefix, headersFor).promise;
   }
 
   return {
