@@ -104,6 +104,8 @@ export type BudgetLedgerOptions = BudgetLedgerCommonOptions &
         readonly busyTimeoutMs?: number;
         /** SQLite `synchronous` of the store. @default "normal" */
         readonly synchronous?: "full" | "normal";
+        /** Who runs the store's WAL checkpoints (see SqliteBudgetStoreOptions). @default "worker" */
+        readonly walCheckpoint?: "worker" | "automatic";
       }
     | {
         /** `postgres://…` of the shared database. */
@@ -325,6 +327,7 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
             path: options.path,
             ...(options.busyTimeoutMs === undefined ? {} : { busyTimeoutMs: options.busyTimeoutMs }),
             ...(options.synchronous === undefined ? {} : { synchronous: options.synchronous }),
+            ...(options.walCheckpoint === undefined ? {} : { walCheckpoint: options.walCheckpoint }),
           });
   const now = options.now ?? Date.now;
   const instanceId = options.instanceId ?? `${hostname()}:${process.pid}:${generateKeyId().slice(4)}`;

@@ -8,6 +8,10 @@ import {
   type StoreBackend,
   type TxRows,
 } from "./store-core.js";
+import { startWalCheckpointer, type WalCheckpointer } from "./wal-checkpointer.js";
+
+/** WAL pages after which SQLite's own checkpoint runs when the checkpointer worker runs too. */
+const WAL_SAFETY_NET_PAGES = 8192;
 
 /** Options of {@link createSqliteBudgetStore}. */
 export interface SqliteBudgetStoreOptions {
@@ -27,6 +31,15 @@ export interface SqliteBudgetStoreOptions {
    * @default "normal"
    */
   readonly synchronous?: "full" | "normal";
+  /**
+   * Who runs the WAL checkpoints (copying committed pages from the WAL into the database file,
+   * with an fsync of each). `worker`: a worker thread of this store, every 100 ms, so that no
+   * transaction on the request path stalls for one (src/budget/wal-checkpointer.ts; should it
+   * fail, SQLite's automatic checkpoint takes over). `automatic`: SQLite's own, in whichever
+   * transaction's commit passes 1,000 pages of WAL.
+   * @default "worker"
+   */
+  readonly walCheckpoint?: "worker" | "automatic";
 }
 
 const MIGRATIONS: readonly string[] = [
@@ -180,6 +193,20 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
   } catch (err) {
     db.close();
     throw err;
+  }
+  let checkpointer: WalCheckpointer | undefined;
+  if ((options.walCheckpoint ?? "worker") === "worker") {
+    // SQLite's own checkpoint stays on as a safety net, 8× further apart than its default: under
+    // writes without a pause a checkpoint on another connection never catches up with the WAL's
+    // end, and only a checkpoint in a writer's commit lets the WAL start over (it would grow
+    // without bound otherwise). It then finds the pages copied and has little left to do.
+    db.pragma(`wal_autocheckpoint = ${WAL_SAFETY_NET_PAGES}`);
+    checkpointer = startWalCheckpointer(options.path, {
+      onFailure: (error) => {
+        if (db.open) db.pragma("wal_autocheckpoint = 1000"); // SQLite's default
+        process.emitWarning(`${error.message}; SQLite's automatic checkpoint takes over`);
+      },
+    });
   }
 
   const stmt = {
@@ -480,7 +507,8 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
         async () => stmt.purgeHolds.run(before).changes + stmt.purgeLeases.run(before).changes,
       ),
     close: () =>
-      serial(() => {
+      serial(async () => {
+        await checkpointer?.close();
         if (db.open) db.close();
       }),
   };
