@@ -81,7 +81,8 @@ export function createCallContext(
     }
   };
   if (res.destroyed) onClose();
-  else res.once("close", onClose);
+  // `on`: 'close' is emitted once; `once` would wrap the listener in a bound function and its state.
+  else res.on("close", onClose);
   const authorization = request.headers.authorization;
   const context: { -readonly [K in keyof CallContext]: CallContext[K] } = {
     requestId: requestIdOf(reply),

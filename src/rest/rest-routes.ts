@@ -227,11 +227,10 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
     await api.authenticate(ctx);
     assertJsonContentType(request.headers["content-type"]);
     // gzip, deflate and br bodies are decoded, the 8 MiB cap applied to the decoded size.
-    const body = await decodeContentEncoding(
-      bodyBytes(request.body),
-      request.headers["content-encoding"],
-      limits.bodyLimitBytes,
-    );
+    const raw = bodyBytes(request.body);
+    // The request lives as long as its response (a stream's: minutes); its body is not read again.
+    request.body = undefined;
+    const body = await decodeContentEncoding(raw, request.headers["content-encoding"], limits.bodyLimitBytes);
     const { request: completionRequest, stream } = await decodeCompletionRequestAsync(body);
     const render: RenderOptions = { returnTokenIds: completionRequest.returnTokenIds === true };
     if (!stream) {
@@ -277,10 +276,14 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
     reply.hijack();
     const res = reply.raw;
     const headers = reply.getHeaders();
+    const head: Record<string, string | number | string[]> = {};
     for (const name in headers) {
       const value = headers[name];
-      if (value !== undefined) res.setHeader(name, value);
+      if (value !== undefined) head[name] = value;
     }
+    // The head is stored as written (sent with the first write); the response keeps no header map
+    // of its own beside it, as it would after setHeader().
+    res.writeHead(res.statusCode, head);
     const writer = createSseWriter(res, {
       keepaliveIntervalMs,
       stallMs,

@@ -48,83 +48,115 @@ const FALSE = Promise.resolve(false);
  * no keepalive is written while a write waits for 'drain'.
  */
 export function createSseWriter(out: Writable, options: SseWriterOptions = {}): SseWriter {
-  const intervalMs = options.keepaliveIntervalMs ?? limits.keepaliveIntervalMs;
-  const stallMs = options.stallMs ?? limits.streamStallMs;
-  const onStall = options.onStall ?? (() => out.destroy());
-  let closed = false;
-  let ended = false;
-  let stalled = false;
+  return new Writer(out, options);
+}
 
-  const stop = (): void => {
-    closed = true;
-    clearInterval(timer);
+/**
+ * {@link createSseWriter}'s writer: one object per stream, its methods shared (a stream lives for
+ * minutes, many at once: no closures per stream beyond its two listeners).
+ */
+class Writer implements SseWriter {
+  readonly #out: Writable;
+  readonly #stallMs: number;
+  readonly #onStall: (() => void) | undefined;
+  #closed = false;
+  #ended = false;
+  #stalled = false;
+  readonly #timer: NodeJS.Timeout;
+  /** Stops the writer: on 'close' and 'error' of `out`, and at a stall. */
+  readonly #stop = (): void => {
+    this.#closed = true;
+    clearInterval(this.#timer);
   };
-  const isGone = (): boolean => closed || out.destroyed || out.writableEnded;
 
-  const timer = setInterval(() => {
-    if (isGone()) {
-      stop();
+  constructor(out: Writable, options: SseWriterOptions) {
+    this.#out = out;
+    this.#stallMs = options.stallMs ?? limits.streamStallMs;
+    this.#onStall = options.onStall;
+    this.#timer = setInterval(
+      Writer.#keepalive,
+      options.keepaliveIntervalMs ?? limits.keepaliveIntervalMs,
+      this,
+    );
+    out.on("close", this.#stop); // emitted once (`once` would add a wrapper per stream)
+    // An error on the destination (e.g. EPIPE, a write after end) also ends the stream; 'close'
+    // follows it. `on`, not `once`: a second error must not go unheard (an HTTP response written
+    // directly has no pipe of fastify's listening to it).
+    out.on("error", this.#stop);
+  }
+
+  static #keepalive(writer: Writer): void {
+    if (writer.#isGone()) {
+      writer.#stop();
       return;
     }
-    if (!out.writableNeedDrain) out.write(": keepalive\n\n");
-  }, intervalMs);
-  out.once("close", stop);
-  // An error on the destination (e.g. EPIPE, a write after end) also ends the stream; 'close'
-  // follows it. `on`, not `once`: a second error must not go unheard (an HTTP response written
-  // directly has no pipe of fastify's listening to it).
-  out.on("error", stop);
+    if (!writer.#out.writableNeedDrain) writer.#out.write(": keepalive\n\n");
+  }
+
+  #isGone(): boolean {
+    return this.#closed || this.#out.destroyed || this.#out.writableEnded;
+  }
 
   /** Resolves on 'drain' (true), or when `out` closes or the wait passed `stallMs` (false). */
-  const drained = (): Promise<boolean> =>
-    new Promise((resolve) => {
+  #drained(): Promise<boolean> {
+    const out = this.#out;
+    return new Promise((resolve) => {
       const settle = (): void => {
         clearTimeout(stallTimer);
         out.off("drain", settle);
         out.off("close", settle);
         out.off("error", settle);
-        resolve(!isGone());
+        resolve(!this.#isGone());
       };
       const stallTimer = setTimeout(() => {
-        stalled = true;
-        stop();
+        this.#stalled = true;
+        this.#stop();
         settle();
-        onStall();
-      }, stallMs);
+        if (this.#onStall === undefined) out.destroy();
+        else this.#onStall();
+      }, this.#stallMs);
       out.on("drain", settle);
       out.on("close", settle);
       out.on("error", settle);
     });
+  }
 
   // No promise is made for a write the destination took at once (the usual case: one per chunk).
-  const write = (text: string): Promise<boolean> => {
-    if (isGone()) {
-      stop();
+  #write(text: string): Promise<boolean> {
+    if (this.#isGone()) {
+      this.#stop();
       return FALSE;
     }
-    return out.write(text) ? TRUE : drained();
-  };
+    return this.#out.write(text) ? TRUE : this.#drained();
+  }
 
-  const end = async (): Promise<void> => {
-    if (ended) return;
-    ended = true;
-    await write("data: [DONE]\n\n");
-    clearInterval(timer);
-    if (!isGone()) out.end();
-  };
+  async #end(): Promise<void> {
+    if (this.#ended) return;
+    this.#ended = true;
+    await this.#write("data: [DONE]\n\n");
+    clearInterval(this.#timer);
+    if (!this.#isGone()) this.#out.end();
+  }
 
-  return {
-    send: (data) => (ended ? FALSE : write(`data: ${JSON.stringify(data)}\n\n`)),
-    done: end,
-    async fail(envelope) {
-      if (ended) return;
-      await write(`data: ${JSON.stringify(envelope)}\n\n`);
-      await end();
-    },
-    get closed() {
-      return closed || out.destroyed;
-    },
-    get stalled() {
-      return stalled;
-    },
-  };
+  send(data: unknown): Promise<boolean> {
+    return this.#ended ? FALSE : this.#write(`data: ${JSON.stringify(data)}\n\n`);
+  }
+
+  done(): Promise<void> {
+    return this.#end();
+  }
+
+  async fail(envelope: ErrorEnvelopeJson): Promise<void> {
+    if (this.#ended) return;
+    await this.#write(`data: ${JSON.stringify(envelope)}\n\n`);
+    await this.#end();
+  }
+
+  get closed(): boolean {
+    return this.#closed || this.#out.destroyed;
+  }
+
+  get stalled(): boolean {
+    return this.#stalled;
+  }
 }

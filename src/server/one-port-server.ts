@@ -254,19 +254,25 @@ export function createOnePortServer(
       clearTimeout(firstBytes);
       sockets.delete(socket);
     });
-    let head = Buffer.alloc(0);
+    // The bytes read before the protocol is known; handed on, not kept (the listeners below live
+    // as long as the connection).
+    let head: Buffer | undefined;
     const onData = (data: Buffer) => {
-      head = Buffer.concat([head, data]);
-      const n = Math.min(head.length, h2Preface.length);
-      const isPrefix = head.subarray(0, n).equals(h2Preface.subarray(0, n));
-      if (isPrefix && head.length < h2Preface.length) return; // need more bytes to decide
+      const bytes = head === undefined ? data : Buffer.concat([head, data]);
+      const n = Math.min(bytes.length, h2Preface.length);
+      const isPrefix = bytes.subarray(0, n).equals(h2Preface.subarray(0, n));
+      if (isPrefix && bytes.length < h2Preface.length) {
+        head = bytes;
+        return; // need more bytes to decide
+      }
+      head = undefined;
       socket.off("data", onData);
       clearTimeout(firstBytes);
       socket.pause();
       if (isPrefix) {
-        toHttp2(socket, head);
+        toHttp2(socket, bytes);
       } else {
-        socket.unshift(head);
+        socket.unshift(bytes);
         h1.emit("connection", socket);
         socket.resume();
       }

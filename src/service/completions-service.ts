@@ -881,9 +881,17 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const renew = holdRenewer(prepared.hold, meter);
     let promptIds: number[] = [];
     const generatedIds: number[] = [];
-    const body = upstreamStreamBody(prepared.body, continuousUsage);
+    // Only a capture needs the upstream request again (its replay); otherwise it is not kept here.
+    const replayBody = prepared.capture ? upstreamStreamBody(prepared.body, continuousUsage) : undefined;
     const offsets = new TextOffsets();
-    for await (const upstreamChunk of upstreamStream(prepared, body, ctx.signal, meter, 0)) {
+    const upstream = upstreamStream(
+      prepared,
+      replayBody ?? upstreamStreamBody(prepared.body, continuousUsage),
+      ctx.signal,
+      meter,
+      0,
+    );
+    for await (const upstreamChunk of upstream) {
       const chunk = meteredChunk(prepared, upstreamChunk, ids, offsets, meter, 0);
       if (chunk.choices.length === 0) {
         if (includeUsage && chunk.usage !== undefined) yield chunk;
@@ -903,8 +911,16 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       renew();
       yield chunk;
     }
-    if (prepared.capture) {
-      const activations = await captureReplay(prepared, body, promptIds, generatedIds, ctx.signal, meter, 0);
+    if (replayBody !== undefined) {
+      const activations = await captureReplay(
+        prepared,
+        replayBody,
+        promptIds,
+        generatedIds,
+        ctx.signal,
+        meter,
+        0,
+      );
       yield create(StreamCompletionResponseSchema, { ...ids, choices: [], activations });
     }
   }

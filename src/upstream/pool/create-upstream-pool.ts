@@ -395,7 +395,12 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
    * `stream` with failover before the first chunk: a plain async iterator over the chosen
    * replica's stream (no async-generator layer per chunk). An attempt starts at the first `next()`.
    */
-  function stream(body: VllmCompletionRequest, o: StreamOptions): AsyncIterableIterator<VllmCompletionChunk> {
+  function stream(
+    request: VllmCompletionRequest,
+    o: StreamOptions,
+  ): AsyncIterableIterator<VllmCompletionChunk> {
+    /** The request, for a failover: dropped once a chunk was yielded (there is none after that). */
+    let body: VllmCompletionRequest | undefined = request;
     const tried = new Set<Replica>();
     let attempt = -1;
     let closed = false;
@@ -428,7 +433,7 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
       trace = o.trace?.({ model, replica: chosen.url, upstreamRequestId, attempt, stream: true });
       try {
         inner = chosen.client
-          .stream(body, {
+          .stream(body as VllmCompletionRequest, {
             signal: link.signal,
             upstreamRequestId,
             headers: trace === undefined ? (o.headers ?? noHeaders) : { ...o.headers, ...trace.headers },
@@ -467,6 +472,7 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
             }
             if (!yielded) {
               yielded = true;
+              body = undefined;
               current.keep();
             }
             return res;

@@ -1,3 +1,4 @@
+import type { Readable } from "node:stream";
 import { type Dispatcher, Pool } from "undici";
 import { ApiError, randomHex32 } from "../../errors/index.js";
 import { claimUpstreamRequestId, releaseUpstreamRequestId } from "../../telemetry/upstream-request-ids.js";
@@ -235,6 +236,18 @@ function parseJson(text: string, what: string): unknown {
   }
 }
 
+/**
+ * A JSON body as bytes of their own. undici turns a string body into `Buffer.from(string)` — for a
+ * small one, a slice of Node's shared 8 KiB pool — and keeps it until the response ends: a stream
+ * would pin a pool slab for minutes. A stream body passes through.
+ */
+function ownBytes(body: VllmRequestBody["body"], byteLength: number): Buffer | Readable {
+  if (typeof body !== "string") return body;
+  const bytes = Buffer.allocUnsafeSlow(byteLength);
+  bytes.write(body, "utf8");
+  return bytes;
+}
+
 /** Chunks queued and not yet taken by the consumer above which the socket is no longer read. */
 const PAUSE_AT_QUEUED_CHUNKS = 32;
 
@@ -280,14 +293,21 @@ class UpstreamStream implements AsyncIterableIterator<VllmCompletionChunk>, Disp
   #status = 0;
   #contentType = "";
 
+  /** The request to send and its options: dropped once dispatched (a stream lives long). */
+  #body: VllmCompletionRequest | undefined;
+  #opts: StreamOptions | undefined;
+
   constructor(
     private readonly pool: Pool,
     private readonly path: string,
-    private readonly body: VllmCompletionRequest,
-    private readonly opts: StreamOptions,
+    body: VllmCompletionRequest,
+    opts: StreamOptions,
     private readonly headersFor: HeadersFor,
     private readonly sseOptions: { maxEventChars: number } | undefined,
-  ) {}
+  ) {
+    this.#body = body;
+    this.#opts = opts;
+  }
 
   [Symbol.asyncIterator](): this {
     return this;
@@ -337,10 +357,15 @@ class UpstreamStream implements AsyncIterableIterator<VllmCompletionChunk>, Disp
 
   #start(): void {
     this.#started = true;
-    if (!this.body.stream) throw new RangeError("stream() needs a body with stream: true");
-    const signal = this.opts.signal;
+    const body = this.#body as VllmCompletionRequest;
+    const opts = this.#opts as StreamOptions;
+    // Nothing of the request is kept once it is on its way (its JSON is undici's until sent).
+    this.#body = undefined;
+    this.#opts = undefined;
+    if (!body.stream) throw new RangeError("stream() needs a body with stream: true");
+    const signal = opts.signal;
     if (signal.aborted) throw callerAbort(signal);
-    this.#requestId = claimUpstreamRequestId(this.opts.upstreamRequestId);
+    this.#requestId = claimUpstreamRequestId(opts.upstreamRequestId);
     this.#unfollow = follow(signal, () => {
       if (this.#done) {
         // The caller left during the read after [DONE]: the stream itself is complete.
@@ -350,7 +375,7 @@ class UpstreamStream implements AsyncIterableIterator<VllmCompletionChunk>, Disp
       } else this.#fail(callerAbort(signal), true);
     });
     try {
-      const payload = vllmRequestBody(this.body);
+      const payload = vllmRequestBody(body);
       this.pool.dispatch(
         {
           method: "POST",
@@ -359,9 +384,9 @@ class UpstreamStream implements AsyncIterableIterator<VllmCompletionChunk>, Disp
             accept: "text/event-stream",
             requestId: this.#requestId,
             contentLength: payload.contentLength,
-            headers: this.opts.headers,
+            headers: opts.headers,
           }),
-          body: payload.body,
+          body: ownBytes(payload.body, payload.contentLength),
         },
         this,
       );
@@ -451,6 +476,9 @@ class UpstreamStream implements AsyncIterableIterator<VllmCompletionChunk>, Disp
   ): void {
     this.#controller = controller;
     this.#responseStarted = true;
+    // undici's controller keeps the raw head (Buffers that pin the socket's read buffer) for as
+    // long as the stream lives; only the parsed `headers` are read, here.
+    if ("rawHeaders" in controller) controller.rawHeaders = null;
     const contentType = headers["content-type"];
     this.#contentType = contentType === undefined ? "" : String(contentType);
     this.#status = statusCode;

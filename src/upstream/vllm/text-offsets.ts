@@ -35,8 +35,9 @@ const holdsBytes = (token: string): boolean => token.includes(replacementChar);
  * Tokens are looked for at most 4096 code units ahead of the position.
  */
 export class ChoiceTextOffsets {
+  /** The choice's text from `pos` on (what came before it is never looked at again). */
   private text = "";
-  /** UTF-16 index after the last token placed. */
+  /** UTF-16 index (into `text`) after the last token placed. */
   private pos = 0;
   /** `pos` in code points. */
   private posCodePoints = 0;
@@ -74,6 +75,12 @@ export class ChoiceTextOffsets {
       } else {
         this.waiting = [token]; // the rest of its text is still to come
       }
+    }
+    // Nothing before the position is read again: only the text from it on is kept (a long stream
+    // would otherwise hold its whole text).
+    if (this.pos > 0) {
+      this.text = this.text.slice(this.pos);
+      this.pos = 0;
     }
     return offsets;
   }
@@ -183,10 +190,12 @@ function codePoints(s: string, from: number, to: number): number {
 
 /** The offset trackers of every choice of one completion, by choice index. */
 export class TextOffsets {
-  private readonly choices = new Map<number, ChoiceTextOffsets>();
+  /** Made on first use: a stream without logprobs never needs one. */
+  private choices: Map<number, ChoiceTextOffsets> | undefined;
 
   /** The tracker of choice `index` (created on first use). */
   of(index: number): ChoiceTextOffsets {
+    this.choices ??= new Map();
     let tracker = this.choices.get(index);
     if (tracker === undefined) {
       tracker = new ChoiceTextOffsets();

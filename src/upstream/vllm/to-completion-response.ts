@@ -12,7 +12,7 @@ import {
 } from "../../../gen/acs/v1/completions_pb.js";
 import { ApiError, randomHex32 } from "../../errors/index.js";
 import { orderedEntries } from "./parse-json-ordered.js";
-import { type ChoiceTextOffsets, TextOffsets } from "./text-offsets.js";
+import { TextOffsets } from "./text-offsets.js";
 import type {
   VllmCompletion,
   VllmCompletionChoice,
@@ -41,7 +41,7 @@ export function toCompletionResponse(v: VllmCompletion, model: string): CreateCo
   const choices: CompletionChoice[] = new Array(n);
   for (let i = 0; i < n; i++) {
     const choice = v.choices[i] as VllmCompletionChoice;
-    choices[i] = toChoice(choice, offsets.of(choice.index));
+    choices[i] = toChoice(choice, offsets);
   }
   // As create(CreateCompletionResponseSchema, {...}) builds it (see toStreamChunk), without its
   // per-field reflection: this runs once per unary request.
@@ -62,7 +62,8 @@ export function toCompletionResponse(v: VllmCompletion, model: string): CreateCo
  * until a choice's last chunk. `usage` is copied when the chunk has one (the upstream always
  * asks for `include_usage`: the service drops the usage chunk when the caller did not ask).
  * `offsets` is the stream's one {@link TextOffsets} (every chunk of a stream goes through the
- * same one): it records each choice's text and gives `text_offset` that point into it.
+ * same one): it follows the text of each choice with logprobs and gives `text_offset` that
+ * point into it.
  * Throws ApiError 502 `upstream_error` for finish_reason `abort`.
  */
 export function toStreamChunk(
@@ -77,7 +78,7 @@ export function toStreamChunk(
   const choices: CompletionChoice[] = new Array(n);
   for (let i = 0; i < n; i++) {
     const choice = c.choices[i] as VllmCompletionChoice;
-    choices[i] = toChoice(choice, offsets.of(choice.index));
+    choices[i] = toChoice(choice, offsets);
   }
   const chunk: StreamCompletionResponse = {
     $typeName: "acs.v1.StreamCompletionResponse",
@@ -117,9 +118,8 @@ function noStopReason(): CompletionChoice["stopReason"] {
   return { case: undefined };
 }
 
-function toChoice(c: VllmCompletionChoice, offsets: ChoiceTextOffsets): CompletionChoice {
+function toChoice(c: VllmCompletionChoice, offsets: TextOffsets): CompletionChoice {
   const finishReason = finishReasonOf(c);
-  const textOffsets = offsets.next(c.text, c.logprobs?.tokens ?? []);
   const stopReason: CompletionChoice["stopReason"] =
     typeof c.stop_reason === "string"
       ? { case: "stopString", value: c.stop_reason }
@@ -137,7 +137,10 @@ function toChoice(c: VllmCompletionChoice, offsets: ChoiceTextOffsets): Completi
     promptTokenIds: c.prompt_token_ids ?? [],
     tokenIds: c.token_ids ?? [],
   };
-  if (c.logprobs !== null) choice.logprobs = toLogprobs(c.logprobs, textOffsets);
+  // A choice's text is tracked only with logprobs, whose offsets point into it (vLLM sends
+  // logprobs on every chunk of a request that asked for them, and on none otherwise).
+  if (c.logprobs !== null)
+    choice.logprobs = toLogprobs(c.logprobs, offsets.of(c.index).next(c.text, c.logprobs.tokens));
   return choice;
 }
 
