@@ -738,8 +738,10 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
   /**
    * One upstream request's whole completion. With a Hold (keys on), Inference's stream collected
    * ({@link collectStream}), so that a caller who goes away or the deadline is charged exactly what
-   * was generated. Without one (keys off: nothing to charge), and for prompt_logprobs and
-   * activations (they exist only there), Inference's non-streamed answer ({@link completeUnary}):
+   * was generated; with logprobs too (their text_offset, recomputed from the whole text at once,
+   * differ from the stream's for some byte-fallback tokens: the text-offset property test,
+   * seed 67659485). Without a Hold or logprobs, and for prompt_logprobs and activations (they
+   * exist only there), Inference's non-streamed answer ({@link completeUnary}):
    * one JSON body instead of a chunk per token, for Inference to write and for the gateway to read.
    * Both give the caller the same response.
    */
@@ -751,7 +753,8 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     meter: UsageMeter,
     part: number,
   ): Promise<CreateCompletionResponse> {
-    return prepared.hold !== undefined && request.promptLogprobs === undefined && !prepared.capture
+    const collect = prepared.hold !== undefined || request.logprobs !== undefined;
+    return collect && request.promptLogprobs === undefined && !prepared.capture
       ? collectStream(prepared, body, request, signal, meter, part)
       : completeUnary(prepared, body, request, signal, meter, part);
   }
