@@ -106,6 +106,8 @@ export type BudgetLedgerOptions = BudgetLedgerCommonOptions &
         readonly synchronous?: "full" | "normal";
         /** Who runs the store's WAL checkpoints (see SqliteBudgetStoreOptions). @default "worker" */
         readonly walCheckpoint?: "worker" | "automatic";
+        /** One COMMIT per event-loop turn's transactions, or one each (see SqliteBudgetStoreOptions). @default "group" */
+        readonly commit?: "group" | "each";
       }
     | {
         /** `postgres://…` of the shared database. */
@@ -328,6 +330,7 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
             ...(options.busyTimeoutMs === undefined ? {} : { busyTimeoutMs: options.busyTimeoutMs }),
             ...(options.synchronous === undefined ? {} : { synchronous: options.synchronous }),
             ...(options.walCheckpoint === undefined ? {} : { walCheckpoint: options.walCheckpoint }),
+            ...(options.commit === undefined ? {} : { commit: options.commit }),
           });
   const now = options.now ?? Date.now;
   const instanceId = options.instanceId ?? `${hostname()}:${process.pid}:${generateKeyId().slice(4)}`;

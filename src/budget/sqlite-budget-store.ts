@@ -1,5 +1,6 @@
 import Database from "better-sqlite3";
 import type { BudgetStore, KeyRecord } from "./budget-store.js";
+import { groupCommit } from "./sqlite-group-commit.js";
 import {
   createBudgetStoreOn,
   type HoldRow,
@@ -40,6 +41,15 @@ export interface SqliteBudgetStoreOptions {
    * @default "worker"
    */
   readonly walCheckpoint?: "worker" | "automatic";
+  /**
+   * How the write transactions (placeHold, settle, renew, reclaim, lease steps) reach the file.
+   * `group`: those asked for in the same event-loop turn share one `BEGIN IMMEDIATE … COMMIT`,
+   * each in a SAVEPOINT of its own (one that throws is rolled back alone); each resolves only once
+   * that COMMIT has returned, so what a caller is told is as durable as with `each`, and one
+   * write of the WAL serves them all. `each`: one `BEGIN IMMEDIATE … COMMIT` per transaction.
+   * @default "group"
+   */
+  readonly commit?: "group" | "each";
 }
 
 const MIGRATIONS: readonly string[] = [
@@ -438,10 +448,17 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
       }
     });
   }
+
+  // Group commit (src/budget/sqlite-group-commit.ts): the transactions of one event-loop turn share
+  // one COMMIT, each in its own SAVEPOINT; `each`: one COMMIT per transaction.
+  const writeTransaction: <T>(fn: () => Promise<T>) => Promise<T> =
+    (options.commit ?? "group") === "group"
+      ? groupCommit(db, serial)
+      : (fn) => inTransaction(beginImmediate, fn);
   const backend: StoreBackend = {
     kind: "sqlite",
     shortcuts: true,
-    transaction: (fn) => inTransaction(beginImmediate, () => fn(rows)),
+    transaction: (fn) => writeTransaction(() => fn(rows)),
     insertKey: (record: KeyRecord) =>
       serial(() => {
         stmt.insertKey.run({

@@ -1,0 +1,92 @@
+// Group commit for the SQLite store (issue 13): the write transactions asked for in one event-loop
+// turn share one `BEGIN IMMEDIATE … COMMIT`.
+import type Database from "better-sqlite3";
+
+type Pending = { fn: () => Promise<unknown>; resolve: (v: unknown) => void; reject: (e: unknown) => void };
+type Outcome = { ok: true; value: unknown } | { ok: false; error: unknown };
+
+/**
+ * Returns `transaction(fn)`: runs `fn` (its statements on `db`) in a write transaction, resolving
+ * with fn's value once the transaction is committed, or rejecting with what fn threw (its writes
+ * rolled back) or with the error of `BEGIN IMMEDIATE`/`COMMIT` (SQLITE_BUSY past the busy timeout,
+ * an I/O error: nothing of the group is committed then).
+ *
+ * The transactions asked for in one event-loop turn — the Holds and settles of the requests whose
+ * bytes arrived in it — wait for that turn's end (`setImmediate`), then run in the order asked in
+ * **one** `BEGIN IMMEDIATE … COMMIT`, each in a `SAVEPOINT` of its own, so that one that throws is
+ * rolled back alone and the others still commit. Each resolves only once that COMMIT has
+ * returned: what its caller is told is exactly as durable as with a COMMIT of its own, and the
+ * key's page and the Holds' pages reach the WAL once for the group instead of once each. A
+ * transaction alone in its turn runs without a SAVEPOINT. An error that ends the whole
+ * transaction (SQLite rolls back by itself on some I/O errors) rejects every transaction of the
+ * group with it.
+ *
+ * @param serial runs one step at a time on the connection (the store's queue): a group is one step.
+ */
+export function groupCommit(
+  db: Database.Database,
+  serial: (step: () => Promise<void>) => Promise<void>,
+): <T>(fn: () => Promise<T>) => Promise<T> {
+  const begin = db.prepare("BEGIN IMMEDIATE");
+  const commit = db.prepare("COMMIT");
+  const rollback = db.prepare("ROLLBACK");
+  const savepoint = db.prepare("SAVEPOINT grouped");
+  const release = db.prepare("RELEASE grouped");
+  const rollbackTo = db.prepare("ROLLBACK TO grouped");
+  let gathering: Pending[] | undefined;
+
+  async function runAlone(p: Pending): Promise<void> {
+    try {
+      begin.run();
+      const value = await p.fn();
+      commit.run();
+      p.resolve(value);
+    } catch (err) {
+      if (db.inTransaction) rollback.run();
+      p.reject(err);
+    }
+  }
+
+  async function runGroup(group: Pending[]): Promise<void> {
+    if (group.length === 1) return runAlone(group[0] as Pending);
+    const outcomes: Outcome[] = [];
+    try {
+      begin.run();
+      for (const p of group) {
+        savepoint.run();
+        try {
+          outcomes.push({ ok: true, value: await p.fn() });
+          release.run();
+        } catch (error) {
+          if (!db.inTransaction) throw error; // the whole transaction is gone, the others' writes too
+          rollbackTo.run();
+          release.run();
+          outcomes.push({ ok: false, error });
+        }
+      }
+      commit.run();
+    } catch (err) {
+      if (db.inTransaction) rollback.run();
+      for (const p of group) p.reject(err);
+      return;
+    }
+    for (const [i, p] of group.entries()) {
+      const o = outcomes[i] as Outcome;
+      if (o.ok) p.resolve(o.value);
+      else p.reject(o.error);
+    }
+  }
+
+  return <T>(fn: () => Promise<T>): Promise<T> =>
+    new Promise<T>((resolve, reject) => {
+      if (gathering === undefined) {
+        const group: Pending[] = [];
+        gathering = group;
+        setImmediate(() => {
+          gathering = undefined;
+          void serial(() => runGroup(group));
+        });
+      }
+      gathering.push({ fn, resolve: resolve as (v: unknown) => void, reject });
+    });
+}
