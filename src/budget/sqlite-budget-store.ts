@@ -451,10 +451,9 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
 
   // Group commit (src/budget/sqlite-group-commit.ts): the transactions of one event-loop turn share
   // one COMMIT, each in its own SAVEPOINT; `each`: one COMMIT per transaction.
+  const group = (options.commit ?? "group") === "group" ? groupCommit(db, serial) : undefined;
   const writeTransaction: <T>(fn: () => Promise<T>) => Promise<T> =
-    (options.commit ?? "group") === "group"
-      ? groupCommit(db, serial)
-      : (fn) => inTransaction(beginImmediate, fn);
+    group === undefined ? (fn) => inTransaction(beginImmediate, fn) : group.transaction;
   const backend: StoreBackend = {
     kind: "sqlite",
     shortcuts: true,
@@ -523,11 +522,13 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
         beginImmediate,
         async () => stmt.purgeHolds.run(before).changes + stmt.purgeLeases.run(before).changes,
       ),
-    close: () =>
-      serial(async () => {
+    close: () => {
+      group?.flush(); // the transactions asked for before the close run before it
+      return serial(async () => {
         await checkpointer?.close();
         if (db.open) db.close();
-      }),
+      });
+    },
   };
   return createBudgetStoreOn(backend);
 }

@@ -3,10 +3,20 @@
 import type Database from "better-sqlite3";
 
 type Pending = { fn: () => Promise<unknown>; resolve: (v: unknown) => void; reject: (e: unknown) => void };
+/** What {@link groupCommit} returns. */
+export interface GroupCommit {
+  /** Runs fn in a write transaction of the current turn's group (see {@link groupCommit}). */
+  transaction<T>(fn: () => Promise<T>): Promise<T>;
+  /**
+   * Queues the group being gathered on the connection now, instead of at the turn's end: call it
+   * before closing the store, so that the transactions asked for before run before the close.
+   */
+  flush(): void;
+}
 type Outcome = { ok: true; value: unknown } | { ok: false; error: unknown };
 
 /**
- * Returns `transaction(fn)`: runs `fn` (its statements on `db`) in a write transaction, resolving
+ * Returns `transaction(fn)`, which runs `fn` (its statements on `db`) in a write transaction, resolving
  * with fn's value once the transaction is committed, or rejecting with what fn threw (its writes
  * rolled back) or with the error of `BEGIN IMMEDIATE`/`COMMIT` (SQLITE_BUSY past the busy timeout,
  * an I/O error: nothing of the group is committed then).
@@ -26,7 +36,7 @@ type Outcome = { ok: true; value: unknown } | { ok: false; error: unknown };
 export function groupCommit(
   db: Database.Database,
   serial: (step: () => Promise<void>) => Promise<void>,
-): <T>(fn: () => Promise<T>) => Promise<T> {
+): GroupCommit {
   const begin = db.prepare("BEGIN IMMEDIATE");
   const commit = db.prepare("COMMIT");
   const rollback = db.prepare("ROLLBACK");
@@ -77,16 +87,22 @@ export function groupCommit(
     }
   }
 
-  return <T>(fn: () => Promise<T>): Promise<T> =>
-    new Promise<T>((resolve, reject) => {
-      if (gathering === undefined) {
-        const group: Pending[] = [];
-        gathering = group;
-        setImmediate(() => {
-          gathering = undefined;
-          void serial(() => runGroup(group));
-        });
-      }
-      gathering.push({ fn, resolve: resolve as (v: unknown) => void, reject });
-    });
+  /** Queues the group being gathered, if any, on the connection now. */
+  const flush = (): void => {
+    const group = gathering;
+    if (group === undefined) return;
+    gathering = undefined;
+    void serial(() => runGroup(group));
+  };
+  return {
+    transaction: <T>(fn: () => Promise<T>): Promise<T> =>
+      new Promise<T>((resolve, reject) => {
+        if (gathering === undefined) {
+          gathering = [];
+          setImmediate(flush);
+        }
+        gathering.push({ fn, resolve: resolve as (v: unknown) => void, reject });
+      }),
+    flush,
+  };
 }

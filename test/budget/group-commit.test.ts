@@ -19,7 +19,7 @@ function openPair(path: string) {
     queue = r.catch(() => undefined);
     return r;
   };
-  const transaction = groupCommit(db, serial);
+  const { transaction } = groupCommit(db, serial);
   const insert = db.prepare<[string]>("INSERT INTO t (name) VALUES (?)");
   const committed = () =>
     observer
@@ -141,6 +141,28 @@ describe("groupCommit", () => {
 describe("the SQLite ledger with group commit", () => {
   let tmp: ReturnType<typeof tempDb>;
   afterEach(() => tmp.cleanup());
+
+  it("runs the transactions asked for before close() before the store closes", async () => {
+    tmp = tempDb();
+    const ledger = await createBudgetLedger({ path: tmp.path, reclaimIntervalMs: 0, leases: false });
+    const { id } = await ledger.createKey({ budgetTokens: 1000 });
+    const hold = await ledger.placeHold(
+      { id, name: "", models: null },
+      { promptTokens: 5, prompts: 1, n: 1, maxTokens: 5 },
+    );
+    // Asked for in the same turn as the close: without a flush it would wait for the turn's end,
+    // queued behind the close, and fail on a closed database.
+    const settled = ledger.settle(hold.holdId, 7);
+    const closed = ledger.close();
+    await expect(settled).resolves.toMatchObject({ chargedTokens: 7 });
+    await closed;
+    const reopened = await createBudgetLedger({ path: tmp.path, reclaimIntervalMs: 0, leases: false });
+    try {
+      expect((await reopened.usage(id)).spentTokens).toBe(7);
+    } finally {
+      await reopened.close();
+    }
+  });
 
   it("gives concurrent Holds the answers one COMMIT each gives: the same Holds placed, clamped and refused", async () => {
     const outcomes: Record<string, unknown> = {};
