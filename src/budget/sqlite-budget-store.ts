@@ -1,6 +1,6 @@
 import Database from "better-sqlite3";
 import type { BudgetStore, KeyRecord } from "./budget-store.js";
-import { groupCommit } from "./sqlite-group-commit.js";
+import { groupCommit, untilNotBusy } from "./sqlite-group-commit.js";
 import {
   createBudgetStoreOn,
   type HoldRow,
@@ -193,9 +193,10 @@ interface LeaseSqlRow {
  * transactions run one at a time per store (a queue), each without yielding to other I/O.
  */
 export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): BudgetStore {
+  const busyTimeoutMs = Math.max(0, Math.floor(options.busyTimeoutMs ?? 5000));
   const db = new Database(options.path);
   try {
-    db.pragma(`busy_timeout = ${Math.max(0, Math.floor(options.busyTimeoutMs ?? 5000))}`);
+    db.pragma(`busy_timeout = ${busyTimeoutMs}`);
     db.pragma("journal_mode = WAL");
     db.pragma(`synchronous = ${options.synchronous === "full" ? "FULL" : "NORMAL"}`);
     migrate(db);
@@ -425,11 +426,18 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
   // One statement or transaction at a time on this connection: a transaction's steps are awaited,
   // so another caller's statement would otherwise run inside it.
   let queue: Promise<unknown> = Promise.resolve();
-  function serial<T>(fn: () => T | Promise<T>): Promise<T> {
+  function rawSerial<T>(fn: () => T | Promise<T>): Promise<T> {
     const result = queue.then(fn, fn);
     queue = result.catch(() => undefined);
     return result;
   }
+  // With group commit the connection has busy_timeout = 0 (below): a step that finds another
+  // process writing is tried again on a later turn instead of sleeping in SQLite's busy handler
+  // (every step here is one statement, reads, or a transaction that starts with its BEGIN).
+  const grouped = (options.commit ?? "group") === "group";
+  const serial: <T>(fn: () => T | Promise<T>) => Promise<T> = grouped
+    ? (fn) => rawSerial(() => untilNotBusy(fn, busyTimeoutMs))
+    : rawSerial;
   // Prepared once: `db.exec` would parse the SQL again for every transaction (issue 13).
   const beginImmediate = db.prepare("BEGIN IMMEDIATE");
   const beginDeferred = db.prepare("BEGIN");
@@ -451,7 +459,9 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
 
   // Group commit (src/budget/sqlite-group-commit.ts): the transactions of one event-loop turn share
   // one COMMIT, each in its own SAVEPOINT; `each`: one COMMIT per transaction.
-  const group = (options.commit ?? "group") === "group" ? groupCommit(db, serial) : undefined;
+  // The group's BEGIN waits for the lock the same way (groupCommit); the group itself is one step.
+  const group = grouped ? groupCommit(db, rawSerial, { busyTimeoutMs }) : undefined;
+  if (grouped) db.pragma("busy_timeout = 0");
   const writeTransaction: <T>(fn: () => Promise<T>) => Promise<T> =
     group === undefined ? (fn) => inTransaction(beginImmediate, fn) : group.transaction;
   const backend: StoreBackend = {

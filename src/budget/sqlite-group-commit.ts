@@ -2,6 +2,31 @@
 // turn share one `BEGIN IMMEDIATE … COMMIT`.
 import type Database from "better-sqlite3";
 
+/** True for SQLITE_BUSY and its extended codes (the lock is another connection's; try later). */
+export const isBusy = (err: unknown): boolean =>
+  typeof (err as { code?: unknown } | null)?.code === "string" &&
+  ((err as { code: string }).code === "SQLITE_BUSY" ||
+    (err as { code: string }).code.startsWith("SQLITE_BUSY_"));
+
+/**
+ * Runs `step` (statements on a connection with `busy_timeout = 0`) and, while it throws SQLITE_BUSY,
+ * runs it again on a later turn — the next 8 turns, then every millisecond — until `timeoutMs` has
+ * passed, then throws that SQLITE_BUSY. The event loop goes on meanwhile, where SQLite's busy
+ * handler would sleep in the thread. Only for a step that a SQLITE_BUSY leaves without effect:
+ * one statement, or a transaction whose BEGIN IMMEDIATE is its first statement.
+ */
+export async function untilNotBusy<T>(step: () => T | Promise<T>, timeoutMs: number): Promise<T> {
+  const deadline = performance.now() + timeoutMs;
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await step();
+    } catch (err) {
+      if (!isBusy(err) || performance.now() >= deadline) throw err;
+    }
+    await new Promise<void>((r) => (attempt < 8 ? setImmediate(r) : setTimeout(r, 1)));
+  }
+}
+
 type Pending = { fn: () => Promise<unknown>; resolve: (v: unknown) => void; reject: (e: unknown) => void };
 /** What {@link groupCommit} returns. */
 export interface GroupCommit {
@@ -31,13 +56,25 @@ type Outcome = { ok: true; value: unknown } | { ok: false; error: unknown };
  * transaction (SQLite rolls back by itself on some I/O errors) rejects every transaction of the
  * group with it.
  *
+ * `BEGIN IMMEDIATE` does not block the event loop while another process (an `ACS_WORKERS` sibling)
+ * holds the file's write lock: the connection is meant to have `busy_timeout = 0` (SQLite's busy
+ * handler sleeps in the calling thread), and a group's BEGIN that finds the lock taken is tried
+ * again on the next turns ({@link untilNotBusy}) until `busyTimeoutMs` has passed; then the group
+ * is rejected with SQLITE_BUSY.
+ *
  * @param serial runs one step at a time on the connection (the store's queue): a group is one step.
+ * @param options.busyTimeoutMs how long a group waits for the write lock (ms).
  */
 export function groupCommit(
   db: Database.Database,
   serial: (step: () => Promise<void>) => Promise<void>,
+  options: { busyTimeoutMs: number },
 ): GroupCommit {
-  const begin = db.prepare("BEGIN IMMEDIATE");
+  const beginImmediate = db.prepare("BEGIN IMMEDIATE");
+  const begin = {
+    /** BEGIN IMMEDIATE, tried again on later turns while another connection writes (see above). */
+    run: () => untilNotBusy(() => beginImmediate.run(), options.busyTimeoutMs),
+  };
   const commit = db.prepare("COMMIT");
   const rollback = db.prepare("ROLLBACK");
   const savepoint = db.prepare("SAVEPOINT grouped");
@@ -47,7 +84,7 @@ export function groupCommit(
 
   async function runAlone(p: Pending): Promise<void> {
     try {
-      begin.run();
+      await begin.run();
       const value = await p.fn();
       commit.run();
       p.resolve(value);
@@ -61,7 +98,7 @@ export function groupCommit(
     if (group.length === 1) return runAlone(group[0] as Pending);
     const outcomes: Outcome[] = [];
     try {
-      begin.run();
+      await begin.run();
       for (const p of group) {
         savepoint.run();
         try {

@@ -8,9 +8,10 @@ import { createBudgetLedger } from "../../src/budget/index.js";
 import { groupCommit } from "../../src/budget/sqlite-group-commit.js";
 import { tempDb } from "./helpers.js";
 
-function openPair(path: string) {
+function openPair(path: string, busyTimeoutMs = 5000) {
   const db = new Database(path);
   db.pragma("journal_mode = WAL");
+  db.pragma("busy_timeout = 0"); // as the store sets it with group commit
   db.exec("CREATE TABLE t (name TEXT PRIMARY KEY)");
   const observer = new Database(path, { readonly: true });
   let queue: Promise<unknown> = Promise.resolve();
@@ -19,7 +20,7 @@ function openPair(path: string) {
     queue = r.catch(() => undefined);
     return r;
   };
-  const { transaction } = groupCommit(db, serial);
+  const { transaction } = groupCommit(db, serial, { busyTimeoutMs });
   const insert = db.prepare<[string]>("INSERT INTO t (name) VALUES (?)");
   const committed = () =>
     observer
@@ -115,11 +116,28 @@ describe("groupCommit", () => {
     expect(committed()).toEqual(["d"]);
   });
 
-  it("rejects a group whose BEGIN IMMEDIATE finds another connection writing (SQLITE_BUSY), and goes on after", async () => {
+  it("waits for another connection's write lock without blocking the event loop, then commits", async () => {
     tmp = tempDb();
-    pair = openPair(tmp.path);
-    const { db, transaction, insert, committed } = pair;
-    db.pragma("busy_timeout = 0");
+    pair = openPair(tmp.path, 60_000);
+    const { transaction, insert, committed } = pair;
+    // The other writer is in this thread: it can only let go if the event loop keeps running while
+    // the group waits (SQLite's busy handler would sleep in this thread until the timeout).
+    const other = new Database(tmp.path);
+    try {
+      other.prepare("BEGIN IMMEDIATE").run();
+      other.prepare("INSERT INTO t (name) VALUES ('other')").run();
+      setTimeout(() => other.prepare("COMMIT").run(), 20);
+      await Promise.all([transaction(async () => insert.run("a")), transaction(async () => insert.run("b"))]);
+      expect(committed()).toEqual(["a", "b", "other"]);
+    } finally {
+      other.close();
+    }
+  });
+
+  it("rejects a group whose BEGIN IMMEDIATE finds another connection writing past the busy timeout (SQLITE_BUSY), and goes on after", async () => {
+    tmp = tempDb();
+    pair = openPair(tmp.path, 0);
+    const { transaction, insert, committed } = pair;
     const other = new Database(tmp.path);
     try {
       other.prepare("BEGIN IMMEDIATE").run();
