@@ -738,12 +738,12 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
   /**
    * One upstream request's whole completion. With a Hold (keys on), Inference's stream collected
    * ({@link collectStream}), so that a caller who goes away or the deadline is charged exactly what
-   * was generated; with logprobs too (their text_offset, recomputed from the whole text at once,
-   * differ from the stream's for some byte-fallback tokens: the text-offset property test,
-   * seed 67659485). Without a Hold or logprobs, and for prompt_logprobs and activations (they
-   * exist only there), Inference's non-streamed answer ({@link completeUnary}):
-   * one JSON body instead of a chunk per token, for Inference to write and for the gateway to read.
-   * Both give the caller the same response.
+   * was generated. Without one (keys off: nothing to charge), with or without logprobs, and for
+   * prompt_logprobs and activations (they exist only there), Inference's non-streamed answer
+   * ({@link completeUnary}): one JSON body instead of a chunk per token, for Inference to write and
+   * for the gateway to read. Both give the caller the same response, but for the `text_offset` of
+   * a token whose string is not in the text (bytes of a split character, a skipped special token):
+   * the whole text at once may put it earlier, both no later than its bytes (ChoiceTextOffsets).
    */
   function completeOne(
     prepared: Prepared,
@@ -753,7 +753,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     meter: UsageMeter,
     part: number,
   ): Promise<CreateCompletionResponse> {
-    const collect = prepared.hold !== undefined || request.logprobs !== undefined;
+    const collect = prepared.hold !== undefined;
     return collect && request.promptLogprobs === undefined && !prepared.capture
       ? collectStream(prepared, body, request, signal, meter, part)
       : completeUnary(prepared, body, request, signal, meter, part);

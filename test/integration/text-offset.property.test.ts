@@ -98,6 +98,7 @@ function oracleTokens(preset: Preset, body: Record<string, unknown>, c: SeenChoi
       // An echoed prompt is the prompt string: the BOS the tokenizer added is not in it.
       inText: prompt ? i > 0 || !addSpecial : !(skip && tok.isSpecial(id)),
       receivedCodePoints: c.logprobs.received[i] as number,
+      outputStart: i === (body.echo === true ? c.promptIds.length : 0),
     };
   });
 }

@@ -7,11 +7,18 @@
 // possible stop string arrives in a later chunk; a stop string cut out of the text leaves its
 // tokens. From the first such token on, every offset vLLM gives is too high. The gateway recomputes
 // the offsets here from the token strings and the text itself.
+//
+// A token string can also lack text the token has: a decoder that drops a byte order mark at the
+// start of what it decodes (TextDecoder's default, as the reference engine decodes each token
+// alone) gives a token of a BOM's bytes the empty string, and one of a BOM and more (Llama 3 has
+// `\uFEFFusing`) its string without the BOM, while the choice's text keeps the U+FEFF.
 
 /** How far ahead (UTF-16 code units) a token is looked for after tokens that were not found. */
 const maxLookahead = 4096;
 
 const replacementChar = "\uFFFD";
+/** U+FEFF, the byte order mark. */
+const bom = 0xfeff;
 
 /** True for a token string that stands for bytes of a character split over tokens (or invalid bytes). */
 const holdsBytes = (token: string): boolean => token.includes(replacementChar);
@@ -29,9 +36,16 @@ const holdsBytes = (token: string): boolean => token.includes(replacementChar);
  * position (not before its chunk's text: what earlier chunks carried is earlier tokens' text; for
  * the last token of a chunk, unless it holds bytes, the end of the text) and waits:
  * - its text may still arrive (held back for a possible stop string): it is placed when it does;
- * - it is absent from the text (a skipped special token, a token cut by a stop string, an empty
- *   string): it is dropped, at zero width, once the text shows it;
+ * - it is absent from the text (a skipped special token, a token cut by a stop string): it is
+ *   dropped, at zero width, once the text shows it;
  * - it holds bytes: the next token placed skips the characters it stands for.
+ * An empty token string has zero width, or stands for a U+FEFF of the text (a BOM's bytes): the
+ * next token is looked for past one U+FEFF per empty string before it. A token whose string is
+ * found right after a U+FEFF that those empty strings (and a run of tokens holding bytes) leave
+ * over starts at that U+FEFF: its string lost it.
+ * A chunk's end tells a stream where the text of the tokens so far ends; a whole answer (one
+ * call) does not have that, yet gives every token whose string is in the text where its bytes are
+ * the offset a stream gives it (a token it cannot place may get an earlier offset).
  * Tokens are looked for at most 4096 code units ahead of the position.
  */
 export class ChoiceTextOffsets {
@@ -43,6 +57,8 @@ export class ChoiceTextOffsets {
   private posCodePoints = 0;
   /** Tokens since `pos` that are not placed, in order (never empty strings). */
   private waiting: string[] = [];
+  /** Empty token strings since the last token placed that have not taken a U+FEFF of the text. */
+  private empties = 0;
 
   /**
    * Appends `textDelta` (the choice's next text) and returns one offset per token of that text.
@@ -53,22 +69,34 @@ export class ChoiceTextOffsets {
   next(textDelta: string, tokens: readonly string[]): number[] {
     const chunkStart = this.text.length;
     this.text += textDelta;
+    // With nothing waiting, text of earlier chunks after the position is empty strings' U+FEFFs
+    // (or text without tokens): the position moves past it.
+    if (this.pos < chunkStart && this.waiting.length === 0) {
+      this.moveTo(chunkStart);
+      this.empties = 0;
+    }
     const offsets: number[] = [];
     for (const [i, token] of tokens.entries()) {
       const lastOfChunk = i === tokens.length - 1;
       this.placeWaiting();
+      if (token === "") {
+        // Zero width, or a U+FEFF at the position: the next token placed decides.
+        offsets.push(this.posCodePoints + codePoints(this.text, this.pos, Math.max(this.pos, chunkStart)));
+        this.empties++;
+        continue;
+      }
+      this.takeBoms();
       const found = this.locate(token, this.waiting.length, chunkStart, lastOfChunk);
       if (found === undefined) {
-        const floor =
-          lastOfChunk && token !== "" && !holdsBytes(token)
-            ? this.text.length
-            : Math.max(this.pos, chunkStart);
+        const floor = lastOfChunk && !holdsBytes(token) ? this.text.length : Math.max(this.pos, chunkStart);
         offsets.push(this.posCodePoints + codePoints(this.text, this.pos, floor));
-        if (token !== "") this.waiting.push(token);
+        this.waiting.push(token);
         continue;
       }
       this.moveTo(found.at);
-      offsets.push(this.posCodePoints);
+      // A U+FEFF of its own, before its string, is where it starts.
+      offsets.push(found.bom ? this.posCodePoints - 1 : this.posCodePoints);
+      this.empties = 0;
       if (found.whole) {
         this.moveTo(found.at + token.length);
         this.waiting = [];
@@ -111,6 +139,18 @@ export class ChoiceTextOffsets {
     }
   }
 
+  /**
+   * Empty token strings right after the position (nothing waits) take the U+FEFFs there, one
+   * each: the position moves past them.
+   */
+  private takeBoms(): void {
+    if (this.waiting.length > 0) return;
+    while (this.empties > 0 && this.text.charCodeAt(this.pos) === bom) {
+      this.moveTo(this.pos + 1);
+      this.empties--;
+    }
+  }
+
   /** True when the text after the position is the start of `token` (the rest may still come). */
   private mayStillArrive(token: string): boolean {
     return this.text.length - this.pos < token.length && token.startsWith(this.text.slice(this.pos));
@@ -119,15 +159,15 @@ export class ChoiceTextOffsets {
   /**
    * Where `token` is in the text, after the first `run` waiting tokens (which hold bytes or wait)
    * and not before `from`: the whole string, or (when `tail`) the start of it at the end of the
-   * text. Undefined when it is not found, and for tokens that hold bytes (their U+FFFD may be
-   * several tokens' bytes).
+   * text; `bom` when the U+FEFF right before it is its own (it starts there). Undefined when it is
+   * not found, and for tokens that hold bytes (their U+FFFD may be several tokens' bytes).
    */
   private locate(
     token: string,
     run: number,
     from: number,
     tail: boolean,
-  ): { at: number; whole: boolean } | undefined {
+  ): { at: number; whole: boolean; bom: boolean } | undefined {
     if (token === "" || holdsBytes(token)) return undefined;
     const start = Math.max(this.pos, from);
     let ahead = 0;
@@ -136,25 +176,45 @@ export class ChoiceTextOffsets {
       ahead += t.length;
       if (holdsBytes(t)) runBytes += utf8Length(t, 1);
     }
-    const last = Math.max(start, this.pos + Math.min(ahead, maxLookahead));
-    const candidates: { at: number; whole: boolean }[] = [];
+    // The empty strings after the run (the token comes after all the waiting ones) may each stand
+    // for a U+FEFF in it (with no run, `takeBoms` has moved past theirs).
+    const empties = run === this.waiting.length ? this.empties : 0;
+    let last = Math.max(start, this.pos + Math.min(ahead + (run > 0 ? empties : 0), maxLookahead));
+    if (this.text.charCodeAt(last) === bom) last++; // a U+FEFF of its own
+    const candidates: { at: number; whole: boolean; bom: boolean }[] = [];
     for (
       let at = this.text.indexOf(token, start);
       at >= 0 && at <= last;
       at = this.text.indexOf(token, at + 1)
     ) {
-      candidates.push({ at, whole: true });
+      candidates.push({ at, whole: true, bom: false });
     }
     const tailEnd = tail ? Math.min(last, this.text.length - 1) : -1;
     for (let at = Math.max(start, this.text.length - token.length + 1); at <= tailEnd; at++) {
-      if (token.startsWith(this.text.slice(at))) candidates.push({ at, whole: false });
+      if (token.startsWith(this.text.slice(at))) candidates.push({ at, whole: false, bom: false });
+    }
+    // Only a U+FEFF of its own at the end of the text: none of its string yet.
+    const end = this.text.length;
+    if (tail && end > start && end <= last && this.text.charCodeAt(end - 1) === bom) {
+      candidates.push({ at: end, whole: false, bom: false });
     }
     candidates.sort((a, b) => a.at - b.at);
     // The first place that leaves room for the run's bytes: the run's bytes are counted low
     // (U+FFFD as 1 byte), the text's high (U+FFFD as 3), so the true place qualifies.
-    return (
-      candidates.find((c) => utf8Length(this.text.slice(this.pos, c.at), 3) >= runBytes) ?? candidates[0]
-    );
+    const found =
+      candidates.find((c) => utf8Length(this.text.slice(this.pos, c.at), 3) >= runBytes) ?? candidates[0];
+    if (found === undefined || found.at <= start || this.text.charCodeAt(found.at - 1) !== bom) {
+      return found;
+    }
+    // The U+FEFF right before it is its own when the U+FEFFs since the position outnumber the
+    // empty strings' and the text before it surely holds the run's bytes and the empty strings'
+    // U+FEFFs (3 bytes each): the text's bytes counted low here (its U+FFFD as 1 byte, as the
+    // run's are).
+    let boms = 0;
+    for (let i = this.pos; i < found.at; i++) if (this.text.charCodeAt(i) === bom) boms++;
+    found.bom =
+      boms > empties && utf8Length(this.text.slice(this.pos, found.at - 1), 1) >= runBytes + 3 * empties;
+    return found;
   }
 
   private moveTo(to: number): void {
