@@ -5,7 +5,7 @@
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import { createBudgetLedger } from "../../src/budget/index.js";
-import { groupCommit } from "../../src/budget/sqlite-group-commit.js";
+import { groupCommit, MAX_GROUP_TRANSACTIONS } from "../../src/budget/sqlite-group-commit.js";
 import { tempDb } from "./helpers.js";
 
 function openPair(path: string, busyTimeoutMs = 5000) {
@@ -68,6 +68,29 @@ describe("groupCommit", () => {
     await expect(Promise.all([b, c])).resolves.toEqual([1, "c"]);
     expect(seenByThird).toEqual([{ inTransaction: true, committed: [], own: ["a", "b", "c"] }]);
     expect(db.inTransaction).toBe(false);
+  });
+
+  it("splits a turn of more than MAX_GROUP_TRANSACTIONS into groups of that many", async () => {
+    tmp = tempDb();
+    pair = openPair(tmp.path);
+    const { observer, transaction, insert } = pair;
+    const countCommitted = observer.prepare<[], { n: number }>("SELECT count(*) AS n FROM t");
+    const seen = new Map<number, number>();
+    const total = 2 * MAX_GROUP_TRANSACTIONS + 500;
+    await Promise.all(
+      Array.from({ length: total }, (_, i) =>
+        transaction(async () => {
+          insert.run(`row ${i}`);
+          if (i % MAX_GROUP_TRANSACTIONS === 0 || i % MAX_GROUP_TRANSACTIONS === MAX_GROUP_TRANSACTIONS - 1) {
+            seen.set(i, (countCommitted.get() as { n: number }).n);
+          }
+        }),
+      ),
+    );
+    // Committed before each transaction ran: the groups before its own, whole.
+    const m = MAX_GROUP_TRANSACTIONS;
+    expect(Object.fromEntries(seen)).toEqual({ 0: 0, [m - 1]: 0, [m]: m, [2 * m - 1]: m, [2 * m]: 2 * m });
+    expect((countCommitted.get() as { n: number }).n).toBe(total);
   });
 
   it("rolls back only the transaction that throws; the others of its group commit", async () => {
