@@ -234,6 +234,10 @@ async function main(): Promise<void> {
         port: own.port,
         exclusive: true,
         reusePort: true,
+        // Each worker's accept queue is the only one (no primary accepting for it): as long as the
+        // kernel allows (net.core.somaxconn), so that a burst of new connections waits in it while
+        // the worker's event loop is busy instead of overflowing it (Node's default is 511).
+        backlog: 65_535,
       };
       await app.listen(options);
     }
