@@ -59,7 +59,7 @@ import {
   type OnePortServer,
   type OnePortTimeouts,
 } from "./one-port-server.js";
-import { defaultPlaygroundDir, playgroundRoutes } from "./playground-routes.js";
+import { defaultPlaygroundDir, PLAYGROUND_PATH, playgroundRoutes } from "./playground-routes.js";
 
 /** What buildServer needs. */
 export interface ServerDeps {
@@ -329,7 +329,11 @@ export async function buildServer(
   });
 
   app.setNotFoundHandler((request: FastifyRequest, reply: FastifyReply) => {
-    if (opsPaths.has(request.url.split("?", 1)[0] ?? "")) {
+    const path = request.url.split("?", 1)[0] ?? "";
+    // The ops routes and the playground page (and its assets) take GET and HEAD only; a GET of an
+    // asset that does not exist comes here too (@fastify/static), and stays a 404.
+    const playground = path === PLAYGROUND_PATH || path.startsWith(`${PLAYGROUND_PATH}/`);
+    if (opsPaths.has(path) || (playground && request.method !== "GET" && request.method !== "HEAD")) {
       return renderMethodNotAllowed(request, reply, ["GET", "HEAD"]);
     }
     // An unknown method answers in its protocol: gRPC UNIMPLEMENTED, Connect 404 unimplemented.

@@ -75,6 +75,25 @@ describe("GET /playground", () => {
     }
   });
 
+  it("answers another method on the page or its assets with 405 and Allow: GET, HEAD", async () => {
+    const [asset] = await readdir(join(dir, "assets"));
+    for (const [method, path] of [
+      ["POST", "/playground"],
+      ["PUT", "/playground/"],
+      ["DELETE", `/playground/assets/${asset}`],
+      ["POST", "/playground/nope.js"],
+    ] as const) {
+      const response = await fetch(`${built.url}${path}`, { method });
+      expect(response.status, `${method} ${path}`).toBe(405);
+      expect(response.headers.get("allow")).toBe("GET, HEAD");
+      const body = (await response.json()) as { error: { code: string; type: string }; request_id: string };
+      expect(body.error.code).toBe("method_not_allowed");
+      expect(body.request_id).toBe(response.headers.get("x-request-id"));
+    }
+    // Not the page: still 404.
+    expect((await fetch(`${built.url}/playgroundx`, { method: "POST" })).status).toBe(404);
+  });
+
   it("answers paths that would leave the page's folder with the 404 envelope, never a 500", async () => {
     // Raw paths (fetch would normalise `..` and `%2e%2e` away before sending).
     const raw = (path: string, method = "GET") =>
