@@ -3,11 +3,10 @@
 // A mistake in the configuration is one line on stderr and exit code 2; the first log line comes
 // before anything slow (the server's modules are imported after it, the engine is started after it).
 import { type ChildProcess, spawn } from "node:child_process";
-import { type AddressInfo, createServer } from "node:net";
+import type { AddressInfo } from "node:net";
 import { extname } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
-import type { FastifyListenOptions } from "fastify";
 import type { pino } from "pino";
 import { type Config, ConfigError, loadConfig, type ModelConfig } from "./config/index.js";
 import { createLogger } from "./telemetry/logger.js";
@@ -152,18 +151,6 @@ function warnKeysOff(logger: pino.Logger, host: string): void {
   logger.warn({ host }, "ACS_DB is not set: authentication and Budgets are OFF (loopback only)");
 }
 
-/**
- * Resolves when a plain socket (no SO_REUSEPORT) can listen on `host:port`, which it closes at once;
- * rejects with the listen error (EADDRINUSE while any socket listens there, SO_REUSEPORT or not).
- */
-function portFree(host: string, port: number): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once("error", reject);
-    probe.listen({ host, port, exclusive: true }, () => probe.close(() => resolve()));
-  });
-}
-
 async function main(): Promise<void> {
   let config: Config;
   try {
@@ -224,23 +211,7 @@ async function main(): Promise<void> {
   );
   worker?.registerMetrics(metrics);
   try {
-    const own = worker?.listen;
-    if (own === undefined) await app.listen({ host: config.host, port: config.port });
-    else {
-      // A cluster worker on a listening socket of its own (src/server/cluster.ts workersBindOwnSockets).
-      if (own.probe && own.port !== 0) await portFree(config.host, own.port);
-      const options: FastifyListenOptions & { reusePort: boolean } = {
-        host: config.host,
-        port: own.port,
-        exclusive: true,
-        reusePort: true,
-        // Each worker's accept queue is the only one (no primary accepting for it): as long as the
-        // kernel allows (net.core.somaxconn), so that a burst of new connections waits in it while
-        // the worker's event loop is busy instead of overflowing it (Node's default is 511).
-        backlog: 65_535,
-      };
-      await app.listen(options);
-    }
+    await app.listen({ host: config.host, port: config.port });
   } catch (err) {
     const code = (err as { code?: unknown }).code;
     if (code === "EADDRINUSE") refuse(`PORT=${config.port}: the port is in use on ${config.host}`);

@@ -27,39 +27,6 @@ interface WorkerSettings {
   readonly embeddedModel: ModelConfig | undefined;
   /** Whether the embedded engine was alive when this worker was forked. */
   readonly engineAlive: boolean;
-  /** Its own listening socket (see {@link workersBindOwnSockets}); undefined: node:cluster's round robin. */
-  readonly listen: OwnSocket | undefined;
-}
-
-/**
- * How a worker binds a listening socket of its own (`exclusive`, `reusePort`: SO_REUSEPORT): the
- * port — PORT for worker 1's first start (0: any free port), then the one worker 1 bound — and
- * whether to check first that no other process listens on it (worker 1's first start only: a
- * socket without SO_REUSEPORT cannot bind a port another socket listens on, SO_REUSEPORT or not,
- * so a second gateway on the port is refused as before instead of sharing its connections).
- */
-export interface OwnSocket {
-  readonly port: number;
-  readonly probe: boolean;
-}
-
-/**
- * Whether the workers each bind the port with a socket of their own (SO_REUSEPORT: the kernel
- * spreads new connections over the listening sockets by a hash of their addresses): on Linux with
- * Node ≥ 22.12 (net.Server.listen's `reusePort`). Otherwise node:cluster's round robin: the primary
- * accepts each connection and hands it to a worker over IPC — and a connection handed to a worker
- * that is SIGKILLed before it took it stays open in the primary, unanswered, until the caller
- * gives up (one per killed worker, measured); with sockets of their own, the connections a dead
- * worker held or had not yet accepted are reset, and new ones go to the sockets still listening.
- */
-export function workersBindOwnSockets(
-  platform: NodeJS.Platform = process.platform,
-  nodeVersion: string = process.versions.node,
-): boolean {
-  const [major = 0, minor = 0] = nodeVersion.split(".").map(Number);
-  // `reusePort` came in 23.1.0 and 22.12.0.
-  const has = major > 23 || (major === 23 && minor >= 1) || (major === 22 && minor >= 12);
-  return platform === "linux" && has;
 }
 
 /** What a worker tells the primary once it listens. */
@@ -91,8 +58,6 @@ export interface ClusterWorker {
   readonly embeddedModel: ModelConfig | undefined;
   /** False once the primary saw the embedded engine exit (readiness). */
   engineAlive(): boolean;
-  /** Its own listening socket, or undefined (listen as usual: node:cluster's round robin). */
-  readonly listen: OwnSocket | undefined;
   /**
    * Registers `acs_worker_requests_total{worker}` (this worker's requests, read from
    * `acs_requests_total` at each scrape) and makes `metrics.registry` the one the primary reads.
@@ -140,7 +105,6 @@ export function joinCluster(logger: Logger): ClusterWorker | undefined {
     instanceId: settings.instanceId,
     embeddedModel: settings.embeddedModel,
     engineAlive: () => engineAlive,
-    listen: settings.listen,
     registerMetrics(metrics) {
       registry = metrics.registry;
       const worker = String(settings.slot);
@@ -222,18 +186,24 @@ interface Slot {
  * The primary of ACS_WORKERS > 1 (never returns: the process exits after the workers do).
  * Start: releases the Holds an earlier run left in a SQLite file (without ACS_INSTANCE_ID, as the
  * single process does), forks worker 1, waits until it listens (exit code 2 with its one line if
- * it cannot — a port in use), then the others; logs `acs-gateway listening on URL …` once all
- * listen. Where {@link workersBindOwnSockets}, each worker listens on a socket of its own (worker 1
- * on PORT, the others and every restart on the port worker 1 bound); else on node:cluster's
- * round robin. A worker that dies is logged and started again in its slot (same instance id, so it
+ * it cannot — a port in use), then the others, all accepting on one shared socket (SCHED_NONE);
+ * logs `acs-gateway listening on URL …` once all listen. A worker that dies is logged and started again in its slot (same instance id, so it
  * releases the Holds its predecessor left), after 0.1 s, doubling up to 10 s while workers die
  * young. SIGTERM or SIGINT: SIGTERM to every worker (each closes as the single process does),
  * then the engine is stopped and the primary exits 0 (1 if a worker did not end cleanly).
  */
 export async function runPrimary(options: PrimaryOptions): Promise<never> {
   const { config, logger, engine } = options;
+  // One listening socket, bound by the primary, shared: every worker accepts on it (nginx's default
+  // design). Not node:cluster's round robin (the primary accepting each connection and handing it
+  // to a worker over IPC): a connection handed to a worker that is SIGKILLed before it took it is
+  // never closed, its caller waits for good (one per kill, measured). Not a socket per worker
+  // (SO_REUSEPORT): any process of the same user could bind the port too and take a share of its
+  // connections, and a worker whose event loop stalls keeps getting its share, queued unanswered.
+  // Shared, a dead or stalled worker takes only the connections it had accepted; the queue stays
+  // for the others.
+  cluster.schedulingPolicy = cluster.SCHED_NONE;
   const minUptimeMs = options.minUptimeMs ?? 5000;
-  const ownSockets = workersBindOwnSockets();
   const base = config.instanceId ?? `${hostname()}:${process.pid}:${Math.random().toString(16).slice(2, 10)}`;
   if (config.db?.kind === "sqlite" && config.instanceId === undefined) {
     const { createBudgetLedger } = await import("../budget/index.js");
@@ -342,10 +312,10 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
       instanceId: `${base}/w${slot.n}`,
       embeddedModel: engine?.model,
       engineAlive: engine?.isAlive() ?? true,
-      // Worker 1's first start binds PORT; every later start, the port it bound (PORT=0 included).
-      listen: ownSockets ? { port: first?.port ?? config.port, probe: first === undefined } : undefined,
     };
-    const worker = cluster.fork({ [WORKER_ENV]: JSON.stringify(settings) });
+    // UV_TCP_SINGLE_ACCEPT: libuv yields after each connection it accepts on the shared socket,
+    // so that a burst is spread over the workers rather than taken whole by the first awake.
+    const worker = cluster.fork({ [WORKER_ENV]: JSON.stringify(settings), UV_TCP_SINGLE_ACCEPT: "1" });
     slot.worker = worker;
     slot.listening = false;
     slot.startedAt = Date.now();
@@ -380,9 +350,11 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
       { worker: slot.n, pid: worker.process.pid, code, signal, restartInMs: delay },
       "worker exited; starting another in its place",
     );
+    // Not unref()ed: with every worker dead (and no engine child) it is what keeps the primary
+    // alive to start them again.
     setTimeout(() => {
       if (!closing) fork(slot);
-    }, delay).unref();
+    }, delay);
   };
 
   const exitAll = async (code: number): Promise<never> => {
