@@ -12,10 +12,10 @@ import {
 
 const R = "\uFFFD";
 
-/** Offsets of a choice given as chunks of [text, tokens]. */
-function offsetsOf(chunks: readonly (readonly [string, readonly string[]])[]): number[][] {
+/** Offsets of a choice given as chunks of [text, tokens] ([text, tokens, true]: its last chunk). */
+function offsetsOf(chunks: readonly (readonly [string, readonly string[], true?])[]): number[][] {
   const tracker = new ChoiceTextOffsets();
-  return chunks.map(([text, tokens]) => tracker.next(text, tokens));
+  return chunks.map(([text, tokens, final]) => tracker.next(text, tokens, final));
 }
 
 describe("ChoiceTextOffsets", () => {
@@ -139,6 +139,77 @@ describe("ChoiceTextOffsets", () => {
     },
   );
 
+  // A step of speculative decoding generates several tokens, and vLLM sends them in one chunk with
+  // the text its detokenizer releases: all of it but the last max(len(stop)) - 1 characters, which
+  // may end in the middle of any of the tokens (here stop "\n\nQuestion:": 9 characters held back).
+  it.each([
+    {
+      name: "the tokens after one whose text is held back start at the end of the text",
+      chunks: [
+        [" P", [" Paris", ".", " The"]],
+        ["aris. The c", [" capital", " of"]],
+        ["apital of France.", [" France", "."], true],
+      ],
+      offsets: [
+        [0, 2, 2],
+        [11, 13],
+        [22, 29],
+      ],
+    },
+    {
+      name: "a token after one held back is not placed in that one's text (here its space)",
+      chunks: [
+        [" ", [" Paris", ".", " The"]],
+        ["Paris. The c", [" capital", " of"]],
+        ["apital of France.", [" France", "."], true],
+      ],
+      offsets: [
+        [0, 1, 1],
+        [11, 13],
+        [22, 29],
+      ],
+    },
+    {
+      name: "a token partly held back after the bytes of a split character starts after the character",
+      chunks: [
+        ["é wor", [R, R, " world", "!"]],
+        ["ld! ", [" Bye"]],
+      ],
+      offsets: [[0, 0, 1, 5], [8]],
+    },
+    {
+      name: "tokens held back after the bytes of a split character start after the character",
+      chunks: [["é", [R, R, " w", "o"]]],
+      offsets: [[0, 0, 1, 1]],
+    },
+    {
+      name: "(the whole answer of those tokens)",
+      chunks: [
+        [" Paris. The capital of France.", [" Paris", ".", " The", " capital", " of", " France", "."], true],
+      ],
+      offsets: [[0, 6, 7, 11, 19, 22, 29]],
+    },
+    {
+      name: "skipped special tokens followed by text that starts as their string does",
+      chunks: [["<|e", ["<|eot_id|>", "<|eot_id|>", "<", "|", "e"]]],
+      offsets: [[0, 0, 0, 1, 2]],
+    },
+    {
+      name: "the choice's last chunk holds nothing back: a token cut by a stop string is no token's start",
+      chunks: [["<", ["<|eot_id|>", "<S", "%"], true]],
+      offsets: [[0, 0, 1]],
+    },
+    {
+      // Before its last chunk, text that ends as the string of a token not yet placed starts is
+      // taken as that token's, still arriving (it could be a skipped special token's neighbour).
+      name: "before the last chunk, the same text and tokens are taken as held back",
+      chunks: [["<", ["<|eot_id|>", "<S", "%"]]],
+      offsets: [[0, 1, 1]],
+    },
+  ] as const)("several tokens a chunk: $name", ({ chunks, offsets }) => {
+    expect(offsetsOf(chunks)).toStrictEqual(offsets);
+  });
+
   it("keeps one tracker per choice index (choices interleave in a stream)", () => {
     const offsets = new TextOffsets();
     expect(offsets.of(0).next("ab", ["ab"])).toStrictEqual([0]);
@@ -180,9 +251,24 @@ const scenario = fc.record({
   addSpecialTokens: fc.boolean(),
   skipSpecialTokens: fc.boolean(),
   includeStop: fc.boolean(),
-  stop: fc.array(fc.string({ unit: "grapheme-ascii", minLength: 1, maxLength: 3 }), { maxLength: 2 }),
+  stop: fc.array(fc.string({ unit: "grapheme-ascii", minLength: 1, maxLength: 6 }), { maxLength: 2 }),
+  /** A stop string taken from the generated text ([start, length] in code points, start modulo its length). */
+  stopInText: fc.option(fc.tuple(fc.nat(), fc.integer({ min: 1, max: 6 }))),
+  /**
+   * Which text a stream holds back for a possible stop string (not included in the output): the
+   * reference engine's (the end of the text that starts a stop string), or vLLM's (its v1
+   * detokenizer: always the last `max(len(stop)) - 1` characters, whatever they are, until the
+   * end).
+   */
+  holdback: fc.constantFrom("engine", "vllm"),
+  /**
+   * Tokens generated after the one that completes a stop string, in its chunk (vLLM checks stop
+   * strings once per step, and a step of speculative decoding generates several tokens; its chunk
+   * has the logprobs of them all).
+   */
+  afterStop: fc.nat(2),
   specials: fc.array(fc.nat(40), { maxLength: 3 }),
-  split: streamOrWhole,
+  split: anySplit,
   firstTokenInEchoChunk: fc.boolean(),
 });
 
@@ -197,28 +283,54 @@ interface Chunk {
 
 /**
  * The chunks of one choice as the engine streams them (its detokenizer, stop strings, held-back
- * text), and the index of the first generated token among all the tokens. Scenarios whose
+ * text: the engine's, or vLLM's as `s.holdback` says), and the index of the first generated token
+ * among all the tokens. Scenarios whose
  * generated text starts with a U+FEFF are skipped (fc.pre): the engine decodes it with
  * TextDecoder, which drops a byte order mark at its start (vLLM keeps it), so an empty token
  * string, or one that lost its U+FEFF, cannot tell whether the text has that U+FEFF.
  */
 function engineChunks(s: Scenario, tok: Tokenizer): { chunks: Chunk[]; outputStart: number } {
   const stops = s.stop.filter((x) => x.length > 0);
+  const generatedChars = [...s.generated];
+  if (s.stopInText !== null && generatedChars.length > 0) {
+    const [at, length] = s.stopInText;
+    const from = at % generatedChars.length;
+    stops.push(generatedChars.slice(from, from + length).join(""));
+  }
   const out = new OutputText(tok, s.skipSpecialTokens, stops, s.includeStop);
   const ids = tok.encode(s.generated, false);
   for (const at of s.specials) ids.splice(Math.min(at, ids.length), 0, tok.eosId);
   const decoded = ids.filter((id) => !(s.skipSpecialTokens && tok.isSpecial(id)));
   const first = decoded.slice(0, 3).flatMap((id) => [...tok.tokenBytes(id)]);
   fc.pre(!(first[0] === 0xef && first[1] === 0xbb && first[2] === 0xbf));
-  const generated: { id: number; delta: string }[] = [];
+  const promptIds = s.echo ? tok.encode(s.prompt, s.addSpecialTokens) : [];
+  const heldText = !s.includeStop && stops.length > 0;
+  // Held text with what the property did not cover before (vLLM's holdback, chunks of several
+  // tokens, a stop string that the text contains): only what the tracker places exactly.
+  if (heldText && (s.holdback === "vllm" || Array.isArray(s.split) || s.stopInText !== null)) {
+    fc.pre(placedExactly(s, tok, promptIds, ids));
+  }
+  // vLLM's v1 detokenizer holds back as many characters (code points) as the longest stop string
+  // has, but one, until the end.
+  const vllmHold = heldText ? Math.max(...stops.map((x) => [...x].length - 1)) : 0;
+  let released = 0; // with vLLM's holdback: the text streamed so far (UTF-16 index)
+  const generated: { ids: number[]; delta: string }[] = [];
   for (const [i, id] of ids.entries()) {
     const last = i === ids.length - 1;
     const stopped = out.push(id, true) !== null;
     if (stopped || last) out.finish();
-    generated.push({ id, delta: out.takeDelta() });
+    let delta = out.takeDelta();
+    if (s.holdback === "vllm") {
+      const chars = [...out.text];
+      const end = stopped || last ? chars.length : Math.max(0, chars.length - vllmHold);
+      const upTo = Math.max(released, chars.slice(0, end).join("").length);
+      delta = out.text.slice(released, upTo);
+      released = upTo;
+    }
+    // The tokens after the one that completes a stop string come in its chunk.
+    generated.push({ ids: stopped ? ids.slice(i, i + 1 + s.afterStop) : [id], delta });
     if (stopped) break;
   }
-  const promptIds = s.echo ? tok.encode(s.prompt, s.addSpecialTokens) : [];
   const chunks: Chunk[] = [];
   if (s.echo) {
     chunks.push({
@@ -228,13 +340,65 @@ function engineChunks(s: Scenario, tok: Tokenizer): { chunks: Chunk[]; outputSta
     });
   }
   for (const g of generated) {
-    chunks.push({ text: g.delta, ids: [g.id], inText: [!(s.skipSpecialTokens && tok.isSpecial(g.id))] });
+    // Tokens after a stop string are not in the text (the oracle puts them at its end).
+    const inText = g.ids.map((id, k) => k === 0 && !(s.skipSpecialTokens && tok.isSpecial(id)));
+    chunks.push({ text: g.delta, ids: g.ids, inText });
   }
   if (s.echo && s.firstTokenInEchoChunk && chunks.length > 1) {
     const [echo, first] = chunks.splice(0, 2) as [Chunk, Chunk];
     chunks.unshift(join([echo, first]));
   }
   return { chunks, outputStart: promptIds.length };
+}
+
+/**
+ * False for text and tokens whose offsets the tracker cannot always give exactly when the text of
+ * a chunk of several tokens, or vLLM's, ends in the middle of a token (held back for a possible
+ * stop string): it then gives a token it cannot place an offset no later than its place, or takes
+ * one reading of strings that allow two. Left out there:
+ * - a token of several bytes of a split character shown as one U+FFFD (Llama 3's): the characters
+ *   of a run of such tokens are counted short, and a token held back after them starts too early;
+ * - a special token next to bytes of a split character: it waits behind them until the text
+ *   shows where they end;
+ * - a U+FEFF, which an empty token string may or may not stand for;
+ * - a token not in the text (BOS, a skipped special token) followed by text that starts as its
+ *   string does, or a token followed by one whose string starts its own ("96", later "9"): with
+ *   the text ending in that start, either the first token's text is still arriving or it is
+ *   absent and the later one is there (the tracker takes the first reading, unless the strings of
+ *   the chunk's tokens from the one being placed make up the text from there).
+ */
+function placedExactly(
+  s: Scenario,
+  tok: Tokenizer,
+  promptIds: readonly number[],
+  ids: readonly number[],
+): boolean {
+  if ((s.prompt + s.generated).includes("\uFEFF")) return false;
+  const all = [
+    ...promptIds.map((id, i) => ({ id, absent: i === 0 && s.addSpecialTokens })),
+    ...ids.map((id) => ({ id, absent: s.skipSpecialTokens && tok.isSpecial(id) })),
+  ];
+  const strs = all.map(({ id }) => tok.decode([id], false));
+  const holds = strs.map((str) => str.includes(R));
+  return all.every(({ id, absent }, i) => {
+    const str = strs[i] as string;
+    if (holds[i] && tok.tokenBytes(id).length > str.split(R).length - 1) return false;
+    if (tok.isSpecial(id) && (holds[i - 1] === true || holds[i + 1] === true)) return false;
+    if (
+      strs.slice(i + 1).some((later) => later !== "" && later.length < str.length && str.startsWith(later))
+    ) {
+      return false;
+    }
+    if (!absent) return true;
+    const after = all.slice(i + 1).filter((t) => !t.absent);
+    const first = [
+      ...tok.decode(
+        after.map((t) => t.id),
+        false,
+      ),
+    ][0];
+    return first === undefined || !str.startsWith(first);
+  });
 }
 
 function join(chunks: readonly Chunk[]): Chunk {
@@ -266,10 +430,10 @@ function track(tok: Tokenizer, chunks: readonly Chunk[], outputStart: number) {
   const offsets: number[] = [];
   const oracle: OracleToken[] = [];
   let received = "";
-  for (const c of chunks) {
+  for (const [i, c] of chunks.entries()) {
     received += c.text;
     const strs = c.ids.map((id) => tok.decode([id], false));
-    offsets.push(...tracker.next(c.text, strs));
+    offsets.push(...tracker.next(c.text, strs, i === chunks.length - 1));
     c.ids.forEach((id, i) => {
       oracle.push({
         str: strs[i] as string,
@@ -293,14 +457,15 @@ function checkScenario(s: Scenario): void {
 
 /**
  * A whole answer (one `next` call) gives every token the oracle places exactly (its string is in
- * the text where its bytes are) the offset a stream gives it, however the stream is chunked.
+ * the text where its bytes are) the offset a stream gives it, however the stream is chunked, up to
+ * the end of the text the stream has received with the token: text held back for a possible stop
+ * string (not included in the output) reaches a stream with a later chunk, and until then the
+ * stream's offsets stop at the text received.
  *
  * Not every token: a chunk's end tells the tracker where the text of the tokens so far ends, which
  * a whole answer does not. A token it cannot place (bytes of a split character, a skipped special
  * token) gets the position after the last token placed in a whole answer, but may get a later
- * offset, still no later than its place, in a stream (the end of the chunks before it). Nor every
- * request: text held back for a possible stop string (not included in the output) reaches a
- * stream with a later chunk, and until then the stream's offsets stop at the text received.
+ * offset, still no later than its place, in a stream (the end of the chunks before it).
  */
 function checkWholeIsStream(s: Scenario): void {
   const tok = tokenizers[s.tokenizer] as Tokenizer;
@@ -309,7 +474,9 @@ function checkWholeIsStream(s: Scenario): void {
   const stream = track(tok, regroup(chunks, s.split), outputStart);
   expectOffsetsIntoText(stream.text, stream.oracle, stream.offsets);
   const exact = oraclePlaces(whole.text, whole.oracle).map((p) => p.exact);
-  const atExact = (offsets: number[]) => offsets.map((o, i) => (exact[i] ? o : null));
+  const received = stream.oracle.map((t) => t.receivedCodePoints);
+  const atExact = (offsets: number[]) =>
+    offsets.map((o, i) => (exact[i] ? Math.min(o, received[i] as number) : null));
   expect(atExact(whole.offsets)).toStrictEqual(atExact(stream.offsets));
 }
 
@@ -324,14 +491,10 @@ describe("ChoiceTextOffsets (property)", () => {
   });
 
   it("every offset points into the choice's own text, as the tokens' bytes say", () => {
-    fc.assert(fc.property(scenario, checkScenario), { numRuns: 1000 });
+    fc.assert(fc.property(scenario, checkScenario), { numRuns: 2000 });
   });
 
   it("a whole answer's offsets are its stream's where the tokens are in the text, however the stream is chunked", () => {
-    const noHeldText = fc
-      .tuple(scenario, anySplit)
-      .map(([s, split]) => ({ ...s, split }))
-      .filter((s) => s.includeStop || s.stop.length === 0);
-    fc.assert(fc.property(noHeldText, checkWholeIsStream), { numRuns: 1000 });
+    fc.assert(fc.property(scenario, checkWholeIsStream), { numRuns: 2000 });
   });
 });

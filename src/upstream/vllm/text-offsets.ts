@@ -34,18 +34,33 @@ const holdsBytes = (token: string): boolean => token.includes(replacementChar);
  * within their length that leaves room for their bytes; the last token of a chunk also where the
  * text ends with the start of its string (the rest still to come). A token not placed gets the
  * position (not before its chunk's text: what earlier chunks carried is earlier tokens' text; for
- * the last token of a chunk, unless it holds bytes, the end of the text) and waits:
+ * the last token of a chunk, unless it holds bytes, the end of the text; for another token that
+ * holds no bytes, not before the characters that the bytes of the tokens waiting before it surely
+ * make up) and waits:
  * - its text may still arrive (held back for a possible stop string): it is placed when it does;
  * - it is absent from the text (a skipped special token, a token cut by a stop string): it is
  *   dropped, at zero width, once the text shows it;
  * - it holds bytes: the next token placed skips the characters it stands for.
+ * A chunk has every token of a step (several with speculative decoding), and its text is what
+ * vLLM has released, which may end in the middle of any of them: vLLM holds back the last
+ * `max(len(stop)) - 1` characters until the choice's last chunk. So while the text ends in the
+ * first waiting token that holds no bytes (or where it starts, after the characters that the
+ * tokens waiting before it surely make up), the rest of that token is taken as still to come: the
+ * tokens after it are not looked for, get the end of the text, and wait. Unless the strings of the
+ * chunk's tokens from the one being placed on (some of them absent) make up the text from where it
+ * starts: it is then taken as absent (a skipped special token followed by text that starts as its
+ * string does) and dropped. The strings tell the two readings apart no further ("96" with "9"
+ * sent, then "9": "96" is taken as absent; a skipped "<|eot_id|>" with "<" sent, then "<S": the
+ * "<S" is taken as held back, past its place). The choice's last chunk and a whole answer (`final`)
+ * hold nothing back: there every token is looked for.
  * An empty token string has zero width, or stands for a U+FEFF of the text (a BOM's bytes): the
  * next token is looked for past one U+FEFF per empty string before it. A token whose string is
  * found right after a U+FEFF that those empty strings (and a run of tokens holding bytes) leave
  * over starts at that U+FEFF: its string lost it.
  * A chunk's end tells a stream where the text of the tokens so far ends; a whole answer (one
  * call) does not have that, yet gives every token whose string is in the text where its bytes are
- * the offset a stream gives it (a token it cannot place may get an earlier offset).
+ * the offset a stream gives it, up to the end of the text the stream had (a token it cannot place
+ * may get an earlier offset).
  * Tokens are looked for at most 4096 code units ahead of the position.
  */
 export class ChoiceTextOffsets {
@@ -59,14 +74,18 @@ export class ChoiceTextOffsets {
   private waiting: string[] = [];
   /** Empty token strings since the last token placed that have not taken a U+FEFF of the text. */
   private empties = 0;
+  /** The last offset given (code points). */
+  private lastOffset = 0;
 
   /**
    * Appends `textDelta` (the choice's next text) and returns one offset per token of that text.
    *
    * @param tokens the token strings of `logprobs.tokens` that came with `textDelta` (empty when
    *   the request has no logprobs: the text is still recorded).
+   * @param final the choice's last chunk (its finish_reason is set) or its whole answer: no text
+   *   is held back any more.
    */
-  next(textDelta: string, tokens: readonly string[]): number[] {
+  next(textDelta: string, tokens: readonly string[], final = false): number[] {
     const chunkStart = this.text.length;
     this.text += textDelta;
     // With nothing waiting, text of earlier chunks after the position is empty strings' U+FEFFs
@@ -86,9 +105,13 @@ export class ChoiceTextOffsets {
         continue;
       }
       this.takeBoms();
-      const found = this.locate(token, this.waiting.length, chunkStart, lastOfChunk);
+      // After a token whose text is still arriving, the tokens come after the end of the text.
+      const held = !final && this.held(tokens, i);
+      const found = held ? undefined : this.locate(token, this.waiting.length, chunkStart, lastOfChunk);
       if (found === undefined) {
-        const floor = lastOfChunk && !holdsBytes(token) ? this.text.length : Math.max(this.pos, chunkStart);
+        let floor = Math.max(this.pos, chunkStart);
+        if (held || (lastOfChunk && !holdsBytes(token))) floor = this.text.length;
+        else if (!holdsBytes(token)) floor = Math.max(floor, this.afterRun());
         offsets.push(this.posCodePoints + codePoints(this.text, this.pos, floor));
         this.waiting.push(token);
         continue;
@@ -103,6 +126,11 @@ export class ChoiceTextOffsets {
       } else {
         this.waiting = [token]; // the rest of its text is still to come
       }
+    }
+    // Never decreasing: a token after one that had to be put at the end of the text is not before it.
+    for (const [i, offset] of offsets.entries()) {
+      this.lastOffset = Math.max(this.lastOffset, offset);
+      offsets[i] = this.lastOffset;
     }
     // Nothing before the position is read again: only the text from it on is kept (a long stream
     // would otherwise hold its whole text).
@@ -149,6 +177,54 @@ export class ChoiceTextOffsets {
       this.moveTo(this.pos + 1);
       this.empties--;
     }
+  }
+
+  /**
+   * True when the text ends in the first waiting token that holds no bytes (or where it starts):
+   * the rest of its text is still to come (held back for a possible stop string), and the tokens
+   * after it come after the end of the text. But when the text from where it starts is the
+   * strings of the chunk's `tokens` from the `i`th (the one being placed) on, some of them absent,
+   * it is absent itself (a skipped special token): it is dropped.
+   */
+  private held(tokens: readonly string[], i: number): boolean {
+    let runBytes = 0;
+    for (const [w, t] of this.waiting.entries()) {
+      if (holdsBytes(t)) {
+        runBytes += utf8Length(t, 1);
+        continue;
+      }
+      const rest = this.text.slice(this.afterBytes(runBytes));
+      if (rest.length >= t.length || !t.startsWith(rest)) return false;
+      if (rest === "" || !spells(tokens, i, rest)) return true;
+      this.waiting.splice(w, 1);
+      return false;
+    }
+    return false;
+  }
+
+  /**
+   * The end of the characters after the position that the bytes of the waiting tokens that hold
+   * bytes surely make up: a token after them starts no earlier.
+   */
+  private afterRun(): number {
+    let runBytes = 0;
+    for (const t of this.waiting) if (holdsBytes(t)) runBytes += utf8Length(t, 1);
+    return this.afterBytes(runBytes);
+  }
+
+  /**
+   * The end of the characters after the position that `bytes` bytes (counted low: U+FFFD of a
+   * token string as 1 byte) surely make up (the text's counted high, its U+FFFD as 3).
+   */
+  private afterBytes(bytes: number): number {
+    let at = this.pos;
+    while (at < this.text.length) {
+      const ch = String.fromCodePoint(this.text.codePointAt(at) as number);
+      bytes -= utf8Length(ch, 3);
+      if (bytes < 0) break;
+      at += ch.length;
+    }
+    return at;
   }
 
   /** True when the text after the position is the start of `token` (the rest may still come). */
@@ -221,6 +297,16 @@ export class ChoiceTextOffsets {
     this.posCodePoints += codePoints(this.text, this.pos, to);
     this.pos = to;
   }
+}
+
+/** True when `text` is the strings of some of `tokens` from the `from`th on, in order (the others not in it). */
+function spells(tokens: readonly string[], from: number, text: string): boolean {
+  let at = 0;
+  for (let i = from; i < tokens.length && at < text.length; i++) {
+    const token = tokens[i] as string;
+    if (token !== "" && text.startsWith(token, at)) at += token.length;
+  }
+  return at === text.length;
 }
 
 /** UTF-8 bytes of `s`, counting each U+FFFD as `replacementBytes` (it stands for 1 to 3 bytes). */

@@ -140,7 +140,10 @@ function toChoice(c: VllmCompletionChoice, offsets: TextOffsets): CompletionChoi
   // A choice's text is tracked only with logprobs, whose offsets point into it (vLLM sends
   // logprobs on every chunk of a request that asked for them, and on none otherwise).
   if (c.logprobs !== null)
-    choice.logprobs = toLogprobs(c.logprobs, offsets.of(c.index).next(c.text, c.logprobs.tokens));
+    choice.logprobs = toLogprobs(
+      c.logprobs,
+      offsets.of(c.index).next(c.text, c.logprobs.tokens, c.finish_reason !== null),
+    );
   return choice;
 }
 
