@@ -211,7 +211,10 @@ async function main(): Promise<void> {
   );
   worker?.registerMetrics(metrics);
   try {
-    await app.listen({ host: config.host, port: config.port });
+    // The accept queue as long as the kernel allows (net.core.somaxconn; Node's default is 511):
+    // a burst of new connections waits in it while the event loop (every worker's, with
+    // ACS_WORKERS) is busy, rather than overflowing it and being reset.
+    await app.listen({ host: config.host, port: config.port, backlog: 65_535 });
   } catch (err) {
     const code = (err as { code?: unknown }).code;
     if (code === "EADDRINUSE") refuse(`PORT=${config.port}: the port is in use on ${config.host}`);
