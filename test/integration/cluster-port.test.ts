@@ -3,7 +3,7 @@
 // one socket the primary bound (SCHED_NONE); these cases come from the review of a socket per
 // worker (SO_REUSEPORT), which failed the last two, and of the primary, which failed the first.
 import type { ChildProcess } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { request } from "node:http";
 import { type AddressInfo, createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { createFakeVllm } from "../../bench/hotpath/fake-vllm.js";
 import { until } from "../helpers/hang-guard.js";
+import { tcpSocketsOnPort, workerPidsOf } from "../helpers/proc.js";
 import { freePort, startTs, waitForOk } from "../helpers/processes.js";
 
 const dir = mkdtempSync(join(tmpdir(), "acs-cluster-port-"));
@@ -46,7 +47,7 @@ afterEach(() => {
     } catch {}
   }
   if (primary?.pid !== undefined) {
-    for (const pid of workerPids(primary.pid)) {
+    for (const pid of workerPidsOf(primary.pid)) {
       try {
         process.kill(pid, "SIGKILL");
       } catch {}
@@ -60,26 +61,6 @@ afterAll(async () => {
   await new Promise<void>((r) => fake.close(() => r()));
   rmSync(dir, { recursive: true, force: true });
 });
-
-/** The primary's worker processes (Linux /proc). */
-function workerPids(pid: number): number[] {
-  try {
-    return readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8")
-      .trim()
-      .split(/\s+/)
-      .filter(Boolean)
-      .map(Number)
-      .filter((child) => {
-        try {
-          return readFileSync(`/proc/${child}/cmdline`, "utf8").includes("src/main.ts");
-        } catch {
-          return false;
-        }
-      });
-  } catch {
-    return [];
-  }
-}
 
 async function workersListening(url: string): Promise<number> {
   try {
@@ -119,28 +100,6 @@ function freshGet(url: string): Promise<number | undefined> {
   });
 }
 
-/** Accept-queue length of each listening TCP socket `pid` holds on `port` (/proc/net/tcp rx_queue). */
-function acceptQueues(pid: number, port: number): number[] {
-  const inodes = new Set<string>();
-  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
-    try {
-      const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
-      if (m?.[1] !== undefined) inodes.add(m[1]);
-    } catch {}
-  }
-  const queues: number[] = [];
-  for (const table of ["/proc/net/tcp", "/proc/net/tcp6"]) {
-    for (const line of readFileSync(table, "utf8").split("\n").slice(1)) {
-      const f = line.trim().split(/\s+/);
-      const local = f[1]?.split(":").pop();
-      if (local === undefined || Number.parseInt(local, 16) !== port || f[3] !== "0A") continue;
-      if (!inodes.has(f[9] ?? "")) continue;
-      queues.push(Number.parseInt(f[4]?.split(":")[1] ?? "0", 16));
-    }
-  }
-  return queues;
-}
-
 describe("ACS_WORKERS=2: the port", () => {
   // The restart timer once was unref()ed: with no worker left and no embedded engine nothing kept
   // the primary's event loop alive; it exited 0 right after logging "worker exited; starting
@@ -152,14 +111,14 @@ describe("ACS_WORKERS=2: the port", () => {
         resolve(`the primary exited (code ${code}, signal ${signal})`),
       ),
     );
-    const victims = workerPids(gw.primary.pid ?? 0);
+    const victims = workerPidsOf(gw.primary.pid ?? 0);
     expect(victims).toHaveLength(2);
     for (const pid of victims) process.kill(pid, "SIGKILL");
     const served = until(async () => (await workersListening(gw.url)) === 2, "two workers listen again").then(
       () => "served",
     );
     expect(await Promise.race([exited, served])).toBe("served");
-    expect(workerPids(gw.primary.pid ?? 0).some((pid) => victims.includes(pid))).toBe(false);
+    expect(workerPidsOf(gw.primary.pid ?? 0).some((pid) => victims.includes(pid))).toBe(false);
   });
 
   // With a socket per worker (SO_REUSEPORT) any process of the same user that binds the port with
@@ -185,7 +144,7 @@ describe("ACS_WORKERS=2: the port", () => {
   // runs accepts them all (round robin: the one connection handed to the stopped worker waits).
   it("a worker whose event loop does not run (SIGSTOP) holds at most one new connection", async () => {
     const gw = await startGateway();
-    const [victim] = workerPids(gw.primary.pid ?? 0);
+    const [victim] = workerPidsOf(gw.primary.pid ?? 0);
     expect(victim).toBeDefined();
     process.kill(victim as number, "SIGSTOP");
     stopped.push(victim as number);
@@ -198,7 +157,10 @@ describe("ACS_WORKERS=2: the port", () => {
     }
     // Every connection is either answered or waits in the stopped worker's accept queue (with round
     // robin, the one handed to the stopped worker is in neither: n - 1 answers).
-    const queued = () => acceptQueues(victim as number, gw.port).reduce((a, b) => a + b, 0);
+    const queued = () =>
+      tcpSocketsOnPort(victim as number, gw.port)
+        .filter((s) => s.state === "0A")
+        .reduce((a, s) => a + s.rxQueue, 0);
     await until(() => answered + queued() >= n - 1, "every connection answered or queued");
     const waiting = queued();
     expect(

@@ -3,7 +3,7 @@
 // Budget is never overspent across them and no Hold is left open; /metrics sums both; a worker
 // that dies is started again; SIGTERM to the primary ends every process.
 import type { ChildProcess } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -13,6 +13,7 @@ import { Agent, fetch as undiciFetch } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type BudgetLedger, createBudgetLedger } from "../../src/budget/index.js";
 import { until } from "../helpers/hang-guard.js";
+import { childrenOf, tcpSocketsOnPort, workerPidsOf } from "../helpers/proc.js";
 import { freePort, startTs, waitForOk } from "../helpers/processes.js";
 
 const dir = mkdtempSync(join(tmpdir(), "acs-cluster-"));
@@ -21,28 +22,9 @@ let primary: ChildProcess;
 let url: string;
 let admin: BudgetLedger;
 
-/** The pids of a process's children (Linux /proc). */
-function childrenOf(pid: number): number[] {
-  try {
-    return readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8")
-      .trim()
-      .split(/\s+/)
-      .filter(Boolean)
-      .map(Number);
-  } catch {
-    return [];
-  }
-}
-
-/** The primary's worker processes (its children running src/main.ts; the engine is another). */
+/** The primary's worker processes. */
 function workerPids(): number[] {
-  return childrenOf(primary.pid ?? 0).filter((pid) => {
-    try {
-      return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("src/main.ts");
-    } catch {
-      return false;
-    }
-  });
+  return workerPidsOf(primary.pid ?? 0);
 }
 
 function alive(pid: number): boolean {
@@ -75,30 +57,6 @@ async function restarts(): Promise<number> {
 /** acs_cluster_workers; a scrape on a kept-alive connection to a dead worker: -1. */
 async function workersListening(): Promise<number> {
   return (await series("acs_cluster_workers").catch(() => new Map<string, number>())).get("") ?? -1;
-}
-
-/** The TCP sockets process `pid` holds whose local port is `port` (Linux /proc), as "state inode". */
-function socketsOnPort(pid: number, port: number): string[] {
-  const inodes = new Set<string>();
-  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
-    try {
-      const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
-      if (m?.[1] !== undefined) inodes.add(m[1]);
-    } catch {
-      // closed meanwhile
-    }
-  }
-  const found: string[] = [];
-  for (const table of ["/proc/net/tcp", "/proc/net/tcp6"]) {
-    for (const line of readFileSync(table, "utf8").split("\n").slice(1)) {
-      const f = line.trim().split(/\s+/);
-      const local = f[1]?.split(":").pop();
-      if (local !== undefined && Number.parseInt(local, 16) === port && inodes.has(f[9] ?? "")) {
-        found.push(`${f[3]} ${f[9]}`);
-      }
-    }
-  }
-  return found;
 }
 
 beforeAll(async () => {
@@ -261,8 +219,8 @@ describe("ACS_WORKERS=2", () => {
     await Promise.all(loops);
     expect(statuses.filter((s) => s !== 200)).toEqual([]);
     // The primary holds the shared listening socket (state 0A), and no caller's connection.
-    const held = socketsOnPort(primary.pid ?? 0, Number(new URL(url).port));
-    expect(held.filter((s) => !s.startsWith("0A "))).toEqual([]);
+    const held = tcpSocketsOnPort(primary.pid ?? 0, Number(new URL(url).port));
+    expect(held.filter((s) => s.state !== "0A")).toEqual([]);
   });
 
   it("starts a worker again when one dies", async () => {
