@@ -155,12 +155,20 @@ describe("ACS_WORKERS=2: the port", () => {
         if (status === 200) answered++;
       });
     }
-    // Every connection is either answered or waits in the stopped worker's accept queue (with round
-    // robin, the one handed to the stopped worker is in neither: n - 1 answers).
-    const queued = () =>
-      tcpSocketsOnPort(victim as number, gw.port)
-        .filter((s) => s.state === "0A")
+    // Every connection is either answered or waits in an accept queue that only the stopped worker
+    // serves (a socket of its own). A shared socket's queue is not counted: the worker that runs
+    // takes what waits there. With round robin, the one connection handed to the stopped worker is
+    // in neither: n - 1 answers.
+    const queued = () => {
+      const others = new Set(
+        [gw.primary.pid ?? 0, ...workerPidsOf(gw.primary.pid ?? 0).filter((pid) => pid !== victim)].flatMap(
+          (pid) => tcpSocketsOnPort(pid, gw.port).map((s) => s.inode),
+        ),
+      );
+      return tcpSocketsOnPort(victim as number, gw.port)
+        .filter((s) => s.state === "0A" && !others.has(s.inode))
         .reduce((a, s) => a + s.rxQueue, 0);
+    };
     await until(() => answered + queued() >= n - 1, "every connection answered or queued");
     const waiting = queued();
     expect(
