@@ -30,7 +30,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { freePort } from "../../test/helpers/processes.js";
 import { gatewayCommand } from "../hotpath/hotpath.js";
-import { type ServerProcess, spawnServer } from "../hotpath/processes.js";
+import { processCpuSeconds, type ServerProcess, spawnServer } from "../hotpath/processes.js";
 import { type StreamClient, type StreamReport, startStreamClient } from "./stream-client.js";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -71,6 +71,16 @@ function processTree(pid: number): number[] {
 }
 
 const treeRss = (pid: number) => processTree(pid).reduce((a, p) => a + rssBytes(p), 0);
+
+/** CPU seconds (user + system) used so far by a process and its descendants alive now. */
+const treeCpuSeconds = (pid: number) =>
+  processTree(pid).reduce((a, p) => {
+    try {
+      return a + processCpuSeconds(p);
+    } catch {
+      return a; // gone meanwhile
+    }
+  }, 0);
 
 /** The q-quantile of a histogram of [value, count]. */
 function quantile(hist: ReadonlyArray<readonly [number, number]>, q: number): number {
@@ -116,6 +126,8 @@ interface RunResult {
   healthMs: number[];
   healthFailed: number;
   seconds: number;
+  /** CPU seconds the target's processes used from the first stream opened to the last one ended. */
+  cpuSeconds: number;
 }
 
 interface RunSettings {
@@ -167,6 +179,7 @@ async function runStreams(target: ServerProcess, s: RunSettings, health: boolean
     }
   })();
   const t0 = performance.now();
+  const cpu0 = treeCpuSeconds(target.pid);
   const reports: StreamReport[] = await Promise.all(
     clients.map((c, i) =>
       c.run(
@@ -188,6 +201,7 @@ async function runStreams(target: ServerProcess, s: RunSettings, health: boolean
     ),
   );
   const seconds = (performance.now() - t0) / 1000;
+  const cpuSeconds = treeCpuSeconds(target.pid) - cpu0;
   running = false;
   await Promise.all([sampler, prober]);
   for (const c of clients) c.close();
@@ -207,6 +221,7 @@ async function runStreams(target: ServerProcess, s: RunSettings, health: boolean
     healthMs,
     healthFailed,
     seconds,
+    cpuSeconds,
   };
 }
 
@@ -219,6 +234,8 @@ const failuresText = (f: Record<string, number>) => {
   const parts = Object.entries(f).map(([k, n]) => `${n} × ${k}`);
   return parts.length === 0 ? "0" : parts.join(", ");
 };
+/** CPU per stream, ms: all of a stream (its request, its chunks and `[DONE]`) over the run. */
+const cpuPerStreamMs = (r: RunResult) => (r.ok === 0 ? Number.NaN : (r.cpuSeconds * 1000) / r.ok);
 const sortedQuantile = (xs: number[], q: number) => {
   if (xs.length === 0) return Number.NaN;
   const s = [...xs].sort((a, b) => a - b);
@@ -351,23 +368,23 @@ export async function benchStreams(): Promise<string> {
       "",
       `### ${fmt(streams)} streams through ACS_WORKERS=${workers}`,
       "",
-      "| streams | complete | failures | most open at once | RSS, all gateway processes (before → peak) | `/healthz` p50 / p99 / max during the run (new connection each) | chunk gap p50 / p99 | first chunk p50 / p99 |",
-      "|---|---|---|---|---|---|---|---|",
-      `| ${fmt(streams)} | ${fmt(r1.ok)} | ${failuresText(r1.failures)} | ${fmt(r1.peakOpen)} | ${r1.processes} processes: ${fmt(r1.rssBeforeBytes / MiB)} → ${fmt(r1.rssPeakBytes / MiB)} MiB | ${fmt(sortedQuantile(h, 0.5), 1)} / ${fmt(sortedQuantile(h, 0.99), 1)} / ${fmt(h.length === 0 ? Number.NaN : Math.max(...h), 1)} ms (${h.length} probes${r1.healthFailed > 0 ? `, ${r1.healthFailed} failed` : ""}) | ${fmt(quantile(r1.gaps, 0.5))} / ${fmt(quantile(r1.gaps, 0.99))} ms | ${fmt(quantile(r1.firstChunk, 0.5))} / ${fmt(quantile(r1.firstChunk, 0.99))} ms |`,
+      "| streams | complete | failures | most open at once | RSS, all gateway processes (before → peak) | `/healthz` p50 / p99 / max during the run (new connection each) | chunk gap p50 / p99 | first chunk p50 / p99 | CPU per stream, all gateway processes |",
+      "|---|---|---|---|---|---|---|---|---|",
+      `| ${fmt(streams)} | ${fmt(r1.ok)} | ${failuresText(r1.failures)} | ${fmt(r1.peakOpen)} | ${r1.processes} processes: ${fmt(r1.rssBeforeBytes / MiB)} → ${fmt(r1.rssPeakBytes / MiB)} MiB | ${fmt(sortedQuantile(h, 0.5), 1)} / ${fmt(sortedQuantile(h, 0.99), 1)} / ${fmt(h.length === 0 ? Number.NaN : Math.max(...h), 1)} ms (${h.length} probes${r1.healthFailed > 0 ? `, ${r1.healthFailed} failed` : ""}) | ${fmt(quantile(r1.gaps, 0.5))} / ${fmt(quantile(r1.gaps, 0.99))} ms | ${fmt(quantile(r1.firstChunk, 0.5))} / ${fmt(quantile(r1.firstChunk, 0.99))} ms | ${fmt(cpuPerStreamMs(r1), 2)} ms |`,
       "",
     );
     if (rows.length > 0) {
       lines.push(
         `### ${fmt(one)} streams in one process`,
         "",
-        "| target | complete | failures | RSS before → peak | memory per stream | chunk gap p50 / p99 | first chunk p50 / p99 |",
-        "|---|---|---|---|---|---|---|",
+        "| target | complete | failures | RSS before → peak | memory per stream | chunk gap p50 / p99 | first chunk p50 / p99 | CPU per stream |",
+        "|---|---|---|---|---|---|---|---|",
         ...rows.map(
           ([name, r]) =>
-            `| ${name} | ${fmt(r.ok)} | ${failuresText(r.failures)} | ${fmt(r.rssBeforeBytes / MiB)} → ${fmt(r.rssPeakBytes / MiB)} MiB | ${fmt((r.rssPeakBytes - r.rssBeforeBytes) / 1024 / r.streams, 1)} KiB | ${fmt(quantile(r.gaps, 0.5))} / ${fmt(quantile(r.gaps, 0.99))} ms | ${fmt(quantile(r.firstChunk, 0.5))} / ${fmt(quantile(r.firstChunk, 0.99))} ms |`,
+            `| ${name} | ${fmt(r.ok)} | ${failuresText(r.failures)} | ${fmt(r.rssBeforeBytes / MiB)} → ${fmt(r.rssPeakBytes / MiB)} MiB | ${fmt((r.rssPeakBytes - r.rssBeforeBytes) / 1024 / r.streams, 1)} KiB | ${fmt(quantile(r.gaps, 0.5))} / ${fmt(quantile(r.gaps, 0.99))} ms | ${fmt(quantile(r.firstChunk, 0.5))} / ${fmt(quantile(r.firstChunk, 0.99))} ms | ${fmt(cpuPerStreamMs(r), 2)} ms |`,
         ),
         "",
-        `Memory per stream = (peak RSS during the run − RSS after 20 warm-up streams) ÷ ${fmt(one)}. A chunk gap is the time between two consecutive chunks of one stream as its client read them; the fake spaces them ${fmt(chunkMs)} ms apart.`,
+        `Memory per stream = (peak RSS during the run − RSS after 20 warm-up streams) ÷ ${fmt(one)}. A chunk gap is the time between two consecutive chunks of one stream as its client read them; the fake spaces them ${fmt(chunkMs)} ms apart. CPU per stream = CPU time (user + system, /proc) of the target's processes from the first stream opened to the last one ended ÷ streams complete: a stream's request, its ${chunks} chunks (each alone in its read and its write) and \`[DONE]\`; the system time includes the loopback's delivery to the client.`,
       );
     }
     return lines.join("\n");
