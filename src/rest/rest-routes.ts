@@ -111,6 +111,12 @@ function assertJsonContentType(contentType: string | undefined): void {
   }
 }
 
+/** What {@link pumpChunks} keeps of a stream's first chunk once it took it: nothing. */
+const TAKEN: Promise<IteratorResult<StreamCompletionResponse>> = Promise.resolve({
+  value: undefined,
+  done: true,
+});
+
 /**
  * Streams the chunks as SSE, starting with `first` (the pending or settled first `next()`). An
  * error (before or after the first chunk: the status is already 200) becomes one envelope event
@@ -125,10 +131,19 @@ async function pumpChunks(
 ): Promise<void> {
   let finished = false;
   try {
-    let next = await first;
-    while (next.done !== true) {
-      if (!(await writer.send(renderChunk(next.value, opts.render)))) return;
-      next = await chunks.next();
+    // A chunk is let go once written: none is held while the next one is awaited (for a second
+    // or more at Inference's pace). A chunk kept that long outlives V8's young generation and
+    // piles up in the old one, as garbage only a full collection frees (~1 KiB per chunk).
+    let pending: Promise<IteratorResult<StreamCompletionResponse>> | undefined = first;
+    first = TAKEN;
+    for (;;) {
+      let next: IteratorResult<StreamCompletionResponse> | undefined = await pending;
+      pending = undefined;
+      if (next.done === true) break;
+      const sent = writer.send(renderChunk(next.value, opts.render));
+      next = undefined;
+      if (!(await sent)) return;
+      pending = chunks.next();
     }
     finished = true;
     await writer.done();

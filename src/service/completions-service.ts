@@ -850,9 +850,51 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const meter = newMeter(prepared, request);
     let failure: unknown;
     try {
-      yield* prepared.parts === undefined
-        ? streamChunks(prepared, request, ctx, meter)
-        : streamFanOut(prepared, prepared.parts, request, ctx, meter);
+      if (prepared.parts !== undefined) {
+        yield* streamFanOut(prepared, prepared.parts, request, ctx, meter);
+      } else {
+        // One request to Inference: its chunks are converted in this generator's loop, with no
+        // generator between it and the upstream stream (each layer would keep a pending request,
+        // its promise and an async frame from one chunk to the next, at every chunk).
+        const single = singleStream(prepared, request, ctx, meter);
+        const upstream = single.upstream;
+        // `for await (const c of upstream)`, written out so that no chunk is held while the next
+        // is awaited (`for await` keeps the last result and its variable until the next comes): a
+        // chunk kept for the second or more between two outlives V8's young generation, and
+        // thousands of streams then pile up garbage in the old one that only a full collection frees.
+        let open = true; // left early (consumer gone, a throw here): close it, as `for await` does
+        try {
+          for (;;) {
+            let step: IteratorResult<VllmCompletionChunk> | undefined;
+            try {
+              step = await upstream.next();
+            } catch (err) {
+              open = false; // a failing iterator is not closed
+              throw err;
+            }
+            if (step.done === true) {
+              open = false;
+              break;
+            }
+            let chunk = single.callerChunk(step.value);
+            step = undefined;
+            if (chunk === undefined) continue;
+            yield chunk;
+            chunk = undefined;
+          }
+        } catch (err) {
+          if (open) {
+            open = false;
+            // As `for await`: the loop's own error wins over one of the close.
+            await upstream.return?.().catch(() => undefined);
+          }
+          throw err;
+        } finally {
+          if (open) await upstream.return?.();
+        }
+        const activations = await single.activations();
+        if (activations !== undefined) yield activations;
+      }
     } catch (err) {
       failure = err;
       throw recordError(ctx, toApiError(err));
@@ -867,16 +909,19 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
   }
 
   /**
-   * The caller's chunks: text chunks as Inference streams them (token ids only when asked; usage
-   * on every chunk only with include_usage and continuous_usage_stats both set, as vLLM does), the
-   * usage chunk with include_usage, then a capture's activations in a chunk of their own.
+   * The caller's chunks of one request to Inference (no fan-out), for {@link streamCompletion}'s
+   * loop: Inference's stream (`upstream`); `callerChunk`, each of its chunks as the caller's —
+   * text chunks as Inference streams them (token ids only when asked; usage on every chunk only
+   * with include_usage and continuous_usage_stats both set, as vLLM does), the usage chunk with
+   * include_usage, undefined for a chunk the caller does not get; and after the last,
+   * `activations`: a capture's activations in a chunk of their own (undefined without a capture).
    */
-  async function* streamChunks(
+  function singleStream(
     prepared: Prepared,
     request: CreateCompletionRequest,
     ctx: CallContext,
     meter: UsageMeter,
-  ): AsyncGenerator<StreamCompletionResponse> {
+  ) {
     const includeUsage = request.streamOptions?.includeUsage === true;
     const continuousUsage = includeUsage && request.streamOptions?.continuousUsageStats === true;
     const returnTokenIds = request.returnTokenIds === true;
@@ -893,39 +938,40 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       ctx.signal,
       meter,
       0,
-    );
-    for await (const upstreamChunk of upstream) {
-      const chunk = meteredChunk(prepared, upstreamChunk, ids, offsets, meter, 0);
-      if (chunk.choices.length === 0) {
-        if (includeUsage && chunk.usage !== undefined) yield chunk;
-        continue;
-      }
-      for (const choice of chunk.choices) {
-        if (prepared.capture && choice.index === 0) {
-          if (choice.promptTokenIds.length > 0) promptIds = [...choice.promptTokenIds];
-          generatedIds.push(...choice.tokenIds);
+    )[Symbol.asyncIterator]();
+    return {
+      upstream,
+      callerChunk(upstreamChunk: VllmCompletionChunk): StreamCompletionResponse | undefined {
+        const chunk = meteredChunk(prepared, upstreamChunk, ids, offsets, meter, 0);
+        if (chunk.choices.length === 0) return includeUsage && chunk.usage !== undefined ? chunk : undefined;
+        for (const choice of chunk.choices) {
+          if (prepared.capture && choice.index === 0) {
+            if (choice.promptTokenIds.length > 0) promptIds = [...choice.promptTokenIds];
+            generatedIds.push(...choice.tokenIds);
+          }
+          if (!returnTokenIds) {
+            if (choice.tokenIds.length > 0) choice.tokenIds = [];
+            if (choice.promptTokenIds.length > 0) choice.promptTokenIds = [];
+          }
         }
-        if (!returnTokenIds) {
-          if (choice.tokenIds.length > 0) choice.tokenIds = [];
-          if (choice.promptTokenIds.length > 0) choice.promptTokenIds = [];
-        }
-      }
-      if (!continuousUsage) chunk.usage = undefined;
-      renew();
-      yield chunk;
-    }
-    if (replayBody !== undefined) {
-      const activations = await captureReplay(
-        prepared,
-        replayBody,
-        promptIds,
-        generatedIds,
-        ctx.signal,
-        meter,
-        0,
-      );
-      yield create(StreamCompletionResponseSchema, { ...ids, choices: [], activations });
-    }
+        if (!continuousUsage) chunk.usage = undefined;
+        renew();
+        return chunk;
+      },
+      async activations(): Promise<StreamCompletionResponse | undefined> {
+        if (replayBody === undefined) return undefined;
+        const activations = await captureReplay(
+          prepared,
+          replayBody,
+          promptIds,
+          generatedIds,
+          ctx.signal,
+          meter,
+          0,
+        );
+        return create(StreamCompletionResponseSchema, { ...ids, choices: [], activations });
+      },
+    };
   }
 
   /**

@@ -459,61 +459,83 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
       }
     };
 
+    /**
+     * After a failed attempt: the error the caller gets (the attempt is over), or undefined when
+     * the request goes on to another replica.
+     */
+    const afterFailure = (replica: Replica, current: AttemptSignal, err: unknown): unknown => {
+      let rethrow: unknown;
+      if (o.signal.aborted) rethrow = err;
+      else {
+        const takenOut = current.takenOut();
+        const fault = takenOut ? "broken" : upstreamFaultOf(err);
+        if (!takenOut) failed(replica, fault, err);
+        if (
+          yielded ||
+          attempt > 0 ||
+          !(takenOut || retryableFaults.has(fault)) ||
+          !replicas.some((x) => x.state === "up" && !tried.has(x))
+        ) {
+          rethrow = takenOut ? noneUp(err) : err;
+        }
+      }
+      finish(err);
+      if (rethrow !== undefined) closed = true;
+      return rethrow;
+    };
+
+    /** Inference's stream ended: the replica answered. */
+    const ended = (res: IteratorResult<VllmCompletionChunk>): IteratorResult<VllmCompletionChunk> => {
+      if (res.done === true) {
+        closed = true;
+        answered(r as Replica);
+        finish();
+      }
+      return res;
+    };
+    const broke = (err: unknown): never => {
+      throw afterFailure(r as Replica, link as AttemptSignal, err);
+    };
+
+    /** Up to the first chunk: an attempt, and the failover to another replica. */
+    const firstChunk = async (): Promise<IteratorResult<VllmCompletionChunk>> => {
+      for (;;) {
+        if (closed) return { value: undefined, done: true };
+        if (inner === undefined) {
+          try {
+            start();
+          } catch (err) {
+            closed = true;
+            throw err;
+          }
+        }
+        const replica = r as Replica;
+        const current = link as AttemptSignal;
+        try {
+          const res = await (inner as AsyncIterator<VllmCompletionChunk>).next();
+          if (res.done === true) return ended(res);
+          yielded = true;
+          body = undefined;
+          current.keep();
+          return res;
+        } catch (err) {
+          const rethrow = afterFailure(replica, current, err);
+          if (rethrow !== undefined) throw rethrow;
+          failoverCount++;
+        }
+      }
+    };
+
     return {
       [Symbol.asyncIterator]() {
         return this;
       },
-      async next(): Promise<IteratorResult<VllmCompletionChunk>> {
-        for (;;) {
-          if (closed) return { value: undefined, done: true };
-          if (inner === undefined) {
-            try {
-              start();
-            } catch (err) {
-              closed = true;
-              throw err;
-            }
-          }
-          const replica = r as Replica;
-          const current = link as AttemptSignal;
-          try {
-            const res = await (inner as AsyncIterator<VllmCompletionChunk>).next();
-            if (res.done === true) {
-              closed = true;
-              answered(replica);
-              finish();
-              return res;
-            }
-            if (!yielded) {
-              yielded = true;
-              body = undefined;
-              current.keep();
-            }
-            return res;
-          } catch (err) {
-            let rethrow: unknown;
-            if (o.signal.aborted) rethrow = err;
-            else {
-              const takenOut = current.takenOut();
-              const fault = takenOut ? "broken" : upstreamFaultOf(err);
-              if (!takenOut) failed(replica, fault, err);
-              if (
-                yielded ||
-                attempt > 0 ||
-                !(takenOut || retryableFaults.has(fault)) ||
-                !replicas.some((x) => x.state === "up" && !tried.has(x))
-              ) {
-                rethrow = takenOut ? noneUp(err) : err;
-              }
-            }
-            finish(err);
-            if (rethrow !== undefined) {
-              closed = true;
-              throw rethrow;
-            }
-            failoverCount++;
-          }
-        }
+      next(): Promise<IteratorResult<VllmCompletionChunk>> {
+        // Past the first chunk there is no failover: the replica's own chunk, with the end's
+        // bookkeeping attached — no async frame per chunk (each would live until the next chunk
+        // came, long enough to reach V8's old generation, at every chunk of every stream).
+        if (yielded && !closed && inner !== undefined) return inner.next().then(ended, broke);
+        return firstChunk();
       },
       async return(): Promise<IteratorResult<VllmCompletionChunk>> {
         if (!closed) {
