@@ -121,9 +121,11 @@ const TAKEN: Promise<IteratorResult<StreamCompletionResponse>> = Promise.resolve
  * Streams the chunks as SSE, starting with `first` (the pending or settled first `next()`). An
  * error (before or after the first chunk: the status is already 200) becomes one envelope event
  * and `[DONE]`; a client that goes away stops the loop and closes the iterator (which aborts
- * Inference).
+ * Inference). An error of this side (rendering a chunk) closes the iterator too, so that the
+ * service settles the Hold and aborts Inference; one the iterator threw leaves it as it is (it
+ * has ended). Exported for its tests.
  */
-async function pumpChunks(
+export async function pumpChunks(
   first: Promise<IteratorResult<StreamCompletionResponse>>,
   chunks: AsyncIterator<StreamCompletionResponse>,
   writer: SseWriter,
@@ -137,7 +139,13 @@ async function pumpChunks(
     let pending: Promise<IteratorResult<StreamCompletionResponse>> | undefined = first;
     first = TAKEN;
     for (;;) {
-      let next: IteratorResult<StreamCompletionResponse> | undefined = await pending;
+      let next: IteratorResult<StreamCompletionResponse> | undefined;
+      try {
+        next = await pending;
+      } catch (err) {
+        finished = true; // the iterator failed: it has ended
+        throw err;
+      }
       pending = undefined;
       if (next.done === true) break;
       const sent = writer.send(renderChunk(next.value, opts.render));
@@ -148,7 +156,10 @@ async function pumpChunks(
     finished = true;
     await writer.done();
   } catch (err) {
-    finished = true;
+    if (!finished) {
+      finished = true;
+      await chunks.return?.().catch(() => undefined);
+    }
     if (writer.closed) return;
     const apiError = opts.shutdown.aborted ? shutdownError(opts.shutdown) : apiErrorFrom(err);
     // A bug is an error; Inference's failures are warnings; a cancel is only the access log's.
