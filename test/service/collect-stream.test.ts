@@ -9,9 +9,8 @@ import { create } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema, FinishReason } from "../../gen/acs/v1/completions_pb.js";
 import { type BudgetLedger, createBudgetLedger } from "../../src/budget/index.js";
-import type { ModelConfig } from "../../src/config/index.js";
-import { createCompletionsService, createModelRegistry } from "../../src/service/index.js";
 import type { VllmClient, VllmCompletionChunk, VllmCompletionRequest } from "../../src/upstream/index.js";
+import { serviceOverClient } from "../helpers/service-over-client.js";
 
 type Piece = Partial<VllmCompletionChunk["choices"][number]> & { index: number; text: string };
 
@@ -49,21 +48,7 @@ function serviceStreaming(chunks: () => VllmCompletionChunk[], ledger: BudgetLed
       throw new Error("no non-streamed answer here");
     },
   } as unknown as VllmClient & { serving(): boolean };
-  const model = {
-    id: "m",
-    aliases: [],
-    upstreams: [{ url: "http://127.0.0.1:1", weight: 1 }],
-    servedModelName: "served",
-    maxModelLen: 4096,
-    hiddenSize: 8,
-    numLayers: 2,
-    ownedBy: "acs",
-  } as unknown as ModelConfig;
-  const api = createCompletionsService({
-    models: createModelRegistry([model], () => client),
-    ledger,
-    nonStreamDeadlineMs: 60_000,
-  });
+  const api = serviceOverClient(client, ledger);
   return { api, sent };
 }
 

@@ -9,9 +9,8 @@ import { create } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { type BudgetLedger, createBudgetLedger } from "../../src/budget/index.js";
-import type { ModelConfig } from "../../src/config/index.js";
-import { createCompletionsService, createModelRegistry } from "../../src/service/index.js";
 import type { VllmClient, VllmCompletionChunk } from "../../src/upstream/index.js";
+import { serviceOverClient } from "../helpers/service-over-client.js";
 
 const piece = (i: number): VllmCompletionChunk =>
   ({
@@ -67,21 +66,7 @@ function service(ledger: BudgetLedger, behave: { failAt?: number; returnRejects?
       throw new Error("no");
     },
   } as unknown as VllmClient & { serving(): boolean };
-  const model = {
-    id: "m",
-    aliases: [],
-    upstreams: [{ url: "http://127.0.0.1:1", weight: 1 }],
-    servedModelName: "served",
-    maxModelLen: 4096,
-    hiddenSize: 8,
-    numLayers: 2,
-    ownedBy: "acs",
-  } as unknown as ModelConfig;
-  const api = createCompletionsService({
-    models: createModelRegistry([model], () => client),
-    ledger,
-    nonStreamDeadlineMs: 60_000,
-  });
+  const api = serviceOverClient(client, ledger);
   return { api, log };
 }
 
