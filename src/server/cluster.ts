@@ -189,8 +189,9 @@ interface Slot {
  * it cannot — a port in use), then the others, all accepting on one shared socket (SCHED_NONE);
  * logs `acs-gateway listening on URL …` once all listen. A worker that dies is logged and started
  * again in its slot (same instance id, so it releases the Holds its predecessor left), after 0.1 s,
- * doubling up to 10 s while workers die young. SIGTERM or SIGINT: SIGTERM to every worker (each closes as the single process does),
- * then the engine is stopped and the primary exits 0 (1 if a worker did not end cleanly).
+ * doubling up to 10 s while workers die young. SIGTERM or SIGINT: SIGTERM to every worker (each
+ * closes as the single process does), then the engine is stopped and the primary exits 0 (1 if a
+ * worker did not end cleanly).
  */
 export async function runPrimary(options: PrimaryOptions): Promise<never> {
   const { config, logger, engine } = options;
