@@ -4,7 +4,7 @@
  * parsed; hop-by-hop headers (RFC 9110 §7.6.1) are dropped. The pool admits as many upstream
  * connections as the gateway's (128), so both queue alike above 128 concurrent streams. An upstream
  * failure before the answer started is a bare 502; after it, the client connection is cut. A client
- * that goes away aborts the upstream request.
+ * that goes away aborts the upstream request. `GET /healthz` is answered by the proxy itself (200).
  *
  * CLI: `node --import tsx bench/hotpath/bare-proxy.ts --upstream http://127.0.0.1:PORT [--port 0]
  * [--connections 128] [--exit-with-stdin]`; prints `bare-proxy listening at http://127.0.0.1:PORT`.
@@ -36,6 +36,13 @@ function endToEnd(headers: IncomingHttpHeaders | Record<string, string | string[
 export function createBareProxy(upstream: string, connections = 128): { server: Server; pool: Pool } {
   const pool = new Pool(upstream, { connections, headersTimeout: 900_000, bodyTimeout: 900_000 });
   const server = createServer((req, res) => {
+    // Its own liveness route, answered here as the gateway answers its own: the streams bench
+    // probes both while they relay streams.
+    if (req.url === "/healthz") {
+      res.writeHead(200, { "content-type": "text/plain" });
+      res.end("ok");
+      return;
+    }
     const abort = new AbortController();
     res.on("close", () => {
       if (!res.writableFinished) abort.abort();

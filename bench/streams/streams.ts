@@ -4,11 +4,13 @@
  *
  * 1. N streams (default 10,000) through the gateway as production runs it with `ACS_WORKERS`
  *    processes (default: the cores available): failures, peak RSS summed over all the gateway's
- *    processes, and `GET /healthz` latency (a new connection every 100 ms) while the streams run.
+ *    processes, and `GET /healthz` latency (a new connection every 100 ms) while the streams run,
+ *    also split by phase: during the ramp, and while all N are open at once.
  * 2. M streams (default 5,000) through one gateway process (`ACS_WORKERS=1`) and through the bare
  *    proxy (../hotpath/bare-proxy.ts, its pool opened to 16,384 connections like the gateway's):
  *    memory per stream (peak RSS − RSS before, ÷ M, KiB) and the gaps between consecutive chunks
- *    of a stream (p50/p99) next to the fake's own spacing.
+ *    of a stream (p50/p99) next to the fake's own spacing, CPU per stream, and `/healthz` (each
+ *    answers its own) by phase: the same ramp rate as part 1 on one process, side by side.
  *
  * Processes, all on 127.0.0.1: the bench's fast fake vLLM (../hotpath/fake-vllm.ts; C chunks per
  * stream, one every D ms), the target, and the clients: ⌈streams / 2,500⌉ processes
@@ -20,7 +22,8 @@
  * Environment (for a quick check, e.g. `BENCH_STREAMS=1000 BENCH_STREAMS_ONE=500 npm run bench --
  * streams`): BENCH_STREAMS (10000), BENCH_STREAMS_ONE (5000; 0 skips part 2), BENCH_STREAMS_CHUNKS
  * (30), BENCH_STREAMS_CHUNK_MS (1000), BENCH_STREAMS_RAMP_S (N / 1,000, at least 3),
- * BENCH_STREAMS_PER_CLIENT (2500), ACS_WORKERS (the gateway's processes in part 1),
+ * BENCH_STREAMS_PER_CLIENT (2500), BENCH_STREAMS_PRIME_S (10: seconds of one-token streams through
+ * each target first, unmeasured), ACS_WORKERS (the gateway's processes in part 1),
  * BENCH_GATEWAY_CMD (as the hotpath section).
  */
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -30,6 +33,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { freePort } from "../../test/helpers/processes.js";
 import { gatewayCommand } from "../hotpath/hotpath.js";
+import { startLoadWorker } from "../hotpath/load-worker.js";
 import { processCpuSeconds, type ServerProcess, spawnServer } from "../hotpath/processes.js";
 import { type StreamClient, type StreamReport, startStreamClient } from "./stream-client.js";
 
@@ -125,6 +129,10 @@ interface RunResult {
   firstChunk: Array<[number, number]>;
   healthMs: number[];
   healthFailed: number;
+  /** The probes that started while all `streams` were open at once (after the ramp), ms. */
+  healthAllOpenMs: number[];
+  /** The probes that started during the ramp (streams still being opened), ms. */
+  healthRampMs: number[];
   seconds: number;
   /** CPU seconds the target's processes used from the first stream opened to the last one ended. */
   cpuSeconds: number;
@@ -132,14 +140,42 @@ interface RunResult {
 
 interface RunSettings {
   streams: number;
+  /** Seconds of unmeasured load first ({@link prime}). */
+  primeS: number;
   chunks: number;
   rampMs: number;
   perClient: number;
 }
 
+/**
+ * Loads `target` for `seconds` with one-token streams (64 connections, autocannon in a process of
+ * its own), unmeasured, as the hotpath section primes its targets: a production process has run
+ * for hours, and V8 optimizes a large code base over seconds of load, in every worker. A
+ * one-token stream is the whole request path of a stream with no chunk delay (the fake spaces
+ * only the chunks after the first).
+ */
+async function prime(target: ServerProcess, seconds: number): Promise<void> {
+  if (seconds <= 0) return;
+  const worker = await startLoadWorker();
+  try {
+    await worker.run({
+      url: target.url,
+      headers: {},
+      body: JSON.stringify({ model: MODEL, prompt: "The sky is", max_tokens: 1, stream: true }),
+      connections: 64,
+      warmupS: 0,
+      measureS: seconds,
+      cpuPids: [],
+    });
+  } finally {
+    worker.close();
+  }
+}
+
 /** Runs `s.streams` streams against `target`, sampling its process tree's RSS and /healthz. */
 async function runStreams(target: ServerProcess, s: RunSettings, health: boolean): Promise<RunResult> {
   const body = JSON.stringify({ model: MODEL, prompt: "The sky is", max_tokens: s.chunks, stream: true });
+  await prime(target, s.primeS);
   // Warm: a few streams first, so that RSS "before" has the code paths loaded.
   const warm = await startStreamClient();
   await warm.run({ url: target.url, count: 20, body, chunks: s.chunks, rampMs: 0 }, () => undefined);
@@ -152,11 +188,16 @@ async function runStreams(target: ServerProcess, s: RunSettings, health: boolean
     Array.from({ length: nClients }, () => startStreamClient()),
   );
   const open = new Array<number>(nClients).fill(0);
+  const ended = new Array<number>(nClients).fill(0);
+  const openNow = () => open.reduce((a, b) => a + b, 0);
   let peakOpen = 0;
   let rssPeakBytes = rssBeforeBytes;
   let processes = 1;
   const healthMs: number[] = [];
+  const healthAllOpenMs: number[] = [];
+  const healthRampMs: number[] = [];
   let healthFailed = 0;
+  let opened = 0; // streams opened so far (open + ended), from the clients' progress
   let running = true;
   const sampler = (async () => {
     while (running) {
@@ -172,9 +213,14 @@ async function runStreams(target: ServerProcess, s: RunSettings, health: boolean
   const prober = (async () => {
     if (!health) return;
     while (running) {
+      // Tagged by what was true when the probe started: still ramping, or every stream open.
+      const phase = opened < s.streams ? healthRampMs : openNow() === s.streams ? healthAllOpenMs : undefined;
       const ms = await healthz(target.url);
       if (Number.isNaN(ms)) healthFailed++;
-      else healthMs.push(ms);
+      else {
+        healthMs.push(ms);
+        phase?.push(ms);
+      }
       await new Promise((r) => setTimeout(r, 100));
     }
   })();
@@ -192,10 +238,9 @@ async function runStreams(target: ServerProcess, s: RunSettings, health: boolean
         },
         (p) => {
           open[i] = p.open;
-          peakOpen = Math.max(
-            peakOpen,
-            open.reduce((a, b) => a + b, 0),
-          );
+          ended[i] = p.done + p.failed;
+          opened = open.reduce((a, b) => a + b, 0) + ended.reduce((a, b) => a + b, 0);
+          peakOpen = Math.max(peakOpen, openNow());
         },
       ),
     ),
@@ -220,6 +265,8 @@ async function runStreams(target: ServerProcess, s: RunSettings, health: boolean
     firstChunk: merge(reports.map((r) => r.firstChunk)),
     healthMs,
     healthFailed,
+    healthAllOpenMs,
+    healthRampMs,
     seconds,
     cpuSeconds,
   };
@@ -241,6 +288,9 @@ const sortedQuantile = (xs: number[], q: number) => {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.ceil(q * s.length) - 1)] as number;
 };
+/** `/healthz` latencies as "p50 / p99 / max ms (n probes)". */
+const healthText = (h: number[]) =>
+  `${fmt(sortedQuantile(h, 0.5), 1)} / ${fmt(sortedQuantile(h, 0.99), 1)} / ${fmt(h.length === 0 ? Number.NaN : Math.max(...h), 1)} ms (${h.length} probes)`;
 
 /** Waits until the gateway's primary reports `workers` workers listening (/metrics). */
 async function workersListening(url: string, workers: number): Promise<void> {
@@ -260,6 +310,7 @@ export async function benchStreams(): Promise<string> {
   const chunks = Math.max(1, envInt("BENCH_STREAMS_CHUNKS", 30));
   const chunkMs = envInt("BENCH_STREAMS_CHUNK_MS", 1000);
   const perClient = Math.max(1, envInt("BENCH_STREAMS_PER_CLIENT", 2500));
+  const primeS = envInt("BENCH_STREAMS_PRIME_S", 10);
   const rampFor = (n: number) => envInt("BENCH_STREAMS_RAMP_S", Math.max(3, Math.round(n / 1000))) * 1000;
   const workers = Math.max(1, envInt("ACS_WORKERS", availableParallelism()));
   const gateway = gatewayCommand(process.env.BENCH_GATEWAY_CMD);
@@ -318,7 +369,7 @@ export async function benchStreams(): Promise<string> {
       ACS_MODELS: models,
       ACS_WORKERS: String(workers),
     });
-    const r1 = await runStreams(many, { streams, chunks, rampMs: rampFor(streams), perClient }, true);
+    const r1 = await runStreams(many, { streams, primeS, chunks, rampMs: rampFor(streams), perClient }, true);
     await stop(many);
     console.error(
       `  streams: ${fmt(r1.ok)} of ${fmt(streams)} complete; failures ${failuresText(r1.failures)}`,
@@ -350,7 +401,11 @@ export async function benchStreams(): Promise<string> {
       ] as const) {
         console.error(`  streams: ${fmt(one)} streams through the ${name}`);
         const target = await launch();
-        const r = await runStreams(target, { streams: one, chunks, rampMs: rampFor(one), perClient }, false);
+        const r = await runStreams(
+          target,
+          { streams: one, primeS, chunks, rampMs: rampFor(one), perClient },
+          true,
+        );
         await stop(target);
         rows.push([name, r]);
         console.error(
@@ -364,24 +419,29 @@ export async function benchStreams(): Promise<string> {
     lines.push(
       "## Streams",
       "",
-      `Run ${started}; ${cpus().length} cores shared with other work, load average (1 min) ${load.before.toFixed(1)} before, ${load.after.toFixed(1)} after: every figure includes that contention. The bench's fake vLLM sends ${chunks} chunks per stream, one every ${fmt(chunkMs)} ms (each its own write, then \`data: [DONE]\` and the chunked terminator in two writes); every stream is \`{"model", "prompt": "The sky is", "max_tokens": ${chunks}, "stream": true}\` on a connection of its own, from ⌈streams / ${fmt(perClient)}⌉ client processes, opened evenly over the ramp; a stream counts as complete only with all ${chunks} chunks and \`[DONE]\`. Gateway: \`${gateway.label}\`, keys off, ACS_MODELS naming the fake (max_concurrent_requests: its default, 16,384).`,
+      `Run ${started}; ${cpus().length} cores shared with other work, load average (1 min) ${load.before.toFixed(1)} before, ${load.after.toFixed(1)} after: every figure includes that contention. The bench's fake vLLM sends ${chunks} chunks per stream, one every ${fmt(chunkMs)} ms (each its own write, then \`data: [DONE]\` and the chunked terminator in two writes); every stream is \`{"model", "prompt": "The sky is", "max_tokens": ${chunks}, "stream": true}\` on a connection of its own, from ⌈streams / ${fmt(perClient)}⌉ client processes, opened evenly over the ramp; every target was first primed with ${fmt(primeS)} s of one-token streams (64 keep-alive connections, unmeasured), as the hotpath section primes its own; a stream counts as complete only with all ${chunks} chunks and \`[DONE]\`. Gateway: \`${gateway.label}\`, keys off, ACS_MODELS naming the fake (max_concurrent_requests: its default, 16,384).`,
       "",
       `### ${fmt(streams)} streams through ACS_WORKERS=${workers}`,
       "",
       "| streams | complete | failures | most open at once | RSS, all gateway processes (before → peak) | `/healthz` p50 / p99 / max during the run (new connection each) | chunk gap p50 / p99 | first chunk p50 / p99 | CPU per stream, all gateway processes |",
       "|---|---|---|---|---|---|---|---|---|",
-      `| ${fmt(streams)} | ${fmt(r1.ok)} | ${failuresText(r1.failures)} | ${fmt(r1.peakOpen)} | ${r1.processes} processes: ${fmt(r1.rssBeforeBytes / MiB)} → ${fmt(r1.rssPeakBytes / MiB)} MiB | ${fmt(sortedQuantile(h, 0.5), 1)} / ${fmt(sortedQuantile(h, 0.99), 1)} / ${fmt(h.length === 0 ? Number.NaN : Math.max(...h), 1)} ms (${h.length} probes${r1.healthFailed > 0 ? `, ${r1.healthFailed} failed` : ""}) | ${fmt(quantile(r1.gaps, 0.5))} / ${fmt(quantile(r1.gaps, 0.99))} ms | ${fmt(quantile(r1.firstChunk, 0.5))} / ${fmt(quantile(r1.firstChunk, 0.99))} ms | ${fmt(cpuPerStreamMs(r1), 2)} ms |`,
+      `| ${fmt(streams)} | ${fmt(r1.ok)} | ${failuresText(r1.failures)} | ${fmt(r1.peakOpen)} | ${r1.processes} processes: ${fmt(r1.rssBeforeBytes / MiB)} → ${fmt(r1.rssPeakBytes / MiB)} MiB | ${healthText(h)}${r1.healthFailed > 0 ? `, ${r1.healthFailed} failed` : ""} | ${fmt(quantile(r1.gaps, 0.5))} / ${fmt(quantile(r1.gaps, 0.99))} ms | ${fmt(quantile(r1.firstChunk, 0.5))} / ${fmt(quantile(r1.firstChunk, 0.99))} ms | ${fmt(cpuPerStreamMs(r1), 2)} ms |`,
+      "",
+      "| `/healthz` by phase (a probe is tagged by the clients' last progress report, sent every 250 ms, when it started) | p50 / p99 / max |",
+      "|---|---|",
+      `| the ramp: ${fmt(streams)} streams opened over ${fmt(rampFor(streams) / 1000)} s (${fmt(streams / (rampFor(streams) / 1000))} new a second) | ${healthText(r1.healthRampMs)} |`,
+      `| all ${fmt(streams)} streams open at once (every request sent, none ended; connections still queued from the ramp count as open) | ${healthText(r1.healthAllOpenMs)} |`,
       "",
     );
     if (rows.length > 0) {
       lines.push(
         `### ${fmt(one)} streams in one process`,
         "",
-        "| target | complete | failures | RSS before → peak | memory per stream | chunk gap p50 / p99 | first chunk p50 / p99 | CPU per stream |",
-        "|---|---|---|---|---|---|---|---|",
+        "| target | complete | failures | RSS before → peak | memory per stream | chunk gap p50 / p99 | first chunk p50 / p99 | CPU per stream | `/healthz` p50 / p99 / max: the ramp | all open at once |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         ...rows.map(
           ([name, r]) =>
-            `| ${name} | ${fmt(r.ok)} | ${failuresText(r.failures)} | ${fmt(r.rssBeforeBytes / MiB)} → ${fmt(r.rssPeakBytes / MiB)} MiB | ${fmt((r.rssPeakBytes - r.rssBeforeBytes) / 1024 / r.streams, 1)} KiB | ${fmt(quantile(r.gaps, 0.5))} / ${fmt(quantile(r.gaps, 0.99))} ms | ${fmt(quantile(r.firstChunk, 0.5))} / ${fmt(quantile(r.firstChunk, 0.99))} ms | ${fmt(cpuPerStreamMs(r), 2)} ms |`,
+            `| ${name} | ${fmt(r.ok)} | ${failuresText(r.failures)} | ${fmt(r.rssBeforeBytes / MiB)} → ${fmt(r.rssPeakBytes / MiB)} MiB | ${fmt((r.rssPeakBytes - r.rssBeforeBytes) / 1024 / r.streams, 1)} KiB | ${fmt(quantile(r.gaps, 0.5))} / ${fmt(quantile(r.gaps, 0.99))} ms | ${fmt(quantile(r.firstChunk, 0.5))} / ${fmt(quantile(r.firstChunk, 0.99))} ms | ${fmt(cpuPerStreamMs(r), 2)} ms | ${healthText(r.healthRampMs)} | ${healthText(r.healthAllOpenMs)} |`,
         ),
         "",
         `Memory per stream = (peak RSS during the run − RSS after 20 warm-up streams) ÷ ${fmt(one)}. A chunk gap is the time between two consecutive chunks of one stream as its client read them; the fake spaces them ${fmt(chunkMs)} ms apart. CPU per stream = CPU time (user + system, /proc) of the target's processes from the first stream opened to the last one ended ÷ streams complete: a stream's request, its ${chunks} chunks (each alone in its read and its write) and \`[DONE]\`; the system time includes the loopback's delivery to the client.`,
