@@ -57,12 +57,17 @@ describe("bare proxy", () => {
     }
   });
 
-  it("answers 502 when the upstream is down", async () => {
+  it("answers 502 when the upstream is down, and its own /healthz all the same", async () => {
     const down = createBareProxy(`http://127.0.0.1:${await freePort()}`);
     await new Promise<void>((r) => down.server.listen(0, "127.0.0.1", r));
     try {
-      const res = await fetch(`http://127.0.0.1:${(down.server.address() as AddressInfo).port}/health`);
+      const base = `http://127.0.0.1:${(down.server.address() as AddressInfo).port}`;
+      const res = await fetch(`${base}/health`);
       expect(res.status).toBe(502);
+      // The streams bench probes the proxy's own liveness, as the gateway's: not the upstream's.
+      const own = await fetch(`${base}/healthz`);
+      expect(own.status).toBe(200);
+      expect(await own.text()).toBe("ok");
     } finally {
       down.server.closeAllConnections();
       await new Promise((r) => down.server.close(r));
