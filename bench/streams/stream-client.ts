@@ -1,7 +1,8 @@
 /**
  * A client process of the `streams` benchmark: opens `count` SSE completions streams (one
  * connection each, node:http without keep-alive), spread evenly over `rampMs`, and checks that each
- * gets every chunk and `data: [DONE]`. Reports progress (streams open, done, failed) every 250 ms
+ * gets every chunk and `data: [DONE]` — or, with `protocol: "connect"`, as many Connect server
+ * streams (`StreamCompletion`, connect-node's client on HTTP/1.1), each complete with every chunk. Reports progress (streams open, done, failed) every 250 ms
  * and, at the end, the failures by reason and a histogram of the gaps between consecutive chunks of
  * a stream (1 ms buckets).
  *
@@ -11,6 +12,9 @@
 import { fork } from "node:child_process";
 import { Agent, request } from "node:http";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { CompletionsService } from "../../gen/acs/v1/completions_pb.js";
 import { track } from "../hotpath/processes.js";
 
 /** One client process's job. */
@@ -19,8 +23,14 @@ export interface StreamJob {
   readonly url: string;
   /** Streams to open. */
   readonly count: number;
-  /** The JSON request body (stream: true). */
+  /** The JSON request body (stream: true): `model`, `prompt` (a string) and `max_tokens` are read. */
   readonly body: string;
+  /**
+   * `rest` (default): `POST /v1/completions` read as SSE. `connect`: `acs.v1.CompletionsService/
+   * StreamCompletion` over the Connect protocol on HTTP/1.1 (connect-node's client, JSON), the same
+   * request; a stream is complete with every chunk and a normal end.
+   */
+  readonly protocol?: "rest" | "connect";
   /** Chunks with a choice each stream must get before `[DONE]`. */
   readonly chunks: number;
   /** Streams are opened evenly over this time, ms. */
@@ -130,13 +140,48 @@ async function runJob(job: StreamJob, progress: (p: StreamProgress) => void): Pr
       req.end(job.body);
     });
 
+  // The Connect client (HTTP/1.1: a connection per stream open at once, as the SSE streams).
+  const asked = JSON.parse(job.body) as { model: string; prompt: string; max_tokens: number };
+  const client = createClient(
+    CompletionsService,
+    createConnectTransport({ baseUrl: job.url, httpVersion: "1.1", useBinaryFormat: false }),
+  );
+  const oneConnect = async (): Promise<void> => {
+    open++;
+    const start = performance.now();
+    let chunks = 0;
+    let last = 0;
+    let why: string | undefined;
+    try {
+      const stream = client.streamCompletion({
+        model: asked.model,
+        prompt: { case: "text", value: asked.prompt },
+        maxTokens: asked.max_tokens,
+      });
+      for await (const m of stream) {
+        if (m.choices.length === 0) continue;
+        const now = performance.now();
+        if (chunks === 0) add(first, now - start);
+        else add(gaps, now - last);
+        last = now;
+        chunks++;
+      }
+      if (chunks !== job.chunks) why = `${chunks} of ${job.chunks} chunks`;
+    } catch (err) {
+      why = err instanceof ConnectError ? `connect ${err.code}` : String(err);
+    }
+    open--;
+    if (why === undefined) done++;
+    else fail(why);
+  };
+
   const all: Promise<void>[] = [];
   const t0 = performance.now();
   for (let i = 0; i < job.count; i++) {
     const at = t0 + (job.count > 1 ? (job.rampMs * i) / (job.count - 1) : 0);
     const wait = at - performance.now();
     if (wait > 1) await new Promise((r) => setTimeout(r, wait));
-    all.push(one());
+    all.push(job.protocol === "connect" ? oneConnect() : one());
   }
   await Promise.all(all);
   clearInterval(timer);

@@ -140,6 +140,8 @@ interface RunResult {
 
 interface RunSettings {
   streams: number;
+  /** REST's SSE (default), or Connect server streams ({@link StreamJob.protocol}). */
+  protocol?: "rest" | "connect";
   /** Seconds of unmeasured load first ({@link prime}). */
   primeS: number;
   chunks: number;
@@ -178,7 +180,11 @@ async function runStreams(target: ServerProcess, s: RunSettings, health: boolean
   await prime(target, s.primeS);
   // Warm: a few streams first, so that RSS "before" has the code paths loaded.
   const warm = await startStreamClient();
-  await warm.run({ url: target.url, count: 20, body, chunks: s.chunks, rampMs: 0 }, () => undefined);
+  const protocol = s.protocol ?? "rest";
+  await warm.run(
+    { url: target.url, count: 20, body, chunks: s.chunks, rampMs: 0, protocol },
+    () => undefined,
+  );
   warm.close();
   await new Promise((r) => setTimeout(r, 1000));
   const rssBeforeBytes = treeRss(target.pid);
@@ -232,6 +238,7 @@ async function runStreams(target: ServerProcess, s: RunSettings, health: boolean
         {
           url: target.url,
           count: Math.floor(s.streams / nClients) + (i < s.streams % nClients ? 1 : 0),
+          protocol,
           body,
           chunks: s.chunks,
           rampMs: s.rampMs,
@@ -378,10 +385,16 @@ export async function benchStreams(): Promise<string> {
     // 2. M streams through one process, and through the bare proxy.
     const rows: Array<[string, RunResult]> = [];
     if (one > 0) {
-      for (const [name, launch] of [
+      for (const [name, launch, protocol] of [
         [
           "acs-gateway, one process",
           () => startGateway("acs-gateway (one)", { ACS_MODELS: models, ACS_WORKERS: "1" }),
+          "rest",
+        ],
+        [
+          "acs-gateway, one process, Connect streams (HTTP/1.1)",
+          () => startGateway("acs-gateway (one, Connect)", { ACS_MODELS: models, ACS_WORKERS: "1" }),
+          "connect",
         ],
         [
           "bare proxy",
@@ -397,13 +410,14 @@ export async function benchStreams(): Promise<string> {
                 "--exit-with-stdin",
               ]),
             ),
+          "rest",
         ],
       ] as const) {
         console.error(`  streams: ${fmt(one)} streams through the ${name}`);
         const target = await launch();
         const r = await runStreams(
           target,
-          { streams: one, primeS, chunks, rampMs: rampFor(one), perClient },
+          { streams: one, protocol, primeS, chunks, rampMs: rampFor(one), perClient },
           true,
         );
         await stop(target);
