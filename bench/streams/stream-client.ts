@@ -2,8 +2,8 @@
  * A client process of the `streams` benchmark: opens `count` SSE completions streams (one
  * connection each, node:http without keep-alive), spread evenly over `rampMs`, and checks that each
  * gets every chunk and `data: [DONE]` — or, with `protocol: "connect"`, as many Connect server
- * streams (`StreamCompletion`, connect-node's client on HTTP/1.1), each complete with every chunk. Reports progress (streams open, done, failed) every 250 ms
- * and, at the end, the failures by reason and a histogram of the gaps between consecutive chunks of
+ * streams (`StreamCompletion`, connect-node's client on HTTP/1.1), each complete with every chunk.
+ * Reports progress (streams open, done, failed) every 250 ms and, at the end, the failures by reason and a histogram of the gaps between consecutive chunks of
  * a stream (1 ms buckets).
  *
  * Several of these run at once (forked by ./streams.ts) because a process may hold only so many
@@ -68,6 +68,18 @@ async function runJob(job: StreamJob, progress: (p: StreamProgress) => void): Pr
     const k = Math.min(GAP_CAP_MS, Math.round(ms));
     m.set(k, (m.get(k) ?? 0) + 1);
   };
+  /** A stream's chunk counter: the first arrival timed from `start`, each later one from the last. */
+  const arrivals = (start: number) => {
+    let chunks = 0;
+    let last = 0;
+    return (): number => {
+      const now = performance.now();
+      if (chunks === 0) add(first, now - start);
+      else add(gaps, now - last);
+      last = now;
+      return ++chunks;
+    };
+  };
   const failures: Record<string, number> = {};
   let open = 0;
   let done = 0;
@@ -107,8 +119,8 @@ async function runJob(job: StreamJob, progress: (p: StreamProgress) => void): Pr
           }
           res.setEncoding("utf8");
           let buf = "";
+          const arrived = arrivals(sent);
           let chunks = 0;
-          let last = 0;
           let sawDone = false;
           res.on("data", (d: string) => {
             buf += d;
@@ -120,11 +132,7 @@ async function runJob(job: StreamJob, progress: (p: StreamProgress) => void): Pr
               if (event === "data: [DONE]") sawDone = true;
               else if (event.startsWith("data: {") && !event.includes('"choices":[]')) {
                 if (event.includes('"error"')) return end("error event");
-                const now = performance.now();
-                if (chunks === 0) add(first, now - sent);
-                else add(gaps, now - last);
-                last = now;
-                chunks++;
+                chunks = arrived();
               }
             }
           });
@@ -148,9 +156,8 @@ async function runJob(job: StreamJob, progress: (p: StreamProgress) => void): Pr
   );
   const oneConnect = async (): Promise<void> => {
     open++;
-    const start = performance.now();
+    const arrived = arrivals(performance.now());
     let chunks = 0;
-    let last = 0;
     let why: string | undefined;
     try {
       const stream = client.streamCompletion({
@@ -159,12 +166,7 @@ async function runJob(job: StreamJob, progress: (p: StreamProgress) => void): Pr
         maxTokens: asked.max_tokens,
       });
       for await (const m of stream) {
-        if (m.choices.length === 0) continue;
-        const now = performance.now();
-        if (chunks === 0) add(first, now - start);
-        else add(gaps, now - last);
-        last = now;
-        chunks++;
+        if (m.choices.length > 0) chunks = arrived();
       }
       if (chunks !== job.chunks) why = `${chunks} of ${job.chunks} chunks`;
     } catch (err) {

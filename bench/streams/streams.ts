@@ -203,7 +203,6 @@ async function runStreams(target: ServerProcess, s: RunSettings, health: boolean
   const healthAllOpenMs: number[] = [];
   const healthRampMs: number[] = [];
   let healthFailed = 0;
-  let opened = 0; // streams opened so far (open + ended), from the clients' progress
   let running = true;
   const sampler = (async () => {
     while (running) {
@@ -219,7 +218,9 @@ async function runStreams(target: ServerProcess, s: RunSettings, health: boolean
   const prober = (async () => {
     if (!health) return;
     while (running) {
-      // Tagged by what was true when the probe started: still ramping, or every stream open.
+      // Tagged by what was true when the probe started: still ramping (not every stream opened
+      // yet, open or ended), or every stream open.
+      const opened = openNow() + ended.reduce((a, b) => a + b, 0);
       const phase = opened < s.streams ? healthRampMs : openNow() === s.streams ? healthAllOpenMs : undefined;
       const ms = await healthz(target.url);
       if (Number.isNaN(ms)) healthFailed++;
@@ -246,7 +247,6 @@ async function runStreams(target: ServerProcess, s: RunSettings, health: boolean
         (p) => {
           open[i] = p.open;
           ended[i] = p.done + p.failed;
-          opened = open.reduce((a, b) => a + b, 0) + ended.reduce((a, b) => a + b, 0);
           peakOpen = Math.max(peakOpen, openNow());
         },
       ),
