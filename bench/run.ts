@@ -45,6 +45,7 @@ function parse() {
       "hop-ms": { type: "string" },
       "profile-s": { type: "string" },
       "skip-profile": { type: "boolean" },
+      "skip-layers": { type: "boolean" },
       "gateway-cmd": { type: "string" },
     },
   });

@@ -12,6 +12,9 @@
  * ratio to the bare proxy, chunks/s for streams; CPU per streamed chunk (process CPU from /proc over
  * the window, divided by the chunks relayed); with a second fake that adds a 2 ms hop to every
  * answer, the added p50 of a new short text prompt (one /tokenize more) and of a token-id prompt;
+ * the CPU a non-stream request costs by layer (64 connections): node:http and fastify answering a
+ * fixed completion (./floor-server.ts), the fake, the bare proxy, the gateway's `GET /healthz` (its
+ * HTTP stack: fastify with the gateway's hooks) and its completions, keys off and on;
  * and a CPU profile of the gateway under 64-connection non-stream load, summarised by module.
  *
  * Every target is first primed (--prime S, default 10: half non-stream, half stream, 64
@@ -22,7 +25,7 @@
  * Options (after `npm run bench -- hotpath`): --quick (1 round of 1 s cells, 2 s profiles, 2 s
  * priming), --duration S (window per cell, default 3), --warmup S (0.5), --prime S (10), --rounds N (3), --connections
  * 1,64,256, --chunks N (tokens per completion = chunks per stream, 16), --hop-ms MS (2), --profile-s
- * S (5), --skip-profile, --gateway-cmd "node dist/main.js" (or env BENCH_GATEWAY_CMD; otherwise
+ * S (5), --skip-profile, --skip-layers, --gateway-cmd "node dist/main.js" (or env BENCH_GATEWAY_CMD; otherwise
  * dist/main.js or dist/src/main.js when built after the last change to src/, else
  * `node --import tsx src/main.ts`). The command must exec node itself (its pid is the one measured).
  *
@@ -58,6 +61,8 @@ interface Config {
   hopMs: number;
   profileS: number;
   profile: boolean;
+  /** Run the cost-by-layer cells (floor servers, `GET /healthz`). */
+  layers: boolean;
   gateway: { argv: string[]; label: string };
 }
 
@@ -124,6 +129,7 @@ function configFrom(o: SectionOptions): Config {
     hopMs: num(o, "hop-ms", 2),
     profileS: num(o, "profile-s", quick ? 2 : 5),
     profile: o["skip-profile"] !== true,
+    layers: o["skip-layers"] !== true,
     gateway: gatewayCommand(cmd),
   };
 }
@@ -133,6 +139,18 @@ interface Target {
   name: string;
   server: ServerProcess;
   headers: Record<string, string>;
+}
+
+/** A target of {@link runRounds}: a server, and the route and method its cells call. */
+interface RoundTarget {
+  key: string;
+  name: string;
+  server: ServerProcess;
+  headers: Record<string, string>;
+  /** @default "/v1/completions" */
+  path?: string;
+  /** @default "POST" */
+  method?: "GET" | "POST";
 }
 
 const median = (xs: number[]): number => {
@@ -226,7 +244,7 @@ interface PlanItem {
 async function runRounds(
   worker: LoadWorker,
   cfg: Config,
-  targets: Target[],
+  targets: RoundTarget[],
   plan: PlanItem[],
   cpuPids: number[],
   label: string,
@@ -235,13 +253,15 @@ async function runRounds(
   const total = cfg.rounds * plan.length * targets.length;
   let done = 0;
   for (let round = 0; round < cfg.rounds; round++) {
-    const order = targets.map((_, i) => targets[(i + round) % targets.length] as Target);
+    const order = targets.map((_, i) => targets[(i + round) % targets.length] as RoundTarget);
     for (const p of plan) {
       for (const t of order) {
         // A pause, so that the previous cell's aborted requests are cleaned up before this one.
         await new Promise((r) => setTimeout(r, 250));
         const result = await worker.run({
           url: t.server.url,
+          ...(t.path === undefined ? {} : { path: t.path }),
+          ...(t.method === undefined ? {} : { method: t.method }),
           headers: t.headers,
           body: p.body,
           connections: p.connections,
@@ -273,12 +293,19 @@ async function runRounds(
  * connections), unmeasured: the processes reach their steady state (V8's optimizing compiler done
  * with the hot code) before anything is measured.
  */
-async function prime(worker: LoadWorker, cfg: Config, targets: Target[], bodies: LoadBody[]): Promise<void> {
+async function prime(
+  worker: LoadWorker,
+  cfg: Config,
+  targets: RoundTarget[],
+  bodies: LoadBody[],
+): Promise<void> {
   if (cfg.primeS <= 0) return;
   for (const t of targets) {
     for (const body of bodies) {
       await worker.run({
         url: t.server.url,
+        ...(t.path === undefined ? {} : { path: t.path }),
+        ...(t.method === undefined ? {} : { method: t.method }),
         headers: t.headers,
         body,
         connections: 64,
@@ -391,6 +418,10 @@ export async function benchHotpath(options: SectionOptions = {}): Promise<string
       "main",
     );
 
+    const layers = cfg.layers
+      ? await runLayers(worker, cfg, targets, JSON.stringify(base), start)
+      : undefined;
+
     // The 2 ms hop: a second fake, proxy and gateway; a new prompt every request, 1 connection.
     console.error(`  hotpath: ${cfg.hopMs} ms hop`);
     const fakeHop = await start(spawnServer("fake-vllm (hop)", fakeArgs(cfg.hopMs)));
@@ -435,7 +466,7 @@ export async function benchHotpath(options: SectionOptions = {}): Promise<string
     }
     const pids = { fake: fake.pid, bare: bare.pid, off: off.pid, on: on.pid };
     const load = { before: loadBefore, after: loadavg()[0] as number };
-    return render(cfg, main, hop, pids, profiles, load);
+    return render(cfg, main, hop, pids, profiles, load, layers);
   } finally {
     worker?.close();
     await Promise.all(servers.map((s) => s.stop()));
@@ -497,6 +528,113 @@ async function profileGateway(
   ].join("\n");
 }
 
+/** The connections of the cost-by-layer cells. */
+const LAYER_CONNECTIONS = 64;
+
+/**
+ * The cost-by-layer cells: the two floor servers (node:http and fastify answering a fixed
+ * completion), the fake, the bare proxy, the gateway's `GET /healthz` and its completions (keys
+ * off and on), non-stream, {@link LAYER_CONNECTIONS} connections, interleaved rounds as the main
+ * cells. Returns the markdown of the table and of what follows from it.
+ */
+async function runLayers(
+  worker: LoadWorker,
+  cfg: Config,
+  targets: Target[],
+  body: string,
+  start: (p: Promise<ServerProcess>) => Promise<ServerProcess>,
+): Promise<string> {
+  console.error("  hotpath: cost by layer");
+  const floor = (framework: "http" | "fastify") =>
+    start(
+      spawnServer(`floor-${framework}`, [
+        ...TSX,
+        join(ROOT, "bench/hotpath/floor-server.ts"),
+        "--framework",
+        framework,
+        "--chunks",
+        String(cfg.chunks),
+        "--exit-with-stdin",
+      ]),
+    );
+  const floorHttp = await floor("http");
+  const floorFastify = await floor("fastify");
+  const by = (key: Target["key"]) => targets.find((t) => t.key === key) as Target;
+  const rows: Array<RoundTarget & { what: string }> = [
+    { key: "http", name: "floor-http", server: floorHttp, headers: {}, what: "node:http, a fixed answer" },
+    {
+      key: "fastify",
+      name: "floor-fastify",
+      server: floorFastify,
+      headers: {},
+      what: "fastify, one route, a fixed answer",
+    },
+    { ...by("fake"), what: "the fake vLLM (node:http; checks the request, builds its answer)" },
+    { ...by("bare"), what: "the bare proxy (node:http + undici, bytes passed through)" },
+    {
+      ...by("off"),
+      key: "healthz",
+      name: "acs-gateway GET /healthz",
+      path: "/healthz",
+      method: "GET",
+      what: "the gateway's HTTP stack: `GET /healthz` (fastify and the gateway's hooks; no access-log line)",
+    },
+    { ...by("off"), what: "a completion through the gateway" },
+    { ...by("on"), what: "a completion through the gateway, keys on" },
+  ];
+  const plan = [
+    { key: "layer", label: `layers c=${LAYER_CONNECTIONS}`, connections: LAYER_CONNECTIONS, body },
+  ];
+  await prime(worker, cfg, rows.slice(0, 2), [body]);
+  const results = await runRounds(
+    worker,
+    cfg,
+    rows,
+    plan,
+    rows.map((r) => r.server.pid),
+    "layers",
+  );
+  const got = (key: string) => results.get(`layer|${key}`) ?? [];
+  const pidOf = (key: string) => (rows.find((r) => r.key === key) as RoundTarget).server.pid;
+  const perRequest = (key: string) =>
+    median(got(key).map((r) => ((r.cpuS[pidOf(key)] ?? Number.NaN) / r.count) * 1e6));
+  // Per round: a − b, µs per request, then the median.
+  const diff = (a: string, b: string) =>
+    median(
+      got(a).map((r, i) => {
+        const o = got(b)[i];
+        if (o === undefined) return Number.NaN;
+        return (
+          ((r.cpuS[pidOf(a)] ?? Number.NaN) / r.count - (o.cpuS[pidOf(b)] ?? Number.NaN) / o.count) * 1e6
+        );
+      }),
+    );
+  const table = [
+    "| layer | CPU µs per request | req/s | × bare proxy | non-2xx / errors |",
+    "|---|---:|---:|---:|---:|",
+    ...rows.map((r) => {
+      const rs = got(r.key);
+      const x = paired(rs, got("bare"), (a, b) => a.rps / b.rps);
+      return `| ${r.what} | ${fmtMs(perRequest(r.key))} | ${fmtInt(median(rs.map((q) => q.rps)))} | ${ratio(x)} | ${rs.reduce((a, q) => a + q.non2xx, 0)} / ${rs.reduce((a, q) => a + q.errors + q.timeouts, 0)} |`;
+    }),
+  ];
+  const bare = perRequest("bare");
+  const us = (x: number) => `${fmtMs(x)} µs`;
+  return [
+    `### What a non-stream request costs, by layer (${LAYER_CONNECTIONS} connections)`,
+    "",
+    `CPU of the serving process only (/proc utime + stime over the window ÷ responses in it; median of ${cfg.rounds} interleaved round${cfg.rounds > 1 ? "s" : ""}). Every POST carries the same body as the main cells; the two floor servers (bench/hotpath/floor-server.ts) read it, parse it as JSON and answer a fixed completion of the same text.`,
+    "",
+    table.join("\n"),
+    "",
+    `- fastify over node:http: ${signed(diff("fastify", "http"), " µs")} per request.`,
+    `- The upstream exchange of a pass-through (bare proxy − node:http floor): ${signed(diff("bare", "http"), " µs")}.`,
+    `- The gateway's HTTP stack (\`GET /healthz\`) over the fastify floor: ${signed(diff("healthz", "fastify"), " µs")} (a GET without a body against a POST with one).`,
+    `- A completion through the gateway above its HTTP stack (\`POST /v1/completions\` − \`GET /healthz\`): ${signed(diff("off", "healthz"), " µs")}; keys on: ${signed(diff("on", "healthz"), " µs")}.`,
+    `- When its one core is what limits a process, its throughput goes as 1 ÷ its CPU per request: 0.6× the bare proxy's throughput is ≤ ${us(bare / 0.6)} per request; the gateway spends ${us(perRequest("off"))} (keys on: ${us(perRequest("on"))}; 0.5× is ≤ ${us(bare / 0.5)}).`,
+  ].join("\n");
+}
+
 function render(
   cfg: Config,
   main: Map<string, LoadResult[]>,
@@ -504,6 +642,7 @@ function render(
   pids: Record<Target["key"], number>,
   profiles: string[],
   load: { before: number; after: number },
+  layers: string | undefined,
 ): string {
   const get = (mode: Mode, c: number, t: Target["key"]) => main.get(`${mode}|${c}|${t}`);
   const names: Record<Target["key"], string> = {
@@ -624,6 +763,7 @@ function render(
     ...hopRows,
     "",
     `Added p50 of a new text prompt minus that of a token-id prompt, through the gateway: ${signed(textMinusIds, " ms")} (target: ≤ 0).`,
+    ...(layers === undefined ? [] : ["", layers]),
     ...(profiles.length > 0 ? ["", ...profiles.flatMap((p) => [p, ""])] : []),
   ]
     .join("\n")

@@ -32,6 +32,8 @@ export interface LoadJob {
   url: string;
   /** @default "/v1/completions" */
   path?: string;
+  /** `GET` sends no body (`body` is then ignored). @default "POST" */
+  method?: "GET" | "POST";
   headers: Record<string, string>;
   body: LoadBody;
   connections: number;
@@ -92,18 +94,21 @@ export function runLoad(job: LoadJob): Promise<LoadResult> {
   let measuring = false;
   let count = 0;
   let non2xx = 0;
-  const fresh = typeof job.body === "string" ? undefined : freshBodies(job.body);
+  const get = job.method === "GET";
+  const fresh = get || typeof job.body === "string" ? undefined : freshBodies(job.body);
   let finished: (err: Error | null, result: autocannon.Result) => void = () => {};
   const instance = autocannon(
     {
       url: job.url + (job.path ?? "/v1/completions"),
-      method: "POST",
-      headers: { "content-type": "application/json", ...job.headers },
+      method: get ? "GET" : "POST",
+      headers: get ? job.headers : { "content-type": "application/json", ...job.headers },
       connections: job.connections,
       duration: job.warmupS + job.measureS + 600, // stopped by the window's timer below
-      ...(fresh === undefined
-        ? { body: job.body as string }
-        : { requests: [{ setupRequest: (req) => ({ ...req, body: fresh() }) }] }),
+      ...(get
+        ? {}
+        : fresh === undefined
+          ? { body: job.body as string }
+          : { requests: [{ setupRequest: (req) => ({ ...req, body: fresh() }) }] }),
     },
     (err, result) => finished(err, result),
   );
