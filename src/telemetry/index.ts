@@ -16,4 +16,5 @@ export {
   claimUpstreamRequestId,
   liveUpstreamRequestIds,
   releaseUpstreamRequestId,
+  upstreamRequestIdGroups,
 } from "./upstream-request-ids.js";

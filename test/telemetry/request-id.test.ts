@@ -11,6 +11,7 @@ import {
   liveUpstreamRequestIds,
   releaseUpstreamRequestId,
   requestIdFrom,
+  upstreamRequestIdGroups,
 } from "../../src/telemetry/index.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 import {
@@ -189,15 +190,50 @@ describe("traceparent", () => {
 
 describe("ids of upstream requests", () => {
   it("an id already live is sent with a suffix; released ids are free again", () => {
+    const before = liveUpstreamRequestIds();
     const a = claimUpstreamRequestId("job-1");
     const b = claimUpstreamRequestId("job-1");
     const c = claimUpstreamRequestId("job-1");
     expect([a, b, c]).toEqual(["job-1", "job-1-2", "job-1-3"]);
     releaseUpstreamRequestId(b);
-    expect(claimUpstreamRequestId("job-1")).toBe("job-1-2");
-    for (const id of [a, "job-1-2", c]) releaseUpstreamRequestId(id);
+    // Suffixes count up while one of them is open: job-1-3 still is.
+    const d = claimUpstreamRequestId("job-1");
+    expect(d).toBe("job-1-4");
+    for (const id of [a, c, d]) releaseUpstreamRequestId(id);
+    expect(liveUpstreamRequestIds()).toBe(before);
+    expect(upstreamRequestIdGroups()).toBe(0);
+    // Nothing of the burst is kept: the same id starts over.
     expect(claimUpstreamRequestId("job-1")).toBe("job-1");
+    expect(claimUpstreamRequestId("job-1")).toBe("job-1-2");
+    releaseUpstreamRequestId("job-1-2");
     releaseUpstreamRequestId("job-1");
+    // Releasing twice, or an id never claimed, changes nothing.
+    releaseUpstreamRequestId("job-1");
+    releaseUpstreamRequestId("never-claimed");
+    expect(liveUpstreamRequestIds()).toBe(before);
+    expect(upstreamRequestIdGroups()).toBe(0);
+  });
+
+  it("a suffixed id a caller sent itself is skipped, never given twice", () => {
+    const own = claimUpstreamRequestId("run-2"); // a caller's own X-Request-Id
+    const a = claimUpstreamRequestId("run");
+    const b = claimUpstreamRequestId("run");
+    expect([own, a, b]).toEqual(["run-2", "run", "run-3"]);
+    // The caller's run-2 ends; a new run-2 of that caller is run-2 again, not a suffix of run.
+    releaseUpstreamRequestId(own);
+    expect(claimUpstreamRequestId("run-2")).toBe("run-2");
+    for (const id of ["run-2", a, b]) releaseUpstreamRequestId(id);
+    expect(upstreamRequestIdGroups()).toBe(0);
+  });
+
+  it("a burst of requests with one id gets distinct ids, and leaves nothing behind", () => {
+    const before = liveUpstreamRequestIds();
+    const ids = Array.from({ length: 20_000 }, () => claimUpstreamRequestId("burst"));
+    expect(new Set(ids).size).toBe(20_000);
+    expect(ids.slice(0, 3)).toEqual(["burst", "burst-2", "burst-3"]);
+    for (const id of ids) releaseUpstreamRequestId(id);
+    expect(liveUpstreamRequestIds()).toBe(before);
+    expect(upstreamRequestIdGroups()).toBe(0);
   });
 
   it("two overlapping requests with one X-Request-Id reach Inference with different ids", async () => {
