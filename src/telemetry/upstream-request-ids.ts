@@ -20,8 +20,10 @@ const suffixedOf = new Map<string, string>();
  * The id to send for an upstream request that wants `wanted`: `wanted` itself when no open upstream
  * request of this process uses it, else `<wanted>-2`, `<wanted>-3`… — the next suffix of `wanted`
  * not used by an open request (suffixes count up while any suffixed id of `wanted` is open, and
- * start again at 2 once none is). Claimed until {@link releaseUpstreamRequestId}. O(1) amortized:
- * a burst of N requests with one X-Request-Id costs O(N), not O(N²).
+ * start again at 2 once none is). Claimed until {@link releaseUpstreamRequestId}. A burst of N
+ * overlapping requests with one X-Request-Id costs O(N), not O(N²). Suffixed ids a caller holds open
+ * under X-Request-Ids of its own (`x-2`, `x-3`…) are skipped one by one each time the suffixes of
+ * `x` start again at 2 (at most the requests that caller has open, each a running generation).
  */
 export function claimUpstreamRequestId(wanted: string): string {
   if (!live.has(wanted)) {

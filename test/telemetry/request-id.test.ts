@@ -215,6 +215,7 @@ describe("ids of upstream requests", () => {
   });
 
   it("a suffixed id a caller sent itself is skipped, never given twice", () => {
+    const before = liveUpstreamRequestIds();
     const own = claimUpstreamRequestId("run-2"); // a caller's own X-Request-Id
     const a = claimUpstreamRequestId("run");
     const b = claimUpstreamRequestId("run");
@@ -223,6 +224,7 @@ describe("ids of upstream requests", () => {
     releaseUpstreamRequestId(own);
     expect(claimUpstreamRequestId("run-2")).toBe("run-2");
     for (const id of ["run-2", a, b]) releaseUpstreamRequestId(id);
+    expect(liveUpstreamRequestIds()).toBe(before);
     expect(upstreamRequestIdGroups()).toBe(0);
   });
 
