@@ -153,6 +153,14 @@ interface RoundTarget {
   method?: "GET" | "POST";
 }
 
+/** The route and method a target's cells call, as load-worker job fields (none: its defaults). */
+function routeOf(t: RoundTarget): { path?: string; method?: "GET" | "POST" } {
+  return {
+    ...(t.path === undefined ? {} : { path: t.path }),
+    ...(t.method === undefined ? {} : { method: t.method }),
+  };
+}
+
 const median = (xs: number[]): number => {
   const s = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
   if (s.length === 0) return Number.NaN;
@@ -260,8 +268,7 @@ async function runRounds(
         await new Promise((r) => setTimeout(r, 250));
         const result = await worker.run({
           url: t.server.url,
-          ...(t.path === undefined ? {} : { path: t.path }),
-          ...(t.method === undefined ? {} : { method: t.method }),
+          ...routeOf(t),
           headers: t.headers,
           body: p.body,
           connections: p.connections,
@@ -304,8 +311,7 @@ async function prime(
     for (const body of bodies) {
       await worker.run({
         url: t.server.url,
-        ...(t.path === undefined ? {} : { path: t.path }),
-        ...(t.method === undefined ? {} : { method: t.method }),
+        ...routeOf(t),
         headers: t.headers,
         body,
         connections: 64,
@@ -596,17 +602,15 @@ async function runLayers(
   );
   const got = (key: string) => results.get(`layer|${key}`) ?? [];
   const pidOf = (key: string) => (rows.find((r) => r.key === key) as RoundTarget).server.pid;
-  const perRequest = (key: string) =>
-    median(got(key).map((r) => ((r.cpuS[pidOf(key)] ?? Number.NaN) / r.count) * 1e6));
+  // CPU µs per request of `key`'s own process in one round.
+  const usOf = (key: string, r: LoadResult) => ((r.cpuS[pidOf(key)] ?? Number.NaN) / r.count) * 1e6;
+  const perRequest = (key: string) => median(got(key).map((r) => usOf(key, r)));
   // Per round: a − b, µs per request, then the median.
   const diff = (a: string, b: string) =>
     median(
       got(a).map((r, i) => {
         const o = got(b)[i];
-        if (o === undefined) return Number.NaN;
-        return (
-          ((r.cpuS[pidOf(a)] ?? Number.NaN) / r.count - (o.cpuS[pidOf(b)] ?? Number.NaN) / o.count) * 1e6
-        );
+        return o === undefined ? Number.NaN : usOf(a, r) - usOf(b, o);
       }),
     );
   const table = [
