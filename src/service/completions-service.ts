@@ -722,7 +722,12 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       { ...upstreamCallOptions(prepared, signal), deadlineMs: deps.nonStreamDeadlineMs },
     );
     const response = toCompletionResponse(v, request.model);
-    for (const c of response.choices) meter.addGenerated(c.tokenIds.length, part);
+    for (const c of response.choices) {
+      meter.addGenerated(c.tokenIds.length, part);
+      // Bounded prompts become exact here, as from a stream's first chunk: the access log and the
+      // prompt-token metrics count Inference's tokens, and a prompt longer than its bound is seen.
+      if (c.promptTokenIds.length > 0) meter.notePromptTokens(c.index, c.promptTokenIds.length);
+    }
     if (meter.generated > 0) markFirstToken(prepared.ctx);
     if (response.usage !== undefined) meter.report(response.usage.totalTokens, part);
     if (request.returnTokenIds !== true) {

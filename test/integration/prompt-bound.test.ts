@@ -7,6 +7,8 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Writable } from "node:stream";
+import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { until } from "../helpers/hang-guard.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
@@ -15,16 +17,26 @@ import { chunk, type FakeUpstream, sse, startFakeUpstream, withVllmOps } from ".
 const MAX_MODEL_LEN = 512;
 const BOS = 1;
 
-/** The scripted tokenizer: BOS (with add_special_tokens) + one token per word — fewer than the bytes. */
+/**
+ * The scripted tokenizer: BOS (with add_special_tokens) + one token per word — fewer than the
+ * bytes — but a prompt that starts with `many` has 16 tokens per word: more than its bytes, as a
+ * tokenizer wrongly declared byte-level would give.
+ */
 function tokenize(prompt: string, addSpecial: boolean): number[] {
   const words = prompt.split(/\s+/).filter((w) => w !== "");
-  return [...(addSpecial ? [BOS] : []), ...words.map((_, i) => 100 + i)];
+  const perWord = prompt.startsWith("many") ? 16 : 1;
+  const ids = words.flatMap((_, i) => Array.from({ length: perWord }, (__, k) => 100 + i * perWord + k));
+  return [...(addSpecial ? [BOS] : []), ...ids];
 }
 
 let dir: string;
 let upstream: FakeUpstream;
 let bound: Stack;
 let exact: Stack;
+/** Keys off, byte-level tokenizer: non-streamed requests are Inference's non-streamed answer. */
+let open: Stack;
+/** The access log lines of `open`. */
+const openLog: Array<Record<string, unknown>> = [];
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "acs-bound-"));
@@ -102,10 +114,22 @@ beforeAll(async () => {
     model: { byteLevelTokenizer: true },
   });
   exact = await startStack({ upstreamUrl: upstream.url, dbPath: join(dir, "exact.db") });
+  const lines = new Writable({
+    write(line: Buffer, _encoding, done) {
+      openLog.push(JSON.parse(line.toString()) as Record<string, unknown>);
+      done();
+    },
+  });
+  open = await startStack({
+    upstreamUrl: upstream.url,
+    model: { byteLevelTokenizer: true },
+    logger: pino({ level: "info" }, lines),
+  });
 });
 afterAll(async () => {
   await bound?.close();
   await exact?.close();
+  await open?.close();
   await upstream?.close();
   rmSync(dir, { recursive: true, force: true });
 });
@@ -282,5 +306,73 @@ describe("an exact count when the bound cannot decide", () => {
     const prompt = "hang on a long while";
     expect(await charged(bound, prompt)).toBe(await charged(exact, prompt));
     expect(await charged(exact, `${prompt} more`)).toBe(1 + 6); // BOS + 6 words, nothing generated
+  });
+});
+
+describe("keys off: Inference's non-streamed answer makes a bounded prompt exact", () => {
+  /** `acs_prompt_tokens_total` of `open` now. */
+  const promptTokensTotal = async () => {
+    const text = await (await fetch(`${open.url}/metrics`)).text();
+    const line = text.split("\n").find((l) => l.startsWith("acs_prompt_tokens_total{"));
+    return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(" ") + 1));
+  };
+  /** One request on `open`; its usage, its access log line and the /tokenize calls it made. */
+  const request = async (body: Record<string, unknown>) => {
+    const from = upstream.requests.length;
+    const before = await promptTokensTotal();
+    const res = await fetch(`${open.url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: open.alias, max_tokens: 3, ...body }),
+    });
+    expect(res.status).toBe(200);
+    const requestId = res.headers.get("x-request-id");
+    const text = await res.text();
+    const usage =
+      body.stream === true
+        ? (JSON.parse(/data: (\{"id".*"usage":\{.*)\n/.exec(text)?.[1] ?? "{}") as { usage: unknown }).usage
+        : (JSON.parse(text) as { usage: unknown }).usage;
+    const isLine = (l: Record<string, unknown>) => l.requestId === requestId && l.msg === "request";
+    await until(() => openLog.some(isLine), "the access log line");
+    const line = openLog.find(isLine) ?? {};
+    return {
+      usage: usage as { prompt_tokens: number },
+      line,
+      counted: (await promptTokensTotal()) - before,
+      tokenized: tokenized(from),
+    };
+  };
+
+  it.each([false, true])(
+    "the access log and acs_prompt_tokens_total count Inference's prompt tokens, not the bound (stream %s)",
+    async (stream) => {
+      const prompt = `three short words ${stream}`; // BOS + 4 tokens; its bound: 22 or 23 bytes + 1
+      const {
+        usage,
+        line,
+        counted,
+        tokenized: calls,
+      } = await request({
+        prompt,
+        stream,
+        ...(stream ? { stream_options: { include_usage: true } } : {}),
+      });
+      expect(calls).not.toContain(prompt); // the bound decided: no /tokenize
+      expect(usage.prompt_tokens).toBe(5);
+      expect(line.promptTokens).toBe(5);
+      expect(counted).toBe(5);
+    },
+  );
+
+  // Last in this file: from then on, `open` counts every prompt of its model exactly.
+  it("a prompt longer than its bound: the model's prompts are counted exactly from then on", async () => {
+    const before = await request({ prompt: "fine before" });
+    expect(before.tokenized).not.toContain("fine before");
+    const many = await request({ prompt: "many tokens" }); // BOS + 32 tokens; its bound is 11 + 1
+    expect(many.usage.prompt_tokens).toBe(33);
+    expect(many.line.promptTokens).toBe(33);
+    const after = await request({ prompt: "fine after" });
+    expect(after.tokenized).toContain("fine after");
+    expect(after.line.promptTokens).toBe(3);
   });
 });
