@@ -98,6 +98,21 @@ function markFirstToken(ctx: CallContext): void {
   }
 }
 
+/** The call has passed its checks and runs against Inference ({@link CallRecord.running}). */
+function startRunning(ctx: CallContext): void {
+  if (ctx.record !== undefined) ctx.record.running = true;
+}
+
+/** The call's tokens are recorded: whoever waits for them ({@link CallRecord.onEnd}) goes on. */
+function endRunning(ctx: CallContext): void {
+  const record = ctx.record;
+  if (record === undefined || record.running !== true) return;
+  record.running = false;
+  const onEnd = record.onEnd;
+  delete record.onEnd;
+  onEnd?.();
+}
+
 /** Records the code of the error a call ends with; returns the error. */
 function recordError(ctx: CallContext, err: ApiError): ApiError {
   if (ctx.record !== undefined) ctx.record.errorCode = err.code;
@@ -498,6 +513,28 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     return meter.charge(failure, prepared.hold?.tokens ?? 0);
   }
 
+  /**
+   * The end of every completion that reached Inference: counts its charge ({@link chargeOf}),
+   * records its tokens for the access line and the metrics, ends {@link CallRecord.running} (also
+   * when counting throws), then settles its Hold.
+   */
+  async function chargeAndSettle(
+    prepared: Prepared,
+    request: CreateCompletionRequest,
+    meter: UsageMeter,
+    failure: unknown,
+    ctx: CallContext,
+  ): Promise<void> {
+    let charge: number;
+    try {
+      charge = await chargeOf(prepared, request, meter, failure);
+      recordTokens(ctx, meter);
+    } finally {
+      endRunning(ctx);
+    }
+    await settle(prepared.hold, charge);
+  }
+
   /** Settles a Hold to `used` tokens (a no-op without one). The one place a Hold ends. */
   async function settle(hold: Prepared["hold"], used: number): Promise<void> {
     if (hold === undefined || ledger === undefined) return;
@@ -728,7 +765,8 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       // prompt-token metrics count Inference's tokens, and a prompt longer than its bound is seen.
       if (c.promptTokenIds.length > 0) meter.notePromptTokens(c.index, c.promptTokenIds.length);
     }
-    if (meter.generated > 0) markFirstToken(prepared.ctx);
+    // No first-token time: the whole answer came at once (the time to first token would be the
+    // request's, and the time per output token ~0).
     if (response.usage !== undefined) meter.report(response.usage.totalTokens, part);
     if (request.returnTokenIds !== true) {
       for (const c of response.choices) {
@@ -828,6 +866,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     ctx: CallContext,
   ): Promise<CreateCompletionResponse> {
     const prepared = await recorded(ctx, prepare(request, ctx, false));
+    startRunning(ctx);
     const meter = newMeter(prepared, request);
     let failure: unknown;
     try {
@@ -840,9 +879,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     } finally {
       prepared.steering.release();
       prepared.admission.release();
-      const charge = await chargeOf(prepared, request, meter, failure);
-      recordTokens(ctx, meter);
-      await settle(prepared.hold, charge);
+      await chargeAndSettle(prepared, request, meter, failure, ctx);
     }
   }
 
@@ -852,6 +889,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
   ): AsyncGenerator<StreamCompletionResponse> {
     const prepared = await recorded(ctx, prepare(request, ctx, true));
     ctx.record?.streamStarted?.();
+    startRunning(ctx);
     const meter = newMeter(prepared, request);
     let failure: unknown;
     try {
@@ -907,9 +945,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       prepared.steering.release();
       prepared.admission.release();
       // Also when the consumer stops early (a disconnect): charged what was generated so far.
-      const charge = await chargeOf(prepared, request, meter, failure);
-      recordTokens(ctx, meter);
-      await settle(prepared.hold, charge);
+      await chargeAndSettle(prepared, request, meter, failure, ctx);
     }
   }
 

@@ -80,23 +80,44 @@ const protocolLabels: Readonly<Record<Protocol, { readonly protocol: Protocol }>
 /** Milliseconds, rounded to 0.1. */
 const ms = (x: number) => Math.round(x * 10) / 10;
 
-function finish(
-  request: FastifyRequest,
-  reply: FastifyReply,
-  state: RequestState,
-  deps: RequestTelemetryDeps,
-) {
-  const end = performance.now();
-  const { record, protocol, route, span } = state;
-  const { metrics } = deps;
+/** How a response ended, as its `close` found it. */
+interface Ending {
+  /** `performance.now()` at the close. */
+  readonly end: number;
+  readonly canceled: boolean;
+  /** RPCs: the gRPC code; undefined for HTTP. */
+  readonly grpcCode: string | undefined;
+  readonly status: number;
+}
+
+/** How the response of `state` ended, read at its `close`. */
+function endingOf(reply: FastifyReply, state: RequestState): Ending {
+  const { record, protocol } = state;
   const rpc = protocol !== "rest" && protocol !== "ops";
   // The caller went away: the response did not finish, or (HTTP/2 reports a reset stream as
   // finished) an RPC's last frame or trailers never went out, or the service saw the cancel.
   const canceled =
     !state.finished || (rpc && record.grpcCode === undefined) || record.errorCode === "canceled";
-  // gRPC's `canceled`, or nginx's 499 for HTTP.
-  const grpcCode = rpc ? (canceled ? "canceled" : (record.grpcCode ?? "unknown")) : undefined;
-  const status = canceled && !rpc ? 499 : reply.raw.statusCode;
+  return {
+    end: performance.now(),
+    canceled,
+    // gRPC's `canceled`, or nginx's 499 for HTTP.
+    grpcCode: rpc ? (canceled ? "canceled" : (record.grpcCode ?? "unknown")) : undefined,
+    status: canceled && !rpc ? 499 : reply.raw.statusCode,
+  };
+}
+
+/**
+ * How long the access line of a request whose caller went away waits for the service to record
+ * its tokens ({@link CallRecord.running}): Inference's request is aborted at once, so this is
+ * only a bound for a service that never ends the call.
+ */
+const serviceEndWaitMs = 60_000;
+
+function finish(request: FastifyRequest, state: RequestState, deps: RequestTelemetryDeps, ending: Ending) {
+  const { end, canceled, grpcCode, status } = ending;
+  const { record, protocol, route, span } = state;
+  const { metrics } = deps;
   const model = record.model ?? "";
   const durationMs = end - state.start;
   const ttftMs = record.firstTokenAt === undefined ? undefined : record.firstTokenAt - state.start;
@@ -154,7 +175,10 @@ function finish(
  * (the response's `close`, which also comes when the caller goes away first): the in-flight gauge,
  * the gateway span (child of the caller's `traceparent`), a {@link CallRecord} for the service, and
  * at the end one access log line (info; debug for probes and scrapes), the request metrics and the
- * span's end. Register it before any hook that may answer early.
+ * span's end. When the caller went away while the service still runs the call
+ * ({@link CallRecord.running}), these wait until it has recorded the call's tokens (at most
+ * 60 s), so that they count what the key is charged. Register it before any hook that may answer
+ * early.
  */
 export function observeRequests(app: FastifyInstance, deps: RequestTelemetryDeps): void {
   const { metrics, tracing } = deps;
@@ -191,7 +215,24 @@ export function observeRequests(app: FastifyInstance, deps: RequestTelemetryDeps
     res.on("finish", () => {
       state.finished = true;
     });
-    res.on("close", () => finish(request, reply, state, deps));
+    res.on("close", () => {
+      const ending = endingOf(reply, state);
+      const record = state.record;
+      if (record.running !== true) return finish(request, state, deps, ending);
+      // The caller went away while the service still runs the call: the line and the metrics
+      // wait for its tokens (what it will be charged), at most serviceEndWaitMs.
+      let done = false;
+      const once = () => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        delete record.onEnd;
+        finish(request, state, deps, ending);
+      };
+      const timer = setTimeout(once, serviceEndWaitMs);
+      timer.unref();
+      record.onEnd = once;
+    });
     done();
   });
 }

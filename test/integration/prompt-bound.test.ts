@@ -361,6 +361,8 @@ describe("keys off: Inference's non-streamed answer makes a bounded prompt exact
       expect(usage.prompt_tokens).toBe(5);
       expect(line.promptTokens).toBe(5);
       expect(counted).toBe(5);
+      // A time to first token only where Inference streamed: its non-streamed answer comes whole.
+      expect(line.ttftMs === undefined).toBe(!stream);
     },
   );
 

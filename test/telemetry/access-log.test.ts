@@ -180,6 +180,10 @@ describe("access log", () => {
   });
 
   it("a caller's cancel is one info line (REST 499, gRPC canceled) and no error line", async () => {
+    const ledger = stack.ledger;
+    if (ledger === undefined) throw new Error("no ledger");
+    const aliceId = (await ledger.listKeys()).find((k) => k.name === "alice")?.id ?? "";
+    const spentBefore = (await ledger.usage(aliceId)).spentTokens;
     const controller = new AbortController();
     const res = await fetch(`${stack.url}/v1/completions`, {
       method: "POST",
@@ -194,6 +198,15 @@ describe("access log", () => {
     const line = await accessLine(id);
     expect(line).toMatchObject({ level: 30, status: 499, canceled: true, stream: true, keyName: "alice" });
     expect(linesOf(id).filter((l) => (l.level as number) >= 40)).toEqual([]);
+    // The line waited for the tokens of the aborted request: what its key is charged.
+    expect(line.promptTokens).toBe(3); // "Hi" with BOS in the tiny tokenizer
+    expect(line.completionTokens as number).toBeGreaterThanOrEqual(1);
+    await until(
+      async () => (await ledger.usage(aliceId)).openHolds === 0,
+      "the canceled stream's Hold settled",
+    );
+    const spentAfter = (await ledger.usage(aliceId)).spentTokens;
+    expect(spentAfter - spentBefore).toBe((line.promptTokens as number) + (line.completionTokens as number));
 
     const grpc = createClient(
       CompletionsService,
@@ -216,6 +229,8 @@ describe("access log", () => {
     }
     const rpcLine = await accessLine(grpcId);
     expect(rpcLine).toMatchObject({ level: 30, protocol: "grpc", grpcCode: "canceled", canceled: true });
+    expect(rpcLine.promptTokens).toBe(3);
+    expect(rpcLine.completionTokens as number).toBeGreaterThanOrEqual(1);
     expect(linesOf(grpcId ?? "").filter((l) => (l.level as number) >= 40)).toEqual([]);
   });
 
