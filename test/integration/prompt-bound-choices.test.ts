@@ -8,16 +8,8 @@ import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { until } from "../helpers/hang-guard.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
+import { wordTokenize } from "../helpers/word-tokenizer.js";
 import { type FakeUpstream, startFakeUpstream, withVllmOps } from "../upstream/fake-upstream.js";
-
-const BOS = 1;
-/** BOS + one token per word; 16 per word for a prompt that starts with `many` (more than its bytes). */
-function tokenize(prompt: string, addSpecial: boolean): number[] {
-  const words = prompt.split(/\s+/).filter((w) => w !== "");
-  const perWord = prompt.startsWith("many") ? 16 : 1;
-  const ids = words.flatMap((_, i) => Array.from({ length: perWord }, (__, k) => 100 + i * perWord + k));
-  return [...(addSpecial ? [BOS] : []), ...ids];
-}
 
 let upstream: FakeUpstream;
 let open: Stack;
@@ -36,7 +28,7 @@ beforeAll(async () => {
       };
       res.setHeader("content-type", "application/json");
       const prompts = typeof json.prompt === "string" ? [json.prompt] : json.prompt;
-      const ids = prompts.map((p) => tokenize(p, json.add_special_tokens ?? true));
+      const ids = prompts.map((p) => wordTokenize(p, json.add_special_tokens ?? true));
       if (req.url === "/tokenize") {
         res.end(JSON.stringify({ count: ids[0]!.length, max_model_len: 512, tokens: ids[0] }));
         return;

@@ -12,22 +12,10 @@ import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { until } from "../helpers/hang-guard.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
+import { wordTokenize } from "../helpers/word-tokenizer.js";
 import { chunk, type FakeUpstream, sse, startFakeUpstream, withVllmOps } from "../upstream/fake-upstream.js";
 
 const MAX_MODEL_LEN = 512;
-const BOS = 1;
-
-/**
- * The scripted tokenizer: BOS (with add_special_tokens) + one token per word — fewer than the
- * bytes — but a prompt that starts with `many` has 16 tokens per word: more than its bytes, as a
- * tokenizer wrongly declared byte-level would give.
- */
-function tokenize(prompt: string, addSpecial: boolean): number[] {
-  const words = prompt.split(/\s+/).filter((w) => w !== "");
-  const perWord = prompt.startsWith("many") ? 16 : 1;
-  const ids = words.flatMap((_, i) => Array.from({ length: perWord }, (__, k) => 100 + i * perWord + k));
-  return [...(addSpecial ? [BOS] : []), ...ids];
-}
 
 let dir: string;
 let upstream: FakeUpstream;
@@ -49,7 +37,7 @@ beforeAll(async () => {
           max_tokens: number;
           stream?: boolean;
         };
-        const promptIds = tokenize(json.prompt, json.add_special_tokens ?? true);
+        const promptIds = wordTokenize(json.prompt, json.add_special_tokens ?? true);
         res.setHeader("content-type", "application/json");
         if (req.url === "/tokenize") {
           res.end(
