@@ -25,6 +25,8 @@ interface RequestState {
   readonly span: Span;
   streaming: boolean;
   finished: boolean;
+  /** The response has closed (its line is written, or waits for the service). */
+  closed: boolean;
 }
 
 const states = new WeakMap<FastifyRequest, RequestState>();
@@ -109,10 +111,12 @@ function endingOf(reply: FastifyReply, state: RequestState): Ending {
 
 /**
  * How long the access line of a request whose caller went away waits for the service to record
- * its tokens ({@link CallRecord.running}): Inference's request is aborted at once, so this is
- * only a bound for a service that never ends the call.
+ * its tokens ({@link CallRecord.running}), ms. Inference's request is aborted at once, so the
+ * service ends within milliseconds; what waits longer (a count of the prompt from a slow
+ * Inference, a Connect stream whose generator connect-es leaves suspended until the stall timer)
+ * is written without them, as it was at the close.
  */
-const serviceEndWaitMs = 60_000;
+const serviceEndWaitMs = 5_000;
 
 function finish(request: FastifyRequest, state: RequestState, deps: RequestTelemetryDeps, ending: Ending) {
   const { end, canceled, grpcCode, status } = ending;
@@ -176,12 +180,18 @@ function finish(request: FastifyRequest, state: RequestState, deps: RequestTelem
  * the gateway span (child of the caller's `traceparent`), a {@link CallRecord} for the service, and
  * at the end one access log line (info; debug for probes and scrapes), the request metrics and the
  * span's end. When the caller went away while the service still runs the call
- * ({@link CallRecord.running}), these wait until it has recorded the call's tokens (at most
- * 60 s), so that they count what the key is charged. Register it before any hook that may answer
+ * ({@link CallRecord.running}), these wait until it has recorded the tokens the call used (at
+ * most 5 s, and no later than the server's close). Register it before any hook that may answer
  * early.
  */
 export function observeRequests(app: FastifyInstance, deps: RequestTelemetryDeps): void {
   const { metrics, tracing } = deps;
+  /** The lines of callers gone while the service still runs their calls (see the close handler). */
+  const waiting = new Set<() => void>();
+  app.addHook("onClose", (_app, done) => {
+    for (const write of [...waiting]) write();
+    done();
+  });
   // A callback hook: an async one costs a promise per request.
   app.addHook("onRequest", (request, reply, done) => {
     const url = request.url;
@@ -197,7 +207,9 @@ export function observeRequests(app: FastifyInstance, deps: RequestTelemetryDeps
       record: {
         traceUpstream: tracing.upstreamTracer(span),
         streamStarted() {
-          if (state.streaming) return;
+          // A stream whose caller went away during its checks is not counted in flight: its line
+          // was written at the close, so nothing would take it off the gauge again.
+          if (state.streaming || state.closed) return;
           state.streaming = true;
           metrics.streamsInFlight.inc(protocolLabels[protocol]);
         },
@@ -208,6 +220,7 @@ export function observeRequests(app: FastifyInstance, deps: RequestTelemetryDeps
       span,
       streaming: false,
       finished: false,
+      closed: false,
     };
     states.set(request, state);
     metrics.inFlight.inc(protocolLabels[protocol]);
@@ -216,22 +229,26 @@ export function observeRequests(app: FastifyInstance, deps: RequestTelemetryDeps
       state.finished = true;
     });
     res.on("close", () => {
+      state.closed = true;
       const ending = endingOf(reply, state);
       const record = state.record;
       if (record.running !== true) return finish(request, state, deps, ending);
       // The caller went away while the service still runs the call: the line and the metrics
-      // wait for its tokens (what it will be charged), at most serviceEndWaitMs.
+      // wait for the tokens it used, at most serviceEndWaitMs, and are written when the server
+      // closes at the latest.
       let done = false;
       const once = () => {
         if (done) return;
         done = true;
         clearTimeout(timer);
         delete record.onEnd;
+        waiting.delete(once);
         finish(request, state, deps, ending);
       };
       const timer = setTimeout(once, serviceEndWaitMs);
       timer.unref();
       record.onEnd = once;
+      waiting.add(once);
     });
     done();
   });
