@@ -9,7 +9,13 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { until } from "../helpers/hang-guard.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 import { wordTokenize } from "../helpers/word-tokenizer.js";
-import { type FakeUpstream, startFakeUpstream, withVllmOps } from "../upstream/fake-upstream.js";
+import {
+  answerCompletion,
+  chunk,
+  type FakeUpstream,
+  startFakeUpstream,
+  withVllmOps,
+} from "../upstream/fake-upstream.js";
 
 let upstream: FakeUpstream;
 let open: Stack;
@@ -26,47 +32,36 @@ beforeAll(async () => {
         max_tokens: number;
         stream?: boolean;
       };
-      res.setHeader("content-type", "application/json");
       const prompts = typeof json.prompt === "string" ? [json.prompt] : json.prompt;
       const ids = prompts.map((p) => wordTokenize(p, json.add_special_tokens ?? true));
       if (req.url === "/tokenize") {
+        res.setHeader("content-type", "application/json");
         res.end(JSON.stringify({ count: ids[0]!.length, max_model_len: 512, tokens: ids[0] }));
         return;
       }
       if (json.stream === true) throw new Error("unexpected stream");
       const n = json.n ?? 1;
       const generated = Math.min(json.max_tokens, 2);
-      const choices = ids.flatMap((promptIds, p) =>
-        Array.from({ length: n }, (_, k) => ({
-          index: p * n + k, // vLLM: index = len(choices), prompt-major
-          text: `${json.echo === true ? prompts[p] : ""}xy`.slice(
-            0,
-            generated + (json.echo ? prompts[p]!.length : 0),
-          ),
-          logprobs: null,
-          finish_reason: "length",
-          stop_reason: null,
-          prompt_logprobs: null,
-          token_ids: Array.from({ length: generated }, (__, i) => 10 + i),
-          prompt_token_ids: promptIds,
-        })),
-      );
-      const promptTokens = ids.reduce((a, b) => a + b.length, 0);
-      const completion = choices.length * generated;
-      res.end(
-        JSON.stringify({
-          id: "cmpl-x",
-          object: "text_completion",
-          created: 1,
-          model: "acs/fake",
-          choices,
-          usage: {
-            prompt_tokens: promptTokens,
-            completion_tokens: completion,
-            total_tokens: promptTokens + completion,
-          },
+      const token_ids = Array.from({ length: generated }, (_, i) => 10 + i);
+      // vLLM: index = len(choices), prompt-major
+      const events: unknown[] = ids.flatMap((prompt_token_ids, p) =>
+        Array.from({ length: n }, (_, k) => {
+          const text = `${json.echo === true ? prompts[p] : ""}${"xy".slice(0, generated)}`;
+          return chunk(p * n + k, text, "length", { token_ids, prompt_token_ids });
         }),
       );
+      const promptTokens = ids.reduce((a, b) => a + b.length, 0);
+      const completion = prompts.length * n * generated;
+      events.push({
+        ...chunk(0, ""),
+        choices: [],
+        usage: {
+          prompt_tokens: promptTokens,
+          completion_tokens: completion,
+          total_tokens: promptTokens + completion,
+        },
+      });
+      answerCompletion(res, body, events);
     }),
   );
   open = await startStack({
