@@ -136,11 +136,17 @@ export function createConnectRoutes(
     const untie = shutdown?.tie(controller) ?? (() => {});
     return { call: callContext(ctx, controller), untie };
   };
-  /** The error as the caller sees it: a call cut short by the shutdown gets the shutdown's. */
+  /**
+   * The error as the caller sees it: a call cut short by the shutdown gets the shutdown's, and its
+   * record (the access line, the metrics) that code instead of the `canceled` the service recorded.
+   */
   const shown = (err: unknown, call: CallContext): ConnectError => {
     const reason: unknown = shutdown?.signal.aborted ? shutdown.signal.reason : undefined;
-    const cut = reason instanceof ApiError && err instanceof ApiError && err.code === "canceled";
-    return toConnectError(cut ? reason : err, call.requestId);
+    if (reason instanceof ApiError && err instanceof ApiError && err.code === "canceled") {
+      if (call.record !== undefined) call.record.errorCode = reason.code;
+      return toConnectError(reason, call.requestId);
+    }
+    return toConnectError(err, call.requestId);
   };
   return (router) => {
     router.service(CompletionsService, {

@@ -8,7 +8,8 @@ import type {
 import type { StreamCompletionResponse } from "../../gen/acs/v1/completions_pb.js";
 import { limits } from "../config/index.js";
 import { ApiError, invalidRequest } from "../errors/index.js";
-import { type CompletionsApi, modelNotFound } from "../service/index.js";
+import { type CallRecord, type CompletionsApi, modelNotFound } from "../service/index.js";
+import { callRecordOf } from "../telemetry/request-telemetry.js";
 import { apiDocsRoutes } from "./api-docs.js";
 import { createCallContext, createShutdownLink, type ShutdownLink } from "./call-context.js";
 import { decodeContentEncoding } from "./content-encoding.js";
@@ -129,7 +130,14 @@ export async function pumpChunks(
   first: Promise<IteratorResult<StreamCompletionResponse>>,
   chunks: AsyncIterator<StreamCompletionResponse>,
   writer: SseWriter,
-  opts: { render: RenderOptions; requestId: string; shutdown: AbortSignal; log: FastifyBaseLogger },
+  opts: {
+    render: RenderOptions;
+    requestId: string;
+    shutdown: AbortSignal;
+    log: FastifyBaseLogger;
+    /** The call's record: its `errorCode` becomes the code of the error event sent. */
+    record?: CallRecord | undefined;
+  },
 ): Promise<void> {
   let finished = false;
   try {
@@ -162,6 +170,9 @@ export async function pumpChunks(
     }
     if (writer.closed) return;
     const apiError = opts.shutdown.aborted ? shutdownError(opts.shutdown) : apiErrorFrom(err);
+    // The access line and the metrics say what the caller got: e.g. the shutdown's error, not the
+    // `canceled` the service recorded when the shutdown aborted its call.
+    if (opts.record !== undefined) opts.record.errorCode = apiError.code;
     // A bug is an error; Inference's failures are warnings; a cancel is only the access log's.
     if (apiError.code === "internal_error") opts.log.error({ err }, "stream failed after start");
     else if (apiError.status >= 500) opts.log.warn({ err }, "stream failed after start");
@@ -229,13 +240,16 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
     requestIdOf(reply);
     done();
   });
-  app.setErrorHandler((err, _request, reply) => {
-    // A call cut short by the shutdown (the service throws `canceled`) answers 503, not 499.
-    const shown =
-      shutdown.signal.aborted && err instanceof ApiError && err.code === "canceled"
-        ? shutdownError(shutdown.signal)
-        : err;
-    return sendError(reply, shown, requestIdOf(reply));
+  app.setErrorHandler((err, request, reply) => {
+    // A call cut short by the shutdown (the service throws `canceled`) answers 503, not 499, and
+    // its access line and metrics say so: the record gets the code the caller is sent.
+    if (shutdown.signal.aborted && err instanceof ApiError && err.code === "canceled") {
+      const shown = shutdownError(shutdown.signal);
+      const record = callRecordOf(request);
+      if (record !== undefined) record.errorCode = shown.code;
+      return sendError(reply, shown, requestIdOf(reply));
+    }
+    return sendError(reply, err, requestIdOf(reply));
   });
 
   // Every content type is read as bytes and checked by the route itself, after the key (a bad key
@@ -328,6 +342,7 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
       requestId: ctx.requestId,
       shutdown: shutdown.signal,
       log: request.log,
+      record: ctx.record,
     }).catch((err: unknown) => request.log.error({ err }, "SSE pump failed"));
     return reply;
   });

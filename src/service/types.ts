@@ -30,7 +30,11 @@ export interface CallRecord {
   firstTokenAt?: number;
   /** max_tokens was lowered to what the Budget holds (`X-Acs-Max-Tokens-Clamped`). */
   clamped?: boolean;
-  /** The error code the call ended with (src/errors catalogue). */
+  /**
+   * The error code the call ended with (src/errors catalogue), as its caller was sent it: a
+   * surface that answers a call the shutdown cut short with the shutdown's error (503
+   * `upstream_unavailable`) puts that code here in place of the service's `canceled`.
+   */
   errorCode?: ErrorCode;
   /** Called once when a streamed completion has passed its checks (the in-flight streams gauge). */
   streamStarted?(): void;

@@ -3,6 +3,7 @@
 import type { AddressInfo, Server } from "node:net";
 import type { FastifyInstance } from "fastify";
 import { pino } from "pino";
+import type { Registry } from "prom-client";
 import type { BudgetLedger } from "../../src/budget/index.js";
 import { type BudgetDb, limits, type ModelConfig } from "../../src/config/index.js";
 import { type RunningEngine, startEngine } from "../../src/engine/index.js";
@@ -64,6 +65,8 @@ export interface Stack {
   registry: ModelRegistry<UpstreamPool>;
   /** Per-key requests in flight (keys on). */
   admission: Admission;
+  /** The gateway's metrics registry (what GET /metrics serves), still readable after close(). */
+  metrics: Registry;
   /** The model id and alias the stack serves. */
   modelId: string;
   alias: string;
@@ -94,7 +97,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     ownedBy: "acs-test",
     ...opts.model,
   };
-  const { app, ledger, registry, admission } = await buildApp(
+  const { app, ledger, registry, admission, metrics } = await buildApp(
     {
       models: [modelConfig],
       db: opts.db ?? (opts.dbPath === undefined ? undefined : { kind: "sqlite", path: opts.dbPath }),
@@ -133,6 +136,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     ledger,
     registry,
     admission,
+    metrics: metrics.registry,
     modelId: modelConfig.id,
     alias,
     async close() {

@@ -24,6 +24,7 @@ import { ErrorEnvelopeSchema } from "../../gen/acs/v1/error_pb.js";
 import { Health, HealthCheckResponse_ServingStatus as Status } from "../../gen/grpc/health/v1/health_pb.js";
 import { createBudgetLedger } from "../../src/budget/index.js";
 import { createLifecycle, drainAndClose, type Lifecycle } from "../../src/server/index.js";
+import { createLogger } from "../../src/telemetry/index.js";
 import { until } from "../helpers/hang-guard.js";
 import { parseSse } from "../helpers/parse-sse.js";
 import { type Stack, type StackOptions, startStack } from "../helpers/start-stack.js";
@@ -98,7 +99,7 @@ afterEach(async () => {
   }
 });
 
-async function start(graceMs: number, timeouts?: StackOptions["timeouts"]) {
+async function start(graceMs: number, timeouts?: StackOptions["timeouts"], logger?: StackOptions["logger"]) {
   const upstream = createHoldingUpstream();
   await new Promise<void>((r) => upstream.server.listen(0, "127.0.0.1", r));
   const port = (upstream.server.address() as AddressInfo).port;
@@ -109,6 +110,7 @@ async function start(graceMs: number, timeouts?: StackOptions["timeouts"]) {
     dbPath,
     lifecycle,
     ...(timeouts ? { timeouts } : {}),
+    ...(logger ? { logger } : {}),
   });
   stacks.push({ stack, lifecycle, upstream });
   const { id, key } = await stack.ledger!.createKey({ budgetTokens: 100_000, name: "drain" });
@@ -122,17 +124,31 @@ const request = (maxTokens = 8) =>
     maxTokens,
   });
 
+/** The request id each call of {@link startCalls} sends (X-Request-Id), by call. */
+const callIds = {
+  restUnary: "call-rest-unary",
+  sse: "call-sse",
+  grpcStream: "call-grpc-stream",
+  connectUnary: "call-connect-unary",
+  grpcWebUnary: "call-grpc-web-unary",
+} as const;
+
 /** The calls in flight on every protocol, each resolving to how it ended. */
 function startCalls(url: string, key: string, h2: Http2SessionManager) {
   const auth = { authorization: `Bearer ${key}` };
   const headers = { "content-type": "application/json", ...auth };
   const body = (stream: boolean) => JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 8, stream });
-  const restUnary = fetch(`${url}/v1/completions`, { method: "POST", headers, body: body(false) }).then(
-    async (res) => ({ status: res.status, json: (await res.json()) as Record<string, unknown> }),
-  );
-  const sse = fetch(`${url}/v1/completions`, { method: "POST", headers, body: body(true) }).then(
-    async (res) => ({ status: res.status, events: parseSse(await res.text()) }),
-  );
+  const id = (call: keyof typeof callIds) => ({ ...auth, "x-request-id": callIds[call] });
+  const restUnary = fetch(`${url}/v1/completions`, {
+    method: "POST",
+    headers: { ...headers, ...id("restUnary") },
+    body: body(false),
+  }).then(async (res) => ({ status: res.status, json: (await res.json()) as Record<string, unknown> }));
+  const sse = fetch(`${url}/v1/completions`, {
+    method: "POST",
+    headers: { ...headers, ...id("sse") },
+    body: body(true),
+  }).then(async (res) => ({ status: res.status, events: parseSse(await res.text()) }));
   const grpc = createClient(CompletionsService, createGrpcTransport({ baseUrl: url, sessionManager: h2 }));
   const connectH1 = createClient(
     CompletionsService,
@@ -155,9 +171,9 @@ function startCalls(url: string, key: string, h2: Http2SessionManager) {
   return {
     restUnary,
     sse,
-    grpcStream: settle(collect(grpc.streamCompletion(request(), { headers: auth }))),
-    connectUnary: settle(connectH1.createCompletion(request(), { headers: auth })),
-    grpcWebUnary: settle(grpcWeb.createCompletion(request(), { headers: auth })),
+    grpcStream: settle(collect(grpc.streamCompletion(request(), { headers: id("grpcStream") }))),
+    connectUnary: settle(connectH1.createCompletion(request(), { headers: id("connectUnary") })),
+    grpcWebUnary: settle(grpcWeb.createCompletion(request(), { headers: id("grpcWebUnary") })),
   };
 }
 const CALLS = 5;
@@ -316,6 +332,62 @@ describe("past the grace: what is left ends with the in-band shutdown error", ()
     h2.abort();
     const usage = await openHolds(dbPath, keyId);
     expect(usage.openHolds).toBe(0);
+  });
+});
+
+describe("past the grace: the access log and the metrics", () => {
+  it("record what each caller got (503 / unavailable with upstream_unavailable), not a caller's cancel", async () => {
+    const lines: Array<Record<string, unknown>> = [];
+    const logger = createLogger({
+      level: "info",
+      format: "json",
+      destination: { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) },
+    });
+    // ACS_SHUTDOWN_GRACE_MS=0: the calls in flight end as soon as the listener stops.
+    const { stack, upstream, lifecycle, key } = await start(0, undefined, logger);
+    const h2 = new Http2SessionManager(stack.url);
+    const calls = startCalls(stack.url, key, h2);
+    await until(() => upstream.held === CALLS, "every call is held at Inference");
+    await drainAndClose(stack.app, lifecycle, { drainDelayMs: 0, logger: pino({ level: "silent" }) });
+    expect((await calls.restUnary).status).toBe(503);
+    for (const call of [await calls.grpcStream, await calls.connectUnary, await calls.grpcWebUnary]) {
+      expect(call.ok ? undefined : call.error.code).toBe(Code.Unavailable);
+    }
+    h2.abort();
+
+    const lineOf = (id: string) => lines.find((l) => l.msg === "request" && l.requestId === id);
+    await until(() => Object.values(callIds).every((id) => lineOf(id) !== undefined), "every access line");
+    const shutDown = { level: 30, error: "upstream_unavailable" };
+    expect(lineOf(callIds.restUnary)).toMatchObject({ ...shutDown, protocol: "rest", status: 503 });
+    // The stream had started (200): the caller got the envelope as an SSE error event.
+    expect(lineOf(callIds.sse)).toMatchObject({ ...shutDown, protocol: "rest", status: 200, stream: true });
+    expect(lineOf(callIds.grpcStream)).toMatchObject({
+      ...shutDown,
+      protocol: "grpc",
+      grpcCode: "unavailable",
+    });
+    expect(lineOf(callIds.connectUnary)).toMatchObject({
+      ...shutDown,
+      protocol: "connect",
+      status: 503,
+      grpcCode: "unavailable",
+    });
+    expect(lineOf(callIds.grpcWebUnary)).toMatchObject({
+      ...shutDown,
+      protocol: "grpc-web",
+      grpcCode: "unavailable",
+    });
+    for (const id of Object.values(callIds)) expect(lineOf(id)).not.toHaveProperty("canceled");
+
+    // acs_requests_total: the same outcomes, none counted as a cancel (499 / canceled).
+    const counted = (await stack.metrics.getSingleMetric("acs_requests_total")?.get())?.values ?? [];
+    const completions = counted.filter((v) => String(v.labels.route).includes("ompletion"));
+    const sum = (pick: (labels: Record<string, unknown>) => boolean) =>
+      completions.filter((v) => pick(v.labels)).reduce((n, v) => n + v.value, 0);
+    expect(sum((l) => l.status === "499" || l.grpc_code === "canceled")).toBe(0);
+    expect(sum((l) => l.protocol === "rest" && l.status === "503")).toBe(1);
+    expect(sum((l) => l.protocol === "rest" && l.status === "200")).toBe(1);
+    expect(sum((l) => l.grpc_code === "unavailable")).toBe(3);
   });
 });
 
