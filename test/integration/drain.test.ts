@@ -33,9 +33,13 @@ import { answerVllmOps } from "../upstream/fake-upstream.js";
 const dir = mkdtempSync(join(tmpdir(), "acs-drain-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-/** Inference that streams "a", holds the completion until `release()`, then "b", usage, [DONE]. */
-function createHoldingUpstream() {
+/**
+ * Inference that streams "a", holds the completion until `release()`, then "b", usage, [DONE].
+ * With `holdTokenize`, `/tokenize` is never answered: calls stay in their checks (`tokenizing`).
+ */
+function createHoldingUpstream(holdTokenize = false) {
   const waiting: (() => void)[] = [];
+  let tokenizing = 0;
   const chunk = (text: string, finish: string | null) =>
     `data: ${JSON.stringify({
       id: "cmpl-x",
@@ -57,6 +61,11 @@ function createHoldingUpstream() {
     req.resume();
     req.on("end", () => {
       if (answerVllmOps(req, res)) return;
+      if (req.url === "/tokenize" && holdTokenize) {
+        tokenizing++;
+        res.once("close", () => tokenizing--);
+        return;
+      }
       if (req.url === "/tokenize") {
         res.setHeader("content-type", "application/json");
         res.end(JSON.stringify({ count: 2, max_model_len: 512, tokens: [1, 2] }));
@@ -77,6 +86,10 @@ function createHoldingUpstream() {
     /** Completions held now. */
     get held() {
       return waiting.length;
+    },
+    /** `/tokenize` requests held now (`holdTokenize`). */
+    get tokenizing() {
+      return tokenizing;
     },
     /** Lets every held completion finish. */
     release() {
@@ -99,8 +112,16 @@ afterEach(async () => {
   }
 });
 
-async function start(graceMs: number, timeouts?: StackOptions["timeouts"], logger?: StackOptions["logger"]) {
-  const upstream = createHoldingUpstream();
+async function start(
+  graceMs: number,
+  options: {
+    timeouts?: StackOptions["timeouts"];
+    logger?: StackOptions["logger"];
+    holdTokenize?: boolean;
+  } = {},
+) {
+  const { timeouts, logger } = options;
+  const upstream = createHoldingUpstream(options.holdTokenize);
   await new Promise<void>((r) => upstream.server.listen(0, "127.0.0.1", r));
   const port = (upstream.server.address() as AddressInfo).port;
   const dbPath = join(dir, `${graceMs}-${stacks.length}.db`);
@@ -148,7 +169,11 @@ function startCalls(url: string, key: string, h2: Http2SessionManager) {
     method: "POST",
     headers: { ...headers, ...id("sse") },
     body: body(true),
-  }).then(async (res) => ({ status: res.status, events: parseSse(await res.text()) }));
+  }).then(async (res) => {
+    const text = await res.text();
+    // A refusal before the stream started is a JSON envelope with its status, not SSE.
+    return { status: res.status, events: res.status === 200 ? parseSse(text) : [], text };
+  });
   const grpc = createClient(CompletionsService, createGrpcTransport({ baseUrl: url, sessionManager: h2 }));
   const connectH1 = createClient(
     CompletionsService,
@@ -223,7 +248,7 @@ function envelopeOf(err: ConnectError) {
 describe("drain: not ready at once, still serving, then in-flight calls finish", () => {
   it("calls in flight on every protocol complete normally; Watch sees NOT_SERVING then ends; Holds settled", async () => {
     const { stack, upstream, lifecycle, dbPath, keyId, key } = await start(600_000, {
-      keepAliveMs: 3_600_000,
+      timeouts: { keepAliveMs: 3_600_000 },
     });
     const h2 = new Http2SessionManager(stack.url);
     const watch = watchHealth(stack.url, h2);
@@ -344,7 +369,7 @@ describe("past the grace: the access log and the metrics", () => {
       destination: { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) },
     });
     // ACS_SHUTDOWN_GRACE_MS=0: the calls in flight end as soon as the listener stops.
-    const { stack, upstream, lifecycle, key } = await start(0, undefined, logger);
+    const { stack, upstream, lifecycle, key } = await start(0, { logger });
     const h2 = new Http2SessionManager(stack.url);
     const calls = startCalls(stack.url, key, h2);
     await until(() => upstream.held === CALLS, "every call is held at Inference");
@@ -388,6 +413,45 @@ describe("past the grace: the access log and the metrics", () => {
     expect(sum((l) => l.protocol === "rest" && l.status === "503")).toBe(1);
     expect(sum((l) => l.protocol === "rest" && l.status === "200")).toBe(1);
     expect(sum((l) => l.grpc_code === "unavailable")).toBe(3);
+  });
+});
+
+describe("past the grace: calls still in their checks", () => {
+  it("fifteen calls on every protocol end with the shutdown error and print no MaxListenersExceededWarning", async () => {
+    // More calls than an AbortSignal's 10 listeners: one listener per call on a shared signal
+    // (the shutdown's, say) would print the warning.
+    const warnings: Error[] = [];
+    const onWarning = (w: Error) => warnings.push(w);
+    process.on("warning", onWarning);
+    try {
+      const { stack, upstream, lifecycle, dbPath, keyId, key } = await start(0, { holdTokenize: true });
+      const h2 = new Http2SessionManager(stack.url);
+      const rounds = [1, 2, 3].map(() => startCalls(stack.url, key, h2));
+      const calls = rounds.length * CALLS;
+      // Every call waits for Inference's count of its prompt: none has reached its Hold or Inference.
+      await until(() => upstream.tokenizing === calls, "every call is in its prompt-length check");
+      await drainAndClose(stack.app, lifecycle, { drainDelayMs: 0, logger: pino({ level: "silent" }) });
+      for (const round of rounds) {
+        const rest = await round.restUnary;
+        expect(rest.status).toBe(503);
+        expect(rest.json).toMatchObject({ error: { code: "upstream_unavailable" } });
+        // Refused before its first chunk: a real status and the envelope, not an SSE event.
+        const sse = await round.sse;
+        expect(sse.status).toBe(503);
+        expect(JSON.parse(sse.text)).toMatchObject({ error: { code: "upstream_unavailable" } });
+        for (const call of [await round.grpcStream, await round.connectUnary, await round.grpcWebUnary]) {
+          expect(call.ok ? undefined : call.error.code).toBe(Code.Unavailable);
+        }
+      }
+      h2.abort();
+      await until(() => upstream.tokenizing === 0, "every /tokenize request was aborted");
+      expect(upstream.held).toBe(0);
+      expect((await openHolds(dbPath, keyId)).openHolds).toBe(0);
+      await new Promise((resolve) => setImmediate(resolve)); // warnings are emitted on next tick
+    } finally {
+      process.off("warning", onWarning);
+    }
+    expect(warnings.map((w) => `${w.name}: ${w.message}`)).toEqual([]);
   });
 });
 
@@ -438,7 +502,7 @@ describe("stopping: a new request", () => {
 describe("stopping: HTTP/1.1 keep-alive", () => {
   it("a connection whose call finishes during the grace is closed after its response, not held open", async () => {
     // Keep-alive connections would otherwise stay open for keepAliveMs, holding app.close().
-    const { stack, upstream, key } = await start(600_000, { keepAliveMs: 3_600_000 });
+    const { stack, upstream, key } = await start(600_000, { timeouts: { keepAliveMs: 3_600_000 } });
     const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
     const sockets: import("node:net").Socket[] = [];
     agent.on("free", (socket) => sockets.push(socket));
