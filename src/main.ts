@@ -199,7 +199,7 @@ async function main(): Promise<void> {
   if (config.db === undefined && !worker) warnKeysOff(logger, config.host);
   const models = embedded ? [embedded.model] : config.models;
   const lifecycle = createLifecycle({ graceMs: config.shutdownGraceMs });
-  const { app, registry, metrics } = await buildApp(
+  const { app, registry, metrics, flushAccessLog } = await buildApp(
     { ...config, models, ...(worker ? { instanceId: worker.instanceId } : {}) },
     {
       logger,
@@ -253,9 +253,12 @@ async function main(): Promise<void> {
       "shutting down",
     );
     // Past the drain delay, the grace and the 5 s linger of build-server, something is stuck.
+    // The access lines still waiting for their calls' tokens are written first: the close, which
+    // writes them in its last step, has not got there (pino flushes its lines at exit).
     const force = setTimeout(
       () => {
-        logger.error("shutdown did not finish: exiting");
+        const waitingAccessLines = flushAccessLog();
+        logger.error({ waitingAccessLines }, "shutdown did not finish: exiting");
         process.exit(1);
       },
       config.drainDelayMs + config.shutdownGraceMs + 10_000,

@@ -90,6 +90,12 @@ export interface App {
   readonly ledger: BudgetLedger | undefined;
   /** Per-key requests in flight and their caps (used with keys on). */
   readonly admission: Admission;
+  /**
+   * Writes now the access lines still waiting for their calls' tokens (callers gone while the
+   * service runs the call), as app.close() does in its last step; returns how many. For a forced
+   * exit, which does not wait for the close (src/main.ts).
+   */
+  readonly flushAccessLog: () => number;
 }
 
 /**
@@ -174,7 +180,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     admission,
   });
   const isReady = options.isReady ?? (() => true);
-  const { app, metrics } = await buildServer({
+  const { app, metrics, flushAccessLog } = await buildServer({
     config,
     api,
     logger,
@@ -193,7 +199,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     },
   });
   registerUpstreamMetrics(metrics.registry, pools);
-  return { app, metrics, registry, ledger, admission };
+  return { app, metrics, registry, ledger, admission, flushAccessLog };
 }
 
 /**

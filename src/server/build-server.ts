@@ -47,6 +47,7 @@ import {
   callRecordOf,
   createTracing,
   observeRequests,
+  type RequestObserver,
   requestIdFrom,
   type Tracing,
   withRpcOutcome,
@@ -186,11 +187,13 @@ function answerClientError(err: Error & { code?: string }, socket: Socket): void
  * Builds the gateway app, not yet listening (tests listen on port 0): REST (OpenAI-compatible),
  * Connect + gRPC + gRPC-Web (acs.v1.CompletionsService) and ops routes on one port, HTTP/1.1 and
  * h2c alike. The Connect plugin and the REST plugin are siblings: the Connect plugin replaces the
- * content-type parsers in its own scope.
+ * content-type parsers in its own scope. `flushAccessLog` writes the access lines still waiting for
+ * their calls' tokens ({@link RequestObserver.flushWaiting}): for an exit that does not wait for
+ * app.close().
  */
 export async function buildServer(
   deps: ServerDeps,
-): Promise<{ app: FastifyInstance; metrics: GatewayMetrics }> {
+): Promise<{ app: FastifyInstance; metrics: GatewayMetrics; flushAccessLog: () => number }> {
   const metrics = createMetrics(deps.steeringBudget);
   const lifecycle = deps.lifecycle ?? createLifecycle();
   const isReady = () => lifecycle.ready && deps.isReady();
@@ -233,7 +236,7 @@ export async function buildServer(
     sendAnyError(request, reply, shutdownError());
   });
   // The access log, the request metrics and the gateway span of every request (src/telemetry).
-  observeRequests(app, { metrics: metrics.calls, tracing });
+  const requests = observeRequests(app, { metrics: metrics.calls, tracing });
 
   await app.register(cors, {
     // Preflights succeed without a key; request headers are reflected, which allows
@@ -364,5 +367,5 @@ export async function buildServer(
       await tracing.shutdown();
     }
   });
-  return { app, metrics };
+  return { app, metrics, flushAccessLog: requests.flushWaiting };
 }

@@ -8,6 +8,7 @@ export {
   observeRequests,
   type Protocol,
   protocolOf,
+  type RequestObserver,
   type RequestTelemetryDeps,
 } from "./request-telemetry.js";
 export { callRecordKey, type RpcOutcome, withRpcOutcome } from "./rpc-outcome.js";

@@ -174,6 +174,17 @@ function finish(request: FastifyRequest, state: RequestState, deps: RequestTelem
   span.end();
 }
 
+/** What {@link observeRequests} gives back. */
+export interface RequestObserver {
+  /**
+   * Writes now the access lines (and metrics, and spans) of callers gone while the service still
+   * runs their calls, without the tokens they wait for; returns how many it wrote. The app's close
+   * does it in its onClose hook; a process that exits without the close having got there (the
+   * forced exit of a shutdown that did not finish, src/main.ts) calls it first.
+   */
+  flushWaiting(): number;
+}
+
 /**
  * Registers the root hook that follows every request from its start to the end of its response
  * (the response's `close`, which also comes when the caller goes away first): the in-flight gauge,
@@ -181,15 +192,20 @@ function finish(request: FastifyRequest, state: RequestState, deps: RequestTelem
  * at the end one access log line (info; debug for probes and scrapes), the request metrics and the
  * span's end. When the caller went away while the service still runs the call
  * ({@link CallRecord.running}), these wait until it has recorded the tokens the call used (at
- * most 5 s, and no later than the server's close). Register it before any hook that may answer
- * early.
+ * most 5 s, and no later than the server's close, or {@link RequestObserver.flushWaiting}).
+ * Register it before any hook that may answer early.
  */
-export function observeRequests(app: FastifyInstance, deps: RequestTelemetryDeps): void {
+export function observeRequests(app: FastifyInstance, deps: RequestTelemetryDeps): RequestObserver {
   const { metrics, tracing } = deps;
   /** The lines of callers gone while the service still runs their calls (see the close handler). */
   const waiting = new Set<() => void>();
+  const flushWaiting = (): number => {
+    const lines = [...waiting];
+    for (const write of lines) write();
+    return lines.length;
+  };
   app.addHook("onClose", (_app, done) => {
-    for (const write of [...waiting]) write();
+    flushWaiting();
     done();
   });
   // A callback hook: an async one costs a promise per request.
@@ -252,6 +268,7 @@ export function observeRequests(app: FastifyInstance, deps: RequestTelemetryDeps
     });
     done();
   });
+  return { flushWaiting };
 }
 
 /** No attributes: the span of a request when nothing records it. */

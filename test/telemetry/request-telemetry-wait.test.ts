@@ -17,6 +17,7 @@ import {
   createCallMetrics,
   createTracing,
   observeRequests,
+  type RequestObserver,
 } from "../../src/telemetry/index.js";
 import { until } from "../helpers/hang-guard.js";
 
@@ -29,6 +30,8 @@ interface Rig {
   metrics: CallMetrics;
   /** The record of the call the route is running, once it runs. */
   running: Promise<CallRecord>;
+  /** What observeRequests gave back. */
+  observer: RequestObserver;
 }
 
 let rig: Rig | undefined;
@@ -39,14 +42,20 @@ afterEach(async () => {
 
 /**
  * An app whose POST /call marks its record running (as the service does past its checks) and
- * never answers; `beforeRunning` runs first (a check the caller may leave during).
+ * never answers; `beforeRunning` runs first (a check the caller may leave during). `onClose` is an
+ * onClose hook registered after the telemetry's, which fastify runs first (last registered, first
+ * run), as the gateway's pools, ledger, engine and tracing close (src/server/build-server.ts).
  */
-async function start(beforeRunning?: (closed: Promise<unknown>) => Promise<void>): Promise<Rig> {
+async function start(
+  beforeRunning?: (closed: Promise<unknown>) => Promise<void>,
+  onClose?: () => Promise<void>,
+): Promise<Rig> {
   const lines: Line[] = [];
   const logger = pino({ level: "info" }, { write: (s: string) => void lines.push(JSON.parse(s) as Line) });
   const app = Fastify({ loggerInstance: logger as FastifyBaseLogger });
   const metrics = createCallMetrics(new Registry());
-  observeRequests(app, { metrics, tracing: createTracing() });
+  const observer = observeRequests(app, { metrics, tracing: createTracing() });
+  if (onClose !== undefined) app.addHook("onClose", onClose);
   let resolveRunning: (r: CallRecord) => void = () => undefined;
   const running = new Promise<CallRecord>((r) => {
     resolveRunning = r;
@@ -62,7 +71,7 @@ async function start(beforeRunning?: (closed: Promise<unknown>) => Promise<void>
   });
   await app.listen({ host: "127.0.0.1", port: 0 });
   const { port } = app.server.address() as AddressInfo;
-  rig = { app, url: `http://127.0.0.1:${port}`, lines, metrics, running };
+  rig = { app, url: `http://127.0.0.1:${port}`, lines, metrics, running, observer };
   return rig;
 }
 
@@ -134,6 +143,38 @@ describe("a caller gone while the service runs the call", () => {
     expect(await gauge(r.metrics.streamsInFlight)).toBe(0);
     expect(await gauge(r.metrics.inFlight)).toBe(0);
     endCall(record, 1, 0);
+    expect(accessLines(r)).toHaveLength(1);
+  });
+});
+
+describe("a server whose close does not finish (src/main.ts then exits by force)", () => {
+  it("flushWaiting() writes the lines still waiting, once, while the close is stuck", async () => {
+    let stuck = false;
+    let release: () => void = () => undefined;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const r = await start(undefined, async () => {
+      stuck = true;
+      await released;
+    });
+    callAndLeave(r.url, r.running);
+    const record = await r.running;
+    await until(() => record.onEnd !== undefined, "the close handler waits for the call");
+    const closing = r.app.close();
+    try {
+      await until(() => stuck, "the close is stuck in an onClose hook before the telemetry's");
+      expect(accessLines(r)).toEqual([]); // the app's close would write it, but does not get there
+      expect(r.observer.flushWaiting()).toBe(1);
+      expect(accessLines(r)).toMatchObject([{ status: 499, canceled: true }]);
+      expect(accessLines(r)[0]).not.toHaveProperty("promptTokens");
+      expect(await gauge(r.metrics.inFlight)).toBe(0);
+      expect(r.observer.flushWaiting()).toBe(0);
+    } finally {
+      release();
+      await closing;
+    }
+    endCall(record, 7, 2); // the service's end, too late for the line
     expect(accessLines(r)).toHaveLength(1);
   });
 });
