@@ -16,3 +16,4 @@ export {
   endWhenStalled,
   requestIdKey,
 } from "./routes.js";
+export { strictJsonTextDecoder } from "./strict-json-text.js";

@@ -61,4 +61,10 @@ export {
   type SseWriter,
   type SseWriterOptions,
 } from "./sse-writer.js";
-export { isJsonNumber, parseStrictJson, readExactInteger, readExactIntegerText } from "./strict-json.js";
+export {
+  isJsonNumber,
+  JsonNumberText,
+  parseStrictJson,
+  readExactInteger,
+  readExactIntegerText,
+} from "./strict-json.js";

@@ -25,6 +25,7 @@ import {
   endTransportKey,
   releaseParsedBody,
   requestIdKey,
+  strictJsonTextDecoder,
   toConnectError,
   withErrorEnvelopes,
   writeProtocolError,
@@ -265,6 +266,11 @@ export async function buildServer(
   // form. Set before the plugins register: routes keep the error handler of their registration.
   app.setErrorHandler((error, request, reply) => sendAnyError(request, reply, error));
 
+  // Strict like REST: an unknown field in Connect JSON is an error, not silently dropped, and the
+  // bytes are read by REST's JSON parser (invalid UTF-8, a BOM, duplicate keys refused; every number
+  // exact, an int64 seed too). connect-es reads `textDecoder` from jsonOptions (its
+  // createJsonSerialization), though the router options' type leaves it out.
+  const connectJsonOptions = { ignoreUnknownFields: false, textDecoder: strictJsonTextDecoder };
   // The Connect plugin in a scope of its own that reads no body: any Content-Type reaches
   // connect-es, which refuses the ones it does not serve (415, answered with the envelope).
   await app.register(async (rpc) => {
@@ -296,8 +302,7 @@ export async function buildServer(
       readMaxBytes: limits.bodyLimitBytes,
       // The request compressions REST accepts too (gzip, deflate, br, identity).
       acceptCompression: [compressionGzip, compressionBrotli, compressionDeflate],
-      // Strict like REST: an unknown field in Connect JSON is an error, not silently dropped.
-      jsonOptions: { ignoreUnknownFields: false },
+      jsonOptions: connectJsonOptions,
       contextValues: (request) =>
         createContextValues()
           .set(requestIdKey, request.id)
