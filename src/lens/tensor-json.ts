@@ -105,9 +105,7 @@ function parseNestedArrays(value: unknown[]): Tensor {
       if (last) {
         const number = jsonNumber(item);
         if (number === undefined) {
-          throw new TensorRefusal(`element ${indexPath(index)} is ${jsonTypeName(item)}; expected a number`, {
-            isTypeError: true,
-          });
+          throw new TensorRefusal("expected a number", { field: indexPath(index), isTypeError: true });
         }
         const single = Math.fround(number);
         if (!Number.isFinite(single)) {
@@ -118,9 +116,7 @@ function parseNestedArrays(value: unknown[]): Tensor {
         if (out !== undefined) out[next++] = single;
       } else {
         if (!Array.isArray(item)) {
-          throw new TensorRefusal(`${indexPath(index)} is ${jsonTypeName(item)}; expected an array`, {
-            isTypeError: true,
-          });
+          throw new TensorRefusal("expected an array", { field: indexPath(index), isTypeError: true });
         }
         if (item.length !== shape[depth + 1]) {
           throw new TensorRefusal(
@@ -158,31 +154,31 @@ function readDictHeader(value: Record<string, unknown>, strictKeys: boolean): Di
   }
   const { data, dtype, original_dtype: original, shape, compression } = value;
   if (typeof data !== "string") {
-    throw new TensorRefusal(`expected a string (base64), got ${jsonTypeName(data)}`, {
+    throw new TensorRefusal("expected a string", {
       field: "data",
       isTypeError: true,
     });
   }
   if (typeof dtype !== "string") {
-    throw new TensorRefusal(`expected a string, got ${jsonTypeName(dtype)}`, {
+    throw new TensorRefusal("expected a string", {
       field: "dtype",
       isTypeError: true,
     });
   }
   if (original !== undefined && original !== null && typeof original !== "string") {
-    throw new TensorRefusal(`expected a string, got ${jsonTypeName(original)}`, {
+    throw new TensorRefusal("expected a string", {
       field: "original_dtype",
       isTypeError: true,
     });
   }
   if (!Array.isArray(shape)) {
-    throw new TensorRefusal(`expected an array, got ${jsonTypeName(shape)}`, {
+    throw new TensorRefusal("expected an array", {
       field: "shape",
       isTypeError: true,
     });
   }
   if (compression !== undefined && compression !== null && typeof compression !== "string") {
-    throw new TensorRefusal(`expected a string or null, got ${jsonTypeName(compression)}`, {
+    throw new TensorRefusal("expected a string", {
       field: "compression",
       isTypeError: true,
     });
@@ -200,13 +196,11 @@ function readDictHeader(value: Record<string, unknown>, strictKeys: boolean): Di
     throw new TensorRefusal(`compression "${compression}" is not "zstd" or null`);
   }
   const dims: number[] = [];
-  for (const dim of shape) {
+  for (let i = 0; i < shape.length; i++) {
+    const dim: unknown = shape[i];
     const number = jsonNumber(dim);
     if (number === undefined) {
-      throw new TensorRefusal(`expected an array of integers, but it holds ${jsonTypeName(dim)}`, {
-        field: "shape",
-        isTypeError: true,
-      });
+      throw new TensorRefusal("expected an integer", { field: `shape[${i}]`, isTypeError: true });
     }
     if (!Number.isInteger(number) || number < 0 || number > 0xffffffff) {
       throw new TensorRefusal(`shape dimension ${number} is not an integer ≥ 0`);
@@ -261,7 +255,9 @@ function parseTensorDict(value: Record<string, unknown>): Tensor {
 
 /** A TensorRefusal of a request field → ApiError 400 `invalid_request`. */
 function requestError(param: string, refusal: TensorRefusal): ApiError {
-  const at = refusal.isTypeError && refusal.field !== undefined ? `${param}.${refusal.field}` : param;
+  const field = refusal.isTypeError ? refusal.field : undefined;
+  // A key of the tensor object after a dot (`….dtype`), an element's index as it is (`…[0][1]`).
+  const at = field === undefined ? param : field.startsWith("[") ? `${param}${field}` : `${param}.${field}`;
   const kind = refusal.isTypeError ? "Invalid type for" : "Invalid value for";
   const message = refusal.message.endsWith(".") ? refusal.message : `${refusal.message}.`;
   return invalidRequest(at, `${kind} '${at}': ${message}`);
@@ -286,10 +282,9 @@ export function parseTensorJson(value: unknown, param: string): Tensor {
   try {
     if (Array.isArray(value)) return parseNestedArrays(value);
     if (isPlainObject(value)) return parseTensorDict(value);
-    throw new TensorRefusal(
-      `expected an array of arrays of numbers or a tensor object, got ${jsonTypeName(value)}`,
-      { isTypeError: true },
-    );
+    throw new TensorRefusal("expected an array of arrays of numbers or a tensor object", {
+      isTypeError: true,
+    });
   } catch (err) {
     if (err instanceof TensorRefusal) throw requestError(param, err);
     throw err;

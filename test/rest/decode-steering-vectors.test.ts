@@ -43,12 +43,14 @@ describe("apply_steering_vectors[i].activations through the lens codec", () => {
   });
 
   it.each([
-    { activations: '[[0.5, "x"]]' },
-    { activations: "[[1e400]]" },
-    { activations: '{"data": "AAAA", "dtype": "float64", "shape": [1]}' },
-    { activations: "3" },
-  ])("refuses $activations naming its param path", ({ activations }) => {
-    const param = "apply_steering_vectors[1].activations";
+    // A wrong type names the element itself (proto/API.md §4: param = the field's path).
+    { activations: '[[0.5, "x"]]', at: "[0][1]" },
+    { activations: "[[1e400]]", at: "" },
+    { activations: '{"data": "AAAA", "dtype": "float64", "shape": [1]}', at: "" },
+    { activations: '{"data": "AAAA", "dtype": 5, "shape": [1]}', at: ".dtype" },
+    { activations: "3", at: "" },
+  ])("refuses $activations naming its param path", ({ activations, at }) => {
+    const param = `apply_steering_vectors[1].activations${at}`;
     let caught: unknown;
     try {
       decodeCompletionRequest(`{"apply_steering_vectors": [{}, {"activations": ${activations}}]}`);
@@ -58,6 +60,10 @@ describe("apply_steering_vectors[i].activations through the lens codec", () => {
     expect(caught).toBeInstanceOf(ApiError);
     const err = caught as ApiError;
     expect([err.status, err.code, err.param]).toEqual([400, "invalid_request", param]);
-    expect(err.message).toMatch(/^Invalid (type|value) for 'apply_steering_vectors\[1\]\.activations'/);
+    expect(
+      err.message.startsWith(
+        `Invalid ${at === "" && activations !== "3" ? "value" : "type"} for '${param}': `,
+      ),
+    ).toBe(true);
   });
 });
