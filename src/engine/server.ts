@@ -376,7 +376,17 @@ export function createEngineServer(deps: ServerDeps): EngineServer {
               c.textOffset = r.end;
             } else c.textOffset = c.promptText.length;
             if (cr.returnTokenIds) echoChoice.prompt_token_ids = c.promptIds;
-            write({ ...base, choices: [echoChoice] });
+            const echoChunk: Record<string, unknown> = { ...base, choices: [echoChoice] };
+            // vLLM sends the prompt with the first token, in a chunk with the usage so far.
+            if (cr.continuousUsage) {
+              const generated = c.tokenIds.length - out.tokenIds.length;
+              echoChunk.usage = {
+                prompt_tokens: c.promptIds.length,
+                completion_tokens: generated,
+                total_tokens: c.promptIds.length + generated,
+              };
+            }
+            write(echoChunk);
           }
         }
         const ch: Record<string, unknown> = {

@@ -970,6 +970,8 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const renew = holdRenewer(prepared.hold, meter);
     let promptIds: number[] = [];
     const generatedIds: number[] = [];
+    /** The last usage Inference sent (continuous_usage_stats: the usage so far). */
+    let usageSoFar: Usage | undefined;
     // Only a capture needs the upstream request again (its replay); otherwise it is not kept here.
     const replayBody = prepared.capture ? upstreamStreamBody(prepared.body, continuousUsage) : undefined;
     const offsets = new TextOffsets();
@@ -984,6 +986,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       upstream,
       callerChunk(upstreamChunk: VllmCompletionChunk): StreamCompletionResponse | undefined {
         const chunk = meteredChunk(prepared, upstreamChunk, ids, offsets, meter, 0);
+        if (chunk.usage !== undefined) usageSoFar = chunk.usage;
         if (chunk.choices.length === 0) return includeUsage && chunk.usage !== undefined ? chunk : undefined;
         for (const choice of chunk.choices) {
           if (prepared.capture && choice.index === 0) {
@@ -995,7 +998,8 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
             if (choice.promptTokenIds.length > 0) choice.promptTokenIds = [];
           }
         }
-        if (!continuousUsage) chunk.usage = undefined;
+        // Every chunk carries the usage so far (proto/API.md §5), also one Inference sent without.
+        chunk.usage = continuousUsage ? usageSoFar : undefined;
         renew();
         return chunk;
       },
@@ -1010,7 +1014,12 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
           meter,
           0,
         );
-        return create(StreamCompletionResponseSchema, { ...ids, choices: [], activations });
+        return create(StreamCompletionResponseSchema, {
+          ...ids,
+          choices: [],
+          activations,
+          ...(continuousUsage && usageSoFar !== undefined ? { usage: usageSoFar } : {}),
+        });
       },
     };
   }
@@ -1075,6 +1084,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
             yield create(StreamCompletionResponseSchema, {
               ...ids,
               choices: [create(CompletionChoiceSchema, { index: part.index, activations })],
+              ...(continuousUsage ? { usage: usageSoFar() } : {}),
             });
           }
         },

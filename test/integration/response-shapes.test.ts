@@ -183,6 +183,38 @@ describe("response shapes: every key vLLM writes, null when not asked for", () =
     ]);
   });
 
+  it("SSE, echo and continuous_usage_stats: the prompt's own chunk carries the usage so far too", async () => {
+    const chunks = await stream({
+      echo: true,
+      stream_options: { include_usage: true, continuous_usage_stats: true },
+    });
+    expect(chunks.length).toBeGreaterThanOrEqual(3);
+    expect(chunks[0]?.choices[0]?.text).toBe("Hi");
+    for (const chunk of chunks) expect(chunk.usage, JSON.stringify(chunk)).not.toBeNull();
+    expect(chunks[0]?.usage).toStrictEqual(expect.objectContaining({ prompt_tokens: usage.prompt_tokens }));
+  });
+
+  it("SSE, output_residual_stream and continuous_usage_stats: the activations chunk carries the usage so far", async () => {
+    const chunks = await stream({
+      output_residual_stream: [0],
+      stream_options: { include_usage: true, continuous_usage_stats: true },
+    });
+    const last = chunks.at(-1);
+    expect(last?.activations).toBeDefined();
+    for (const chunk of chunks) expect(chunk.usage, JSON.stringify(chunk)).not.toBeNull();
+    expect(last?.usage).toStrictEqual(expect.objectContaining({ total_tokens: usage.total_tokens }));
+  });
+
+  it("SSE, a lens fan-out with continuous_usage_stats: every chunk, activations too, carries the usage so far", async () => {
+    const chunks = await stream({
+      prompt: ["Hi", "Yo"],
+      output_residual_stream: [0],
+      stream_options: { include_usage: true, continuous_usage_stats: true },
+    });
+    expect(chunks.filter((c) => c.choices.some((x) => x.activations !== undefined))).toHaveLength(2);
+    for (const chunk of chunks) expect(chunk.usage, JSON.stringify(chunk)).not.toBeNull();
+  });
+
   it("SSE, several prompts and n = 2: every chunk of every choice has every key", async () => {
     const chunks = await stream({ prompt: ["Hi", "Yo"], n: 2, temperature: 1, seed: 1 });
     expect(chunks).toHaveLength(8);
