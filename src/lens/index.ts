@@ -43,6 +43,7 @@ export {
 export {
   MAX_REQUEST_TENSOR_ELEMENTS,
   parseTensorJson,
+  TENSOR_KEYS,
   tensorFromVllmLensJson,
   tensorToVllmLensJson,
   type VllmLensTensorJson,

@@ -35,7 +35,14 @@ export interface VllmLensTensorJson {
  */
 export const MAX_REQUEST_TENSOR_ELEMENTS = 2 ** 23;
 
-const TENSOR_KEYS = new Set(["data", "dtype", "original_dtype", "shape", "compression"]);
+/** The keys of a vllm-lens tensor object (`{data, dtype, original_dtype?, shape, compression?}`). */
+export const TENSOR_KEYS: ReadonlySet<string> = new Set([
+  "data",
+  "dtype",
+  "original_dtype",
+  "shape",
+  "compression",
+]);
 
 /** dtype × original_dtype pairs a vllm-lens decoder reads as the same element type. */
 const DTYPE_PAIRS: Record<string, { dtype: TensorDtype; original: string }> = {

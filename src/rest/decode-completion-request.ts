@@ -5,7 +5,7 @@ import {
 } from "../../gen/acs/v1/completions_pb.js";
 import type { SteeringVector, SteeringVectorSchema } from "../../gen/acs/v1/lens_pb.js";
 import { type ApiError, clip, invalidRequest } from "../errors/index.js";
-import { parseTensorJson } from "../lens/index.js";
+import { parseTensorJson, TENSOR_KEYS } from "../lens/index.js";
 import {
   isJsonNumber,
   JsonNumberText,
@@ -275,7 +275,8 @@ function readStreamOptions(value: unknown, param: string): StreamOptionsInit {
 /**
  * A tensor's JSON in the form `parseTensorJson` expects (what JSON.parse would give): every number
  * a plain JS number — arrays are rewritten in place (they are this decode's own), objects copied
- * into ordinary ones. Prototype keys are refused here too; at most MAX_TENSOR_DEPTH levels.
+ * into ordinary ones. Prototype keys, and keys a tensor object does not have, are refused here
+ * (unknown fields, param `….activations.<key>`); at most MAX_TENSOR_DEPTH levels.
  */
 function toPlainJson(value: unknown, param: string, depth = 0): unknown {
   if (depth > MAX_TENSOR_DEPTH) {
@@ -292,7 +293,13 @@ function toPlainJson(value: unknown, param: string, depth = 0): unknown {
   if (isObject(value)) {
     const copy: JsonObject = {};
     for (const key of Object.keys(value)) {
-      if (key === "__proto__" || key === "constructor" || key === "prototype") {
+      // The tensor object's own keys are fields of the request like any other (proto/API.md §4).
+      if (
+        key === "__proto__" ||
+        key === "constructor" ||
+        key === "prototype" ||
+        (depth === 0 && !TENSOR_KEYS.has(key))
+      ) {
         throw unknownField(`${param}.${key}`);
       }
       copy[key] = toPlainJson(value[key], param, depth + 1);

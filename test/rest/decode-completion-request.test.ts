@@ -8,7 +8,8 @@ import { decodeCompletionRequest } from "../../src/rest/decode-completion-reques
 // The lens codec is another unit (src/lens); here it only has to be called with the plain JSON
 // value and the param path, and its ApiError must pass through.
 const lens = vi.hoisted(() => ({ calls: [] as { value: unknown; param: string }[] }));
-vi.mock("../../src/lens/index.js", () => ({
+vi.mock(import("../../src/lens/index.js"), async (importOriginal) => ({
+  ...(await importOriginal()),
   parseTensorJson(value: unknown, param: string) {
     lens.calls.push({ value, param });
     if (value === "bad") throw invalidRequest(param, `Invalid value for '${param}': bad tensor.`);
@@ -228,6 +229,16 @@ const nestedUnknownCases: ErrorCase[] = [
     body: body({ apply_steering_vectors: [{ scale: 1, coeff: 2 }] }),
     param: "apply_steering_vectors[0].coeff",
     message: "Unrecognized request argument supplied: apply_steering_vectors[0].coeff",
+  },
+  {
+    name: "apply_steering_vectors[0].activations.device",
+    body: body({
+      apply_steering_vectors: [
+        { activations: { data: "AAAAAA==", dtype: "float32", shape: [1, 1], device: "cuda" } },
+      ],
+    }),
+    param: "apply_steering_vectors[0].activations.device",
+    message: "Unrecognized request argument supplied: apply_steering_vectors[0].activations.device",
   },
   {
     name: "apply_steering_vectors[0].activations.__proto__",
