@@ -23,9 +23,10 @@ export const requestIdKey = createContextKey<string | undefined>(undefined, {
 });
 
 /**
- * Ends the call's transport at once — HTTP/1.1: its connection; HTTP/2: its stream — so that a
- * write connect-node is waiting on fails; set by the server (`request.raw.destroy()`) through the
- * Connect plugin's `contextValues`. Without it a stalled stream is only closed on our side.
+ * Ends the call's transport at once — HTTP/1.1: its connection; HTTP/2: its stream, reset with
+ * CANCEL — and wakes connect-node's wait for 'drain', so that the call's handler ends; set by the
+ * server (`endTransport`, src/server/one-port-server.ts) through the Connect plugin's
+ * `contextValues`. Without it a stalled stream is only closed on our side.
  */
 export const endTransportKey = createContextKey<(() => void) | undefined>(undefined, {
   description: "acs end the call's transport",

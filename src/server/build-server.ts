@@ -58,6 +58,7 @@ import { createMetrics, type GatewayMetrics } from "./metrics.js";
 import {
   createOnePortServer,
   defaultOnePortTimeouts,
+  endTransport,
   type OnePortServer,
   type OnePortTimeouts,
 } from "./one-port-server.js";
@@ -276,6 +277,12 @@ export async function buildServer(
   await app.register(async (rpc) => {
     rpc.removeAllContentTypeParsers();
     rpc.addContentTypeParser("*", (_request, _payload, done) => done(null, undefined));
+    // Each RPC's response, for ending its transport (`contextValues` is given the request only).
+    const responses = new WeakMap<FastifyRequest, FastifyReply["raw"]>();
+    rpc.addHook("onRequest", (request, reply, done) => {
+      responses.set(request, reply.raw);
+      done();
+    });
     await rpc.register(fastifyConnectPlugin, {
       // Every error of every RPC carries the envelope, whoever raises it (src/connect/error-envelopes.ts).
       // Outermost: the code each RPC ends with, as sent, for the access log and the metrics.
@@ -308,7 +315,10 @@ export async function buildServer(
           .set(requestIdKey, request.id)
           .set(callRecordKey, callRecordOf(request))
           // A stalled stream ends its transport (HTTP/1.1: the connection; HTTP/2: the stream).
-          .set(endTransportKey, () => request.raw.destroy()),
+          .set(endTransportKey, () => {
+            const response = responses.get(request);
+            if (response !== undefined) endTransport(request.raw, response);
+          }),
       grpc: true,
       grpcWeb: true,
       connect: true,

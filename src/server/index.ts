@@ -13,6 +13,7 @@ export { createMetrics, type GatewayMetrics } from "./metrics.js";
 export {
   createOnePortServer,
   defaultOnePortTimeouts,
+  endTransport,
   h2SessionLimits,
   type OnePortServer,
   type OnePortTimeouts,
