@@ -164,7 +164,11 @@ export function createConnectRoutes(
       async *streamCompletion(request, ctx) {
         const { call, untie } = open(ctx);
         const endTransport = ctx.values.get(endTransportKey);
+        let stalled = false;
         const onStall = (): void => {
+          stalled = true;
+          // The access log and metrics count it as a cancel, on every transport.
+          if (call.record !== undefined) call.record.errorCode = "canceled";
           options.logger?.info(
             { requestId: call.requestId, stallMs },
             `stream ended: its caller has not read for ${stallMs} ms`,
@@ -173,6 +177,15 @@ export function createConnectRoutes(
         };
         try {
           yield* endWhenStalled(api.streamCompletion(request, call), stallMs, onStall);
+          // Pulled once more after the stall (connect-node, woken by the transport's end): the
+          // call did not complete, so it ends `canceled` — never as a complete stream (an OK
+          // end-stream message or trailers), in the access log or for a caller that reads again.
+          if (stalled) {
+            throw new ApiError(
+              "canceled",
+              `The stream was ended: its caller had not read for ${stallMs} ms.`,
+            );
+          }
         } catch (err) {
           throw shown(err, call);
         } finally {

@@ -3,7 +3,8 @@
 // the caller still does not read, and the bytes it had sent stop short of the stream's end; over
 // HTTP/2 (gRPC, Connect) the stream is reset with RST_STREAM CANCEL while the session's other
 // streams go on and new ones are served. Each RPC's handler ends too (connect-node is not left
-// waiting for a 'drain' that never comes, the service's generator suspended at its yield).
+// waiting for a 'drain' that never comes, the service's generator suspended at its yield), and the
+// access log counts the call as canceled, never as complete.
 import http2 from "node:http2";
 import net from "node:net";
 import {
@@ -18,6 +19,7 @@ import {
   vi,
 } from "vitest";
 import { createLifecycle, type Lifecycle } from "../../src/server/index.js";
+import { createLogger } from "../../src/telemetry/index.js";
 import { frame, frames } from "../helpers/rpc-wire.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 import { type FakeUpstream, startFakeUpstream, withVllmOps } from "../upstream/fake-upstream.js";
@@ -134,6 +136,8 @@ async function becomes(cond: () => boolean, what: string): Promise<void> {
 let upstream: StallInference;
 let stack: Stack;
 let lifecycle: Lifecycle;
+/** The gateway's log lines. */
+const lines: Array<Record<string, unknown>> = [];
 /** The gateway's side of each TCP connection, by the caller's port. */
 const serverSockets = new Map<number, net.Socket>();
 const cleanup: Array<() => void> = [];
@@ -146,6 +150,11 @@ beforeAll(async () => {
     model: { maxModelLen: MAX_MODEL_LEN },
     streamStallMs: STALL_MS,
     lifecycle,
+    logger: createLogger({
+      level: "info",
+      format: "json",
+      destination: { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) },
+    }),
   });
   stack.server.on("connection", (socket: net.Socket) => {
     if (socket.remotePort !== undefined) serverSockets.set(socket.remotePort, socket);
@@ -168,6 +177,14 @@ afterAll(async () => {
   await stack.close();
   await upstream.close();
 });
+
+/** The access line of the request with id `id`, once it is written. */
+async function accessLine(id: unknown): Promise<Record<string, unknown>> {
+  if (typeof id !== "string") throw new Error(`no request id: ${String(id)}`);
+  const find = () => lines.find((l) => l.msg === "request" && l.requestId === id);
+  await becomes(() => find() !== undefined, `the access line of ${id}`);
+  return find() as Record<string, unknown>;
+}
 
 const encode = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
 const rpcBody = (text: string) => frame(encode({ model: "tiny", text, maxTokens: 30_000 }));
@@ -194,6 +211,7 @@ describe("a stalled stream over HTTP/1.1", () => {
     },
   ])("$surface: the gateway closes the connection of a caller that never reads", async (c) => {
     const abortedBefore = upstream.floods.aborted;
+    const openBefore = lifecycle.link.openCalls;
     const socket = net.connect(Number(new URL(stack.url).port), "127.0.0.1");
     cleanup.push(() => socket.destroy());
     socket.on("error", () => {});
@@ -227,9 +245,13 @@ describe("a stalled stream over HTTP/1.1", () => {
     expect(text.endsWith("\r\n0\r\n\r\n")).toBe(false);
     expect(text).not.toContain("data: [DONE]");
     expect(text).not.toContain("grpc-status:");
+    const line = await accessLine(/^x-request-id: (\S+)\r$/im.exec(text)?.[1]);
+    expect(line).toMatchObject(
+      c.surface === "REST SSE" ? { status: 499, canceled: true } : { grpcCode: "canceled", canceled: true },
+    );
     // The call's handler has ended: for an RPC, connect-node is not left waiting for a 'drain'
     // with the service's generator suspended (REST calls end at their response's close).
-    await becomes(() => lifecycle.link.openCalls === 0, `the ${c.surface} call's handler ended`);
+    await becomes(() => lifecycle.link.openCalls === openBefore, `the ${c.surface} call's handler ended`);
   });
 });
 
@@ -247,7 +269,14 @@ describe("a stalled stream over HTTP/2", () => {
         te: "trailers",
       });
       stream.on("error", () => {});
-      const got = { data: [] as Buffer[], trailers: undefined as http2.IncomingHttpHeaders | undefined };
+      const got = {
+        data: [] as Buffer[],
+        headers: undefined as http2.IncomingHttpHeaders | undefined,
+        trailers: undefined as http2.IncomingHttpHeaders | undefined,
+      };
+      stream.on("response", (h: http2.IncomingHttpHeaders) => {
+        got.headers = h;
+      });
       stream.on("trailers", (t: http2.IncomingHttpHeaders) => {
         got.trailers = t;
       });
@@ -259,6 +288,7 @@ describe("a stalled stream over HTTP/2", () => {
       return { stream, got, closed };
     };
     const abortedBefore = upstream.floods.aborted;
+    const openBefore = lifecycle.link.openCalls;
 
     // A stream that is read, and has its first chunk, before the others stall.
     const held = call("application/grpc+json", "hold", true);
@@ -272,6 +302,8 @@ describe("a stalled stream over HTTP/2", () => {
     for (const s of stalled) {
       expect(s.stream.rstCode).toBe(http2.constants.NGHTTP2_CANCEL);
       expect(s.got.trailers).toBeUndefined();
+      const line = await accessLine(s.got.headers?.["x-request-id"]);
+      expect(line).toMatchObject({ grpcCode: "canceled", canceled: true });
     }
     expect(upstream.floods.aborted).toBe(abortedBefore + 2);
     expect(session.closed || session.destroyed).toBe(false);
@@ -290,7 +322,7 @@ describe("a stalled stream over HTTP/2", () => {
     expect(Buffer.concat(probe.got.data).toString("utf8")).toContain('"ok"');
 
     // Every RPC's handler has ended (connect-node is not left waiting for a 'drain').
-    await becomes(() => lifecycle.link.openCalls === 0, "every call's handler ended");
+    await becomes(() => lifecycle.link.openCalls === openBefore, "every call's handler ended");
     session.close();
   });
 });
