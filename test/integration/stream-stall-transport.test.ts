@@ -20,9 +20,10 @@ import {
 } from "vitest";
 import { createLifecycle, type Lifecycle } from "../../src/server/index.js";
 import { createLogger } from "../../src/telemetry/index.js";
+import { until } from "../helpers/hang-guard.js";
 import { frame, frames } from "../helpers/rpc-wire.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
-import { type FakeUpstream, startFakeUpstream, withVllmOps } from "../upstream/fake-upstream.js";
+import { chunk, type FakeUpstream, sse, startFakeUpstream, withVllmOps } from "../upstream/fake-upstream.js";
 
 const MAX_MODEL_LEN = 100_000;
 const STALL_MS = 200;
@@ -45,20 +46,15 @@ async function stallInference(): Promise<StallInference> {
   const released = new Promise<void>((resolve) => {
     release = resolve;
   });
-  const event = (text: string, usage: unknown = null) =>
-    `data: ${JSON.stringify({
-      id: "cmpl-x",
-      object: "text_completion",
-      created: 1,
-      model: "acs/fake",
-      choices:
-        text === ""
-          ? []
-          : [{ index: 0, text, logprobs: null, finish_reason: null, stop_reason: null, token_ids: [1] }],
-      usage,
-    })}\n\n`;
+  const event = (text: string) => sse([chunk(0, text, null, { token_ids: [1] })], false);
   const end = (n: number, completion: number) =>
-    `${event("", { prompt_tokens: n, completion_tokens: completion, total_tokens: n + completion })}data: [DONE]\n\n`;
+    sse([
+      {
+        ...chunk(0, ""),
+        choices: [],
+        usage: { prompt_tokens: n, completion_tokens: completion, total_tokens: n + completion },
+      },
+    ]);
   const upstream = await startFakeUpstream(
     withVllmOps(
       async (req, res, body) => {
@@ -124,15 +120,6 @@ function eventually(emitter: NodeJS.EventEmitter, event: string, what: string): 
   });
 }
 
-/** Resolves once `cond()` holds (polled); rejects naming `what` after {@link NEVER_MS}. */
-async function becomes(cond: () => boolean, what: string): Promise<void> {
-  const giveUp = Date.now() + NEVER_MS;
-  while (!cond()) {
-    if (Date.now() > giveUp) throw new Error(`never happened: ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
 let upstream: StallInference;
 let stack: Stack;
 let lifecycle: Lifecycle;
@@ -182,7 +169,7 @@ afterAll(async () => {
 async function accessLine(id: unknown): Promise<Record<string, unknown>> {
   if (typeof id !== "string") throw new Error(`no request id: ${String(id)}`);
   const find = () => lines.find((l) => l.msg === "request" && l.requestId === id);
-  await becomes(() => find() !== undefined, `the access line of ${id}`);
+  await until(() => find() !== undefined, `the access line of ${id}`);
   return find() as Record<string, unknown>;
 }
 
@@ -222,7 +209,7 @@ describe("a stalled stream over HTTP/1.1", () => {
     socket.write(c.body);
     // The caller reads nothing: once its connection's buffers are full, the stream stalls and the
     // gateway closes its side of the connection.
-    await becomes(() => serverSockets.has(socket.localPort ?? -1), "the gateway accepted the connection");
+    await until(() => serverSockets.has(socket.localPort ?? -1), "the gateway accepted the connection");
     const serverSide = serverSockets.get(socket.localPort ?? -1) as net.Socket;
     await eventually(
       serverSide,
@@ -251,7 +238,7 @@ describe("a stalled stream over HTTP/1.1", () => {
     );
     // The call's handler has ended: for an RPC, connect-node is not left waiting for a 'drain'
     // with the service's generator suspended (REST calls end at their response's close).
-    await becomes(() => lifecycle.link.openCalls === openBefore, `the ${c.surface} call's handler ended`);
+    await until(() => lifecycle.link.openCalls === openBefore, `the ${c.surface} call's handler ended`);
   });
 });
 
@@ -292,7 +279,7 @@ describe("a stalled stream over HTTP/2", () => {
 
     // A stream that is read, and has its first chunk, before the others stall.
     const held = call("application/grpc+json", "hold", true);
-    await becomes(() => held.got.data.length > 0, "the held stream's first chunk");
+    await until(() => held.got.data.length > 0, "the held stream's first chunk");
     // Two streams on the same session whose caller reads nothing (gRPC and Connect).
     const stalled = [
       call("application/grpc+json", "flood", false),
@@ -322,7 +309,7 @@ describe("a stalled stream over HTTP/2", () => {
     expect(Buffer.concat(probe.got.data).toString("utf8")).toContain('"ok"');
 
     // Every RPC's handler has ended (connect-node is not left waiting for a 'drain').
-    await becomes(() => lifecycle.link.openCalls === openBefore, "every call's handler ended");
+    await until(() => lifecycle.link.openCalls === openBefore, "every call's handler ended");
     session.close();
   });
 });
