@@ -23,7 +23,14 @@ import { createLogger } from "../../src/telemetry/index.js";
 import { until } from "../helpers/hang-guard.js";
 import { frame, frames } from "../helpers/rpc-wire.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
-import { chunk, type FakeUpstream, sse, startFakeUpstream, withVllmOps } from "../upstream/fake-upstream.js";
+import {
+  chunk,
+  drainedOrClosed,
+  type FakeUpstream,
+  sse,
+  startFakeUpstream,
+  withVllmOps,
+} from "../upstream/fake-upstream.js";
 
 const MAX_MODEL_LEN = 100_000;
 const STALL_MS = 200;
@@ -83,17 +90,7 @@ async function stallInference(): Promise<StallInference> {
           if (!res.writableFinished) floods.aborted++;
         });
         while (!res.destroyed) {
-          if (!res.write(event(FLOOD_TEXT))) {
-            await new Promise<void>((resolve) => {
-              const done = () => {
-                res.off("drain", done);
-                res.off("close", done);
-                resolve();
-              };
-              res.on("drain", done);
-              res.on("close", done);
-            });
-          }
+          if (!res.write(event(FLOOD_TEXT))) await drainedOrClosed(res);
         }
       },
       "acs/fake",

@@ -14,7 +14,12 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { until } from "../helpers/hang-guard.js";
 import { frame } from "../helpers/rpc-wire.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
-import { type FakeUpstream, startFakeUpstream, withVllmOps } from "../upstream/fake-upstream.js";
+import {
+  drainedOrClosed,
+  type FakeUpstream,
+  startFakeUpstream,
+  withVllmOps,
+} from "../upstream/fake-upstream.js";
 
 const MAX_MODEL_LEN = 100_000;
 const PINNED_REST = 128;
@@ -87,17 +92,7 @@ async function floodInference(): Promise<FloodInference> {
         await gate;
         while (!res.destroyed) {
           floods.chunks++;
-          if (!res.write(event(FLOOD_TEXT))) {
-            await new Promise<void>((resolve) => {
-              const done = () => {
-                res.off("drain", done);
-                res.off("close", done);
-                resolve();
-              };
-              res.on("drain", done);
-              res.on("close", done);
-            });
-          }
+          if (!res.write(event(FLOOD_TEXT))) await drainedOrClosed(res);
         }
       },
       "acs/fake",

@@ -193,3 +193,16 @@ export function answerCompletion(res: ServerResponse, requestBody: string, event
   res.setHeader("content-type", streamed ? "text/event-stream" : "application/json");
   res.end(streamed ? sse(events) : JSON.stringify(collected(events)));
 }
+
+/** Resolves once `res` can take more ('drain') or has closed: a fake's wait after a full write. */
+export function drainedOrClosed(res: ServerResponse): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      res.off("drain", done);
+      res.off("close", done);
+      resolve();
+    };
+    res.on("drain", done);
+    res.on("close", done);
+  });
+}
