@@ -267,7 +267,9 @@ async function main(): Promise<void> {
     drainAndClose(app, lifecycle, { drainDelayMs: config.drainDelayMs, logger, signal: closing.signal }).then(
       () => process.exit(0),
       (err: unknown) => {
-        logger.error({ err }, "close failed");
+        // A hook that failed may have kept the close from writing the waiting access lines.
+        const waitingAccessLines = flushAccessLog();
+        logger.error({ err, waitingAccessLines }, "close failed");
         process.exit(1);
       },
     );

@@ -1,7 +1,7 @@
 // Connect JSON read as strictly as REST's JSON (proto/API.md §1: nothing is validated in only one
 // of the two paths): connect-es decodes a JSON message's bytes with the `textDecoder` of its
 // `jsonOptions`, then hands the text to protobuf-es (JSON.parse).
-import { JsonNumberText, parseStrictJson } from "../rest/index.js";
+import { JsonNumberText, parseStrictJson, readExactIntegerText } from "../rest/index.js";
 
 const utf8 = new TextDecoder();
 
@@ -20,19 +20,29 @@ function holdsNumberText(value: unknown): boolean {
   return false;
 }
 
-/** JSON.stringify's replacer: a number kept as its text becomes that text in a JSON string. */
-const numberTextAsString = (_key: string, value: unknown): unknown =>
-  value instanceof JsonNumberText ? value.text : value;
+/**
+ * JSON.stringify's replacer: a number kept as its text becomes a JSON string — an integer's exact
+ * decimal digits (`1e17`, `9007199254740993.0` → "100000000000000000", "9007199254740993": protobuf
+ * JSON reads an int64 string as digits only), else the text as written (a double field reads it).
+ */
+const numberTextAsString = (_key: string, value: unknown): unknown => {
+  if (!(value instanceof JsonNumberText)) return value;
+  const exact = readExactIntegerText(value.text);
+  return exact.kind === "integer" ? exact.value.toString() : value.text;
+};
 
 /**
  * The `textDecoder` of connect-es's `jsonOptions`: the bytes of a Connect JSON message (Connect,
  * gRPC-Web and gRPC JSON codecs) are first parsed as REST parses a body ({@link parseStrictJson}),
  * so that what REST refuses is refused here too — invalid UTF-8 (not replaced by U+FFFD), a byte
  * order mark, malformed JSON, a key repeated with another value, nesting deeper than 512 — and the
- * text protobuf-es then reads keeps every number exact: a number JSON.parse would round
- * (`"seed": 9007199254740993`, an int64; proto/API.md §2 "never rounded through a double") is
- * passed on as its decimal text in a JSON string, which protobuf JSON reads for every numeric
- * field. Other bodies are passed on as their UTF-8 text, unchanged.
+ * text protobuf-es then reads keeps every integer exact: a number JSON.parse would round
+ * (`"seed": 9007199254740993`, `1e17`, an int64; proto/API.md §2 "never rounded through a double")
+ * is passed on in a JSON string, which protobuf JSON reads for every numeric field: an integer as
+ * its decimal digits, anything else as written. Other bodies are passed on as their UTF-8 text,
+ * unchanged. Not closed: a 32-bit integer field given a fraction whose double is an integer
+ * (`"n": 1.0000000000000000001`) is read as that integer, as before (REST refuses it; telling the
+ * two apart needs the field's type, which a text decoder does not know).
  *
  * A refusal throws ApiError 400 `invalid_request` (param null; REST's message); connect-es turns
  * it into InvalidArgument, which the error envelopes explain again from the body in the same words

@@ -68,6 +68,17 @@ describe("Connect JSON: an int64 seed beyond 2^53 is kept exact", () => {
     expect(got.text).toBe(asRest.text);
   });
 
+  it.each([
+    ["1e17", "1e17"],
+    ["9007199254740993.0", "9007199254740993.0"],
+    ["12345678901234567e1", "12345678901234567e1"],
+  ])("seed %s (an integer written with a point or an exponent) samples as over REST", async (_n, seed) => {
+    const got = await connectJson(completion(`"text":"Hi","seed":${seed}`));
+    const asRest = await rest(completion(`"prompt":"Hi","seed":${seed}`));
+    expect(got.status, JSON.stringify(got)).toBe(200);
+    expect(got.text).toBe(asRest.text);
+  });
+
   it("seed 2^63 is refused with param seed on both surfaces", async () => {
     const got = await connectJson(completion('"text":"Hi","seed":9223372036854775808'));
     const asRest = await rest(completion('"prompt":"Hi","seed":9223372036854775808'));
