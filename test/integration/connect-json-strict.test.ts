@@ -61,18 +61,11 @@ describe("Connect JSON: an int64 seed beyond 2^53 is kept exact", () => {
   it.each([
     ["2^63 − 1", "9223372036854775807"],
     ["−2^63", "-9223372036854775808"],
-  ])("seed %s as a JSON number is accepted, as over REST", async (_name, seed) => {
-    const got = await connectJson(completion(`"text":"Hi","seed":${seed}`));
-    const asRest = await rest(completion(`"prompt":"Hi","seed":${seed}`));
-    expect(got.status, JSON.stringify(got)).toBe(200);
-    expect(got.text).toBe(asRest.text);
-  });
-
-  it.each([
+    // Integers written with a point or an exponent: protobuf JSON reads an int64 string as digits.
     ["1e17", "1e17"],
-    ["9007199254740993.0", "9007199254740993.0"],
+    ["2^53 + 1 with a point", "9007199254740993.0"],
     ["12345678901234567e1", "12345678901234567e1"],
-  ])("seed %s (an integer written with a point or an exponent) samples as over REST", async (_n, seed) => {
+  ])("seed %s as a JSON number is accepted and samples as over REST", async (_name, seed) => {
     const got = await connectJson(completion(`"text":"Hi","seed":${seed}`));
     const asRest = await rest(completion(`"prompt":"Hi","seed":${seed}`));
     expect(got.status, JSON.stringify(got)).toBe(200);
