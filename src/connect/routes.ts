@@ -141,14 +141,8 @@ export function createConnectRoutes(
    * The error as the caller sees it: a call cut short by the shutdown gets the shutdown's, and its
    * record (the access line, the metrics) that code instead of the `canceled` the service recorded.
    */
-  const shown = (err: unknown, call: CallContext): ConnectError => {
-    const reason: unknown = shutdown?.signal.aborted ? shutdown.signal.reason : undefined;
-    if (reason instanceof ApiError && err instanceof ApiError && err.code === "canceled") {
-      if (call.record !== undefined) call.record.errorCode = reason.code;
-      return toConnectError(reason, call.requestId);
-    }
-    return toConnectError(err, call.requestId);
-  };
+  const shown = (err: unknown, call: CallContext): ConnectError =>
+    toConnectError(shutdown === undefined ? err : shutdown.shown(err, call.record), call.requestId);
   return (router) => {
     router.service(CompletionsService, {
       async createCompletion(request, ctx) {

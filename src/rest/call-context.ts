@@ -1,6 +1,6 @@
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { ApiError } from "../errors/index.js";
-import type { CallContext } from "../service/types.js";
+import type { CallContext, CallRecord } from "../service/types.js";
 import { callRecordOf } from "../telemetry/request-telemetry.js";
 import { requestIdOf } from "./send-error.js";
 
@@ -24,6 +24,13 @@ export interface ShutdownLink {
    * has); returns the function that unties them (idempotent).
    */
   tie(controller: AbortController): () => void;
+  /**
+   * The error a call's caller is shown for `err`: when the signal has aborted with an ApiError
+   * (the lifecycle's 503 `upstream_unavailable`) and `err` is the `canceled` ApiError that abort
+   * caused in the service, that reason, and `record` (the access line and the metrics) gets its
+   * code; else `err` itself. REST's error handler and the Connect routes both ask it.
+   */
+  shown(err: unknown, record?: CallRecord): unknown;
 }
 
 /** A {@link ShutdownLink} over `shutdown`: adds its one `abort` listener now. */
@@ -51,6 +58,12 @@ export function createShutdownLink(shutdown: AbortSignal): ShutdownLink {
       return () => {
         calls.delete(controller);
       };
+    },
+    shown(err, record) {
+      const reason: unknown = shutdown.aborted ? shutdown.reason : undefined;
+      if (!(reason instanceof ApiError && err instanceof ApiError && err.code === "canceled")) return err;
+      if (record !== undefined) record.errorCode = reason.code;
+      return reason;
     },
   };
 }

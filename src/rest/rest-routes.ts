@@ -240,17 +240,11 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
     requestIdOf(reply);
     done();
   });
-  app.setErrorHandler((err, request, reply) => {
-    // A call cut short by the shutdown (the service throws `canceled`) answers 503, not 499, and
-    // its access line and metrics say so: the record gets the code the caller is sent.
-    if (shutdown.signal.aborted && err instanceof ApiError && err.code === "canceled") {
-      const shown = shutdownError(shutdown.signal);
-      const record = callRecordOf(request);
-      if (record !== undefined) record.errorCode = shown.code;
-      return sendError(reply, shown, requestIdOf(reply));
-    }
-    return sendError(reply, err, requestIdOf(reply));
-  });
+  // A call cut short by the shutdown (the service throws `canceled`) answers 503, not 499, and
+  // its access line and metrics say so (ShutdownLink.shown).
+  app.setErrorHandler((err, request, reply) =>
+    sendError(reply, shutdown.shown(err, callRecordOf(request)), requestIdOf(reply)),
+  );
 
   // Every content type is read as bytes and checked by the route itself, after the key (a bad key
   // is 401 whatever the body): JSON only (415), decoded as strict UTF-8 (invalid bytes → 400).

@@ -5,7 +5,7 @@ import Fastify, { type FastifyInstance } from "fastify";
 import { afterEach, describe, expect, it } from "vitest";
 import { ApiError } from "../../src/errors/index.js";
 import { createCallContext, createShutdownLink, type ShutdownLink } from "../../src/rest/index.js";
-import type { CallContext } from "../../src/service/types.js";
+import type { CallContext, CallRecord } from "../../src/service/types.js";
 
 let app: FastifyInstance | undefined;
 afterEach(async () => {
@@ -104,5 +104,23 @@ describe("createCallContext: the shutdown link", () => {
     expect((controller.signal.reason as ApiError).code).toBe("upstream_unavailable");
     expect(link.openCalls).toBe(0);
     untie();
+  });
+
+  it("shown: the shutdown's error replaces only the `canceled` it caused, and the record gets its code", () => {
+    const shutdown = new AbortController();
+    const link = createShutdownLink(shutdown.signal);
+    const canceled = new ApiError("canceled", "The client canceled the request.");
+    const record: CallRecord = { errorCode: "canceled" };
+    // Before the shutdown, a cancel is the caller's own.
+    expect(link.shown(canceled, record)).toBe(canceled);
+    expect(record.errorCode).toBe("canceled");
+    const reason = new ApiError("upstream_unavailable", "The server is shutting down; retry the request.");
+    shutdown.abort(reason);
+    const failed = new ApiError("upstream_error", "Inference failed.");
+    expect(link.shown(failed, record)).toBe(failed);
+    expect(record.errorCode).toBe("canceled");
+    expect(link.shown(canceled, record)).toBe(reason);
+    expect(record.errorCode).toBe("upstream_unavailable");
+    expect(link.shown(canceled)).toBe(reason);
   });
 });
