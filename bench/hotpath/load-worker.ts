@@ -6,7 +6,9 @@
  * in which every response is timed (autocannon's own histogram keeps whole milliseconds; the
  * `response` event gives the exact time) and the CPU time of the listed processes is read from
  * /proc before and after. Bodies are fixed, or fresh for every request (`fresh`: a short text
- * prompt or a token-id prompt never sent before, so that no cache helps).
+ * prompt or a token-id prompt never sent before, so that no cache helps; `alternate`: the two in
+ * turn on each connection, each kind's latency kept apart, so that the two are compared within the
+ * same window rather than across two cells a few seconds apart).
  */
 import { fork } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -23,8 +25,14 @@ function cpuOrNaN(pid: number): number {
   }
 }
 
-/** A request body: fixed text, or a new prompt for every request on top of `base`. */
-export type LoadBody = string | { fresh: "text" | "ids"; base: Record<string, unknown> };
+/** The kinds of a fresh prompt. */
+export type PromptKind = "text" | "ids";
+
+/**
+ * A request body: fixed text, or a new prompt for every request on top of `base` — of one kind, or
+ * of both in turn (`alternate`: text, ids, text, … on each connection).
+ */
+export type LoadBody = string | { fresh: PromptKind | "alternate"; base: Record<string, unknown> };
 
 /** One measured cell. */
 export interface LoadJob {
@@ -59,6 +67,11 @@ export interface LoadResult {
   timeouts: number;
   /** CPU seconds each of `cpuPids` used in the window, by pid. */
   cpuS: Record<number, number>;
+  /**
+   * With `fresh: "alternate"`: the latency of each kind's 2xx responses in the window, ms (NaN
+   * without any), and how many there were.
+   */
+  byKind?: Record<PromptKind, { p50Ms: number; count: number }>;
   /** The window on the machine's monotonic clock (`process.hrtime`, that of CPU profiles), µs. */
   windowStartUs: number;
   windowEndUs: number;
@@ -75,17 +88,38 @@ function percentile(sorted: Float64Array, q: number): number {
  * A body generator: a prompt never used before, either short text (6 words: 7 tokens with BOS) or
  * 7 token ids.
  */
-function freshBodies(spec: { fresh: "text" | "ids"; base: Record<string, unknown> }): () => string {
+function freshBodies(kind: PromptKind, base: Record<string, unknown>): () => string {
   const tag = randomBytes(4).toString("hex");
   let n = 0;
   return () => {
     n++;
     const prompt =
-      spec.fresh === "text"
+      kind === "text"
         ? `Question ${tag} ${n}: the sky is`
         : [128000, 14924, 25, n % 100_000, 279, 13180, 374];
-    return JSON.stringify({ ...spec.base, prompt });
+    return JSON.stringify({ ...base, prompt });
   };
+}
+
+/** autocannon's requests for a fresh body: one kind, or text then ids in turn (`alternate`). */
+function freshRequests(spec: { fresh: PromptKind | "alternate"; base: Record<string, unknown> }) {
+  const kinds: PromptKind[] = spec.fresh === "alternate" ? ["text", "ids"] : [spec.fresh];
+  return kinds.map((kind) => {
+    const body = freshBodies(kind, spec.base);
+    return { setupRequest: (req: autocannon.Request) => ({ ...req, body: body() }) };
+  });
+}
+
+/**
+ * The kind of the request a response answers, with `alternate`: autocannon emits `response`
+ * before its client moves to its next request, so the client's request index (0: text, 1: ids) is
+ * that of the answered one (no pipelining). Reads autocannon's client internals (`requestIterator`).
+ */
+function answeredKind(client: unknown): PromptKind {
+  const index = (client as { requestIterator?: { currentRequestIndex?: unknown } }).requestIterator
+    ?.currentRequestIndex;
+  if (index !== 0 && index !== 1) throw new Error("autocannon's client no longer exposes its request index");
+  return index === 0 ? "text" : "ids";
 }
 
 /** Runs one job in this process. */
@@ -95,7 +129,9 @@ export function runLoad(job: LoadJob): Promise<LoadResult> {
   let count = 0;
   let non2xx = 0;
   const get = job.method === "GET";
-  const fresh = get || typeof job.body === "string" ? undefined : freshBodies(job.body);
+  const fresh = get || typeof job.body === "string" ? undefined : job.body;
+  const alternate = fresh?.fresh === "alternate";
+  const kindSamples: Record<PromptKind, number[]> = { text: [], ids: [] };
   let finished: (err: Error | null, result: autocannon.Result) => void = () => {};
   const instance = autocannon(
     {
@@ -104,15 +140,11 @@ export function runLoad(job: LoadJob): Promise<LoadResult> {
       headers: get ? job.headers : { "content-type": "application/json", ...job.headers },
       connections: job.connections,
       duration: job.warmupS + job.measureS + 600, // stopped by the window's timer below
-      ...(get
-        ? {}
-        : fresh === undefined
-          ? { body: job.body as string }
-          : { requests: [{ setupRequest: (req) => ({ ...req, body: fresh() }) }] }),
+      ...(get ? {} : fresh === undefined ? { body: job.body as string } : { requests: freshRequests(fresh) }),
     },
     (err, result) => finished(err, result),
   );
-  instance.on("response", (_client, statusCode, _bytes, responseTime) => {
+  instance.on("response", (client, statusCode, _bytes, responseTime) => {
     if (statusCode < 200 || statusCode > 299) {
       non2xx++;
       return;
@@ -120,6 +152,7 @@ export function runLoad(job: LoadJob): Promise<LoadResult> {
     if (!measuring) return;
     count++;
     samples.push(responseTime);
+    if (alternate) kindSamples[answeredKind(client)].push(responseTime);
   });
   return new Promise((resolve, reject) => {
     let cpu0: number[] = [];
@@ -145,7 +178,14 @@ export function runLoad(job: LoadJob): Promise<LoadResult> {
       if (err) return reject(err);
       if (windowS === 0) return reject(new Error("autocannon ended before the measurement window"));
       const sorted = Float64Array.from(samples).sort();
+      const kindLatency = (xs: number[]) => ({
+        p50Ms: percentile(Float64Array.from(xs).sort(), 0.5),
+        count: xs.length,
+      });
       resolve({
+        ...(alternate
+          ? { byKind: { text: kindLatency(kindSamples.text), ids: kindLatency(kindSamples.ids) } }
+          : {}),
         p50Ms: percentile(sorted, 0.5),
         p99Ms: percentile(sorted, 0.99),
         meanMs: samples.length === 0 ? Number.NaN : samples.reduce((a, b) => a + b, 0) / samples.length,
@@ -200,6 +240,14 @@ export async function startLoadWorker(): Promise<LoadWorker> {
                   p50Ms: m.result.p50Ms ?? Number.NaN,
                   p99Ms: m.result.p99Ms ?? Number.NaN,
                   meanMs: m.result.meanMs ?? Number.NaN,
+                  ...(m.result.byKind === undefined
+                    ? {}
+                    : {
+                        byKind: {
+                          text: { ...m.result.byKind.text, p50Ms: m.result.byKind.text.p50Ms ?? Number.NaN },
+                          ids: { ...m.result.byKind.ids, p50Ms: m.result.byKind.ids.p50Ms ?? Number.NaN },
+                        },
+                      }),
                 });
               else reject(new Error(`load worker: ${m.error}`));
             });
