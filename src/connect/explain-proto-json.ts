@@ -12,7 +12,9 @@ import { ApiError, invalidRequest } from "../errors/index.js";
 import {
   invalidType,
   isJsonNumber,
+  isRangeRefusal,
   parseStrictJson,
+  rangeRefusal,
   readExactInteger,
   readExactIntegerText,
   unknownField,
@@ -80,9 +82,11 @@ function checkInteger(value: unknown, param: string, range: IntRange): ApiError 
     return invalidType(param, Number.isNaN(Number(text)) ? "a number" : "an integer");
   }
   if (read.kind === "huge" || read.value < range.min || read.value > range.max) {
-    return invalidRequest(
-      param,
-      `Invalid value for '${param}': expected an integer from ${range.min} to ${range.max} (${range.name}).`,
+    return rangeRefusal(
+      invalidRequest(
+        param,
+        `Invalid value for '${param}': expected an integer from ${range.min} to ${range.max} (${range.name}).`,
+      ),
     );
   }
   return undefined;
@@ -95,7 +99,7 @@ function checkFloat(value: unknown, param: string, scalar: ScalarType): ApiError
   if (Number.isNaN(number)) return invalidType(param, "a number");
   const max = scalar === ScalarType.FLOAT ? FLOAT_MAX : Number.MAX_VALUE;
   if (!Number.isFinite(number) || Math.abs(number) > max) {
-    return invalidRequest(param, `Invalid value for '${param}': the number is too large.`);
+    return rangeRefusal(invalidRequest(param, `Invalid value for '${param}': the number is too large.`));
   }
   return undefined;
 }
@@ -147,25 +151,31 @@ function checkField(field: DescField, value: unknown, param: string): ApiError |
   switch (field.fieldKind) {
     case "list": {
       if (!Array.isArray(value)) return invalidType(param, "an array");
+      let range: ApiError | undefined;
       for (const [i, item] of value.entries()) {
         const at = `${param}[${i}]`;
         if (item === null)
           return invalidRequest(at, `Invalid value for '${at}': a list item cannot be null.`);
         const err = checkValue(field, item, at);
-        if (err !== undefined) return err;
+        if (err === undefined) continue;
+        if (!isRangeRefusal(err)) return err;
+        range ??= err; // types before ranges (proto/API.md §3), as REST
       }
-      return undefined;
+      return range;
     }
     case "map": {
       if (!isObject(value)) return invalidType(param, "an object");
+      let range: ApiError | undefined;
       for (const [key, item] of Object.entries(value)) {
         const at = `${param}.${key}`;
         if (item === null)
           return invalidRequest(at, `Invalid value for '${at}': a map value cannot be null.`);
         const err = checkValue(field, item, at);
-        if (err !== undefined) return err;
+        if (err === undefined) continue;
+        if (!isRangeRefusal(err)) return err;
+        range ??= err;
       }
-      return undefined;
+      return range;
     }
     default:
       return checkValue(field, value, param);
@@ -174,8 +184,9 @@ function checkField(field: DescField, value: unknown, param: string): ApiError |
 
 /**
  * The first fault of `value` as the JSON of `desc`, in the REST decoder's words: unknown keys
- * first (all of an object's keys before any of its values, as REST does), then each field's type
- * and range, depth first. Params are proto field names with `.` and `[i]` (REST's names).
+ * first (all of an object's keys before any of its values, as REST does), then each field's type,
+ * depth first, and only then the first range fault (an integer outside its type, a number too
+ * large), as REST orders them (proto/API.md §3: types, then ranges). Params are proto field names with `.` and `[i]` (REST's names).
  */
 function checkMessage(desc: DescMessage, value: unknown, path: string): ApiError | undefined {
   // Well-known types have JSON forms of their own; protobuf-es explains those (fallback below).
@@ -193,6 +204,8 @@ function checkMessage(desc: DescMessage, value: unknown, path: string): ApiError
   }
   const seen = new Map<DescField, string>();
   const oneofs = new Map<DescOneof, DescField>();
+  // Types before ranges (proto/API.md §3), as REST: the first range fault waits for every type.
+  let range: ApiError | undefined;
   for (const [key, item] of Object.entries(value)) {
     const field = byName.get(key) as DescField;
     const param = prefix + field.name;
@@ -213,9 +226,11 @@ function checkMessage(desc: DescMessage, value: unknown, path: string): ApiError
       oneofs.set(field.oneof, field);
     }
     const err = checkField(field, item, param);
-    if (err !== undefined) return err;
+    if (err === undefined) continue;
+    if (!isRangeRefusal(err)) return err;
+    range ??= err;
   }
-  return undefined;
+  return range;
 }
 
 /**

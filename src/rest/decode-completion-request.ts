@@ -47,10 +47,30 @@ export function unknownField(param: string): ApiError {
   return invalidRequest(shown, `Unrecognized request argument supplied: ${shown}`);
 }
 
+/**
+ * Refusals of a value of the right type that is out of range (an integer outside int32/int64, a
+ * number too large for a double). proto/API.md §3 checks every field's type before any range, so
+ * {@link walkObject} reports one of these only once every field of the body has its type checked.
+ */
+const rangeRefusals = new WeakSet<ApiError>();
+
+/** `err`, marked as a range refusal (see {@link rangeRefusals}). */
+export function rangeRefusal(err: ApiError): ApiError {
+  rangeRefusals.add(err);
+  return err;
+}
+
+/** Whether `err` is a range refusal, reported after every type refusal (see {@link rangeRefusals}). */
+export function isRangeRefusal(err: unknown): err is ApiError {
+  return err instanceof Error && rangeRefusals.has(err as ApiError);
+}
+
 function outOfRange(param: string, range: IntRange): ApiError {
-  return invalidRequest(
-    param,
-    `Invalid value for '${param}': expected an integer from ${range.min} to ${range.max} (${range.name}).`,
+  return rangeRefusal(
+    invalidRequest(
+      param,
+      `Invalid value for '${param}': expected an integer from ${range.min} to ${range.max} (${range.name}).`,
+    ),
   );
 }
 
@@ -86,7 +106,7 @@ function readDouble(value: unknown, param: string): number {
   if (!isJsonNumber(value)) throw invalidType(param, "a number");
   const number = jsonNumberToDouble(value);
   if (!Number.isFinite(number)) {
-    throw invalidRequest(param, `Invalid value for '${param}': the number is too large.`);
+    throw rangeRefusal(invalidRequest(param, `Invalid value for '${param}': the number is too large.`));
   }
   return number;
 }
@@ -101,16 +121,13 @@ function readString(value: unknown, param: string): string {
   return value;
 }
 
-/** An array of int32 integers; anything else → `expected <expected>.` */
+/**
+ * An array of int32 integers; anything else → `expected <expected>.` Every item's type is checked
+ * before any item's range (an int32 overflow).
+ */
 function readInt32Array(value: unknown, param: string, expected = "an array of integers"): number[] {
-  if (!Array.isArray(value)) throw invalidType(param, expected);
-  const out: number[] = [];
-  for (let k = 0; k < value.length; k++) {
-    const item: unknown = value[k];
-    if (!isIntegerItem(item)) throw invalidType(param, expected);
-    out.push(readInt32(item, param));
-  }
-  return out;
+  if (!Array.isArray(value) || !allIntegers(value)) throw invalidType(param, expected);
+  return readInt32Items(value, param);
 }
 
 /**
@@ -252,11 +269,21 @@ function walkObject<T extends object>(
     if (!fields.has(key)) throw unknownField(prefix + key);
   }
   const init: Partial<T> = {};
+  // Types before ranges (proto/API.md §3): the first range refusal waits until every field's type
+  // has been checked.
+  let range: ApiError | undefined;
   for (const key of keys) {
     const value = object[key];
     const read = fields.get(key);
-    if (value !== null && read !== undefined) Object.assign(init, read(value, prefix + key));
+    if (value === null || read === undefined) continue;
+    try {
+      Object.assign(init, read(value, prefix + key));
+    } catch (err) {
+      if (!isRangeRefusal(err)) throw err;
+      range ??= err;
+    }
   }
+  if (range !== undefined) throw range;
   return init;
 }
 
@@ -319,11 +346,22 @@ const steeringVectorFields = new Map<string, FieldReader<SteeringVectorInit>>([
 
 function readSteeringVectors(value: unknown, param: string): SteeringVectorInit[] {
   if (!Array.isArray(value)) throw invalidType(param, "an array");
-  return value.map((item, index) => {
+  // Every vector's types before any vector's range (see walkObject).
+  let range: ApiError | undefined;
+  const vectors: SteeringVectorInit[] = [];
+  for (let index = 0; index < value.length; index++) {
+    const item: unknown = value[index];
     const itemParam = `${param}[${index}]`;
     if (!isObject(item)) throw invalidType(itemParam, "an object");
-    return walkObject(item, `${itemParam}.`, steeringVectorFields);
-  });
+    try {
+      vectors.push(walkObject(item, `${itemParam}.`, steeringVectorFields));
+    } catch (err) {
+      if (!isRangeRefusal(err)) throw err;
+      range ??= err;
+    }
+  }
+  if (range !== undefined) throw range;
+  return vectors;
 }
 
 /** The body's fields: every request field of proto/API.md §2, plus `stream` (it selects the RPC). */

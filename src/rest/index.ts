@@ -11,6 +11,8 @@ export {
   type DecodedCompletionRequest,
   decodeCompletionRequest,
   invalidType,
+  isRangeRefusal,
+  rangeRefusal,
   unknownField,
 } from "./decode-completion-request.js";
 export {

@@ -251,6 +251,38 @@ const cases: Case[] = [
     },
   },
   {
+    // proto/API.md §3, order of checks: field types, then ranges. priority comes first in the body
+    // and is out of int32, but max_tokens's wrong type is what the caller hears of first.
+    name: "a type error after an integer out of range (types before ranges)",
+    code: "invalid_request",
+    param: "max_tokens",
+    message: "Invalid type for 'max_tokens': expected a number.",
+    cells: {
+      rest: rest('{"model":"tiny","prompt":"Hi","priority":2147483648,"max_tokens":true}'),
+      ...jsonRpcCells('{"model":"tiny","text":"Hi","priority":2147483648,"maxTokens":true}'),
+    },
+  },
+  {
+    name: "a type error after an int64 out of range (types before ranges)",
+    code: "invalid_request",
+    param: "echo",
+    message: "Invalid type for 'echo': expected a boolean.",
+    cells: {
+      rest: rest('{"model":"tiny","prompt":"Hi","max_tokens":1,"seed":1e30,"echo":1}'),
+      ...jsonRpcCells('{"model":"tiny","text":"Hi","maxTokens":1,"seed":1e30,"echo":1}'),
+    },
+  },
+  {
+    name: "an integer out of range, with no type error",
+    code: "invalid_request",
+    param: "priority",
+    message: "Invalid value for 'priority': expected an integer from -2147483648 to 2147483647 (int32).",
+    cells: {
+      rest: rest('{"model":"tiny","prompt":"Hi","priority":2147483648,"max_tokens":1}'),
+      ...jsonRpcCells('{"model":"tiny","text":"Hi","priority":2147483648,"maxTokens":1}'),
+    },
+  },
+  {
     name: "REST's request sent to Connect (prompt is text/texts/token_ids there)",
     code: "invalid_request",
     param: "prompt",
