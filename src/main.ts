@@ -9,6 +9,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import type { pino } from "pino";
 import { type Config, ConfigError, loadConfig, type ModelConfig } from "./config/index.js";
+import { admissionLimitsFrom } from "./service/admission.js";
 import { createLogger } from "./telemetry/logger.js";
 
 /** Exit code of an operator's mistake (configuration, a port in use): one line on stderr. */
@@ -206,7 +207,9 @@ async function main(): Promise<void> {
       isReady: () => embedded?.isAlive() ?? true,
       lifecycle,
       ...(embedded?.stop ? { onClose: embedded.stop } : {}),
-      ...(worker ? { scrapeMetrics: worker.scrape } : {}),
+      ...(worker
+        ? { scrapeMetrics: worker.scrape, admission: worker.admission(admissionLimitsFrom(config)) }
+        : {}),
     },
   );
   worker?.registerMetrics(metrics);

@@ -7,10 +7,11 @@ import {
   DEFAULT_LEASE_SETTINGS,
   DEFAULT_RECLAIM_INTERVAL_MS,
 } from "../budget/index.js";
-import { type Config, limits } from "../config/index.js";
+import type { Config } from "../config/index.js";
 import { createSteeringBudget } from "../lens/index.js";
 import {
   type Admission,
+  admissionLimitsFrom,
   createAdmission,
   createCompletionsService,
   createModelRegistry,
@@ -79,6 +80,11 @@ export interface AppOptions {
   readonly tracing?: Tracing;
   /** What GET /metrics answers, given the app's registry (cluster workers). @default its own */
   readonly scrapeMetrics?: ServerDeps["scrapeMetrics"];
+  /**
+   * The per-key caps' counts (a cluster worker's ask the primary, src/server/cluster.ts).
+   * @default createAdmission with the configuration's caps: this process's own counts
+   */
+  readonly admission?: Admission;
 }
 
 /** A built gateway, not yet listening. */
@@ -162,11 +168,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     ...(config.steeringRequestBytes === undefined ? {} : { requestBytes: config.steeringRequestBytes }),
     ...(config.steeringProcessBytes === undefined ? {} : { processBytes: config.steeringProcessBytes }),
   });
-  const admission = createAdmission({
-    maxRequestsPerKey: config.maxRequestsPerKey ?? limits.maxRequestsPerKey,
-    maxStreamsPerKey: config.maxStreamsPerKey ?? limits.maxStreamsPerKey,
-    maxUpstreamSharePerKey: config.maxUpstreamSharePerKey ?? limits.maxUpstreamSharePerKey,
-  });
+  const admission = options.admission ?? createAdmission(admissionLimitsFrom(config));
   const api = createCompletionsService({
     models: registry,
     ledger,

@@ -4,11 +4,24 @@
 // 2), restarts a worker that dies, aggregates /metrics for the worker a scrape reaches, and on
 // SIGTERM/SIGINT has every worker run its normal close path before it exits. Each worker is the
 // single-process gateway of src/main.ts with a stable instance id of its own in the Budget store.
+// The per-key caps (proto/API.md §9) are counted by the primary for every worker: a worker asks it
+// for each keyed request's place and gives the place back when the request ends.
 import cluster, { type Worker } from "node:cluster";
 import { hostname } from "node:os";
 import type { Logger } from "pino";
 import { AggregatorRegistry, Counter, Gauge, Registry } from "prom-client";
 import type { Config, ModelConfig } from "../config/index.js";
+import { ApiError } from "../errors/index.js";
+import {
+  type Admission,
+  type AdmissionDemand,
+  type AdmissionLimits,
+  type AdmissionTicket,
+  admissionLimitsFrom,
+  createAdmission,
+  type KeyInFlight,
+  rateLimited,
+} from "../service/admission.js";
 import type { GatewayMetrics } from "./metrics.js";
 
 /** One registry's metrics as JSON (`Registry.getMetricsAsJSON`), what a worker sends the primary. */
@@ -39,12 +52,27 @@ interface ListeningInfo {
 type ToPrimary =
   | { readonly acs: "listening"; readonly info: ListeningInfo }
   | { readonly acs: "scrape"; readonly id: number }
-  | { readonly acs: "metrics"; readonly id: number; readonly metrics: MetricsJson };
+  | { readonly acs: "metrics"; readonly id: number; readonly metrics: MetricsJson }
+  | { readonly acs: "admit"; readonly id: number; readonly keyId: string; readonly demand: AdmissionDemand }
+  | { readonly acs: "release"; readonly ticket: number };
+
+/**
+ * The primary's answer to an `admit`: a ticket and its Inference requests, or the refusal's
+ * message; neither when the primary failed to count it (the worker then counts it alone).
+ */
+type AdmitAnswer = {
+  readonly acs: "admit";
+  readonly id: number;
+  readonly ticket?: number;
+  readonly upstreamRequests?: number;
+  readonly refused?: string;
+};
 
 type ToWorker =
   | { readonly acs: "scrape"; readonly id: number; readonly text?: string; readonly error?: string }
   | { readonly acs: "metrics"; readonly id: number }
-  | { readonly acs: "engine"; readonly alive: boolean };
+  | { readonly acs: "engine"; readonly alive: boolean }
+  | AdmitAnswer;
 
 function isAcsMessage(m: unknown): m is { acs: string } {
   return typeof m === "object" && m !== null && typeof (m as { acs?: unknown }).acs === "string";
@@ -72,7 +100,18 @@ export interface ClusterWorker {
   scrape(local: Registry): Promise<string>;
   /** Tells the primary this worker listens (the primary logs the one "listening" line). */
   listening(info: ListeningInfo): void;
+  /**
+   * The per-key caps counted across every worker: each admit asks the primary (one IPC round
+   * trip) and each release tells it. `limits` must be the primary's (both read the configuration).
+   * `inFlight` and `activeKeys` are this worker's share. If the primary does not answer within
+   * {@link ADMIT_ANSWER_MS} (or the channel is gone) the request is counted by this worker alone,
+   * with a warning: a place the primary grants later is given back at once.
+   */
+  admission(limits: AdmissionLimits): Admission;
 }
+
+/** How long a worker waits for the primary's answer to an admit before counting alone, ms. */
+export const ADMIT_ANSWER_MS = 5000;
 
 /** This process's worker side when it is a cluster worker of the gateway; else undefined. */
 export function joinCluster(logger: Logger): ClusterWorker | undefined {
@@ -83,13 +122,19 @@ export function joinCluster(logger: Logger): ClusterWorker | undefined {
   let registry: Registry | undefined;
   let nextId = 0;
   const scrapes = new Map<number, (m: ToWorker & { acs: "scrape" }) => void>();
+  const admits = new Map<number, (m: AdmitAnswer) => void>();
   const send = (m: ToPrimary) => process.send?.(m);
   process.on("message", (m: unknown) => {
     if (!isAcsMessage(m)) return;
     const msg = m as ToWorker;
     if (msg.acs === "engine") engineAlive = msg.alive;
     else if (msg.acs === "scrape") scrapes.get(msg.id)?.(msg);
-    else if (msg.acs === "metrics") {
+    else if (msg.acs === "admit") {
+      const answer = admits.get(msg.id);
+      if (answer !== undefined) answer(msg);
+      // Too late (this worker counted the request alone): the primary's place goes back at once.
+      else if (msg.ticket !== undefined) send({ acs: "release", ticket: msg.ticket });
+    } else if (msg.acs === "metrics") {
       const id = msg.id;
       (registry?.getMetricsAsJSON() ?? Promise.resolve([])).then(
         (metrics) => send({ acs: "metrics", id, metrics }),
@@ -147,6 +192,97 @@ export function joinCluster(logger: Logger): ClusterWorker | undefined {
     listening(info) {
       send({ acs: "listening", info });
     },
+    admission(limits) {
+      return workerAdmission(limits, logger, send, admits, () => nextId++);
+    },
+  };
+}
+
+/** A request this worker holds a place for (its share of `inFlight`). */
+interface HeldPlace {
+  readonly keyId: string;
+  readonly demand: AdmissionDemand;
+  readonly upstreamRequests: number;
+}
+
+/** {@link ClusterWorker.admission}: admits through the primary, alone when it does not answer. */
+function workerAdmission(
+  limits: AdmissionLimits,
+  logger: Logger,
+  send: (m: ToPrimary) => boolean | undefined,
+  admits: Map<number, (m: AdmitAnswer) => void>,
+  newId: () => number,
+): Admission {
+  const alone = createAdmission(limits);
+  const held = new Set<HeldPlace>();
+  const hold = (keyId: string, demand: AdmissionDemand, ticket: AdmissionTicket): AdmissionTicket => {
+    const place: HeldPlace = { keyId, demand, upstreamRequests: ticket.upstreamRequests };
+    held.add(place);
+    return {
+      upstreamRequests: ticket.upstreamRequests,
+      release() {
+        if (!held.delete(place)) return;
+        ticket.release();
+      },
+    };
+  };
+  const countAlone = (keyId: string, demand: AdmissionDemand, why: string): AdmissionTicket => {
+    logger.warn({ why }, "the primary did not count a request's place; this worker counts it alone");
+    return hold(keyId, demand, alone.admit(keyId, demand));
+  };
+  return {
+    limits,
+    get activeKeys() {
+      return new Set([...held].map((p) => p.keyId)).size;
+    },
+    inFlight(keyId): KeyInFlight {
+      const byModel = new Map<string, number>();
+      let requests = 0;
+      let streams = 0;
+      for (const p of held) {
+        if (p.keyId !== keyId) continue;
+        requests++;
+        if (p.demand.stream) streams++;
+        byModel.set(p.demand.modelId, (byModel.get(p.demand.modelId) ?? 0) + p.upstreamRequests);
+      }
+      return { requests, streams, byModel };
+    },
+    admit(keyId, demand) {
+      const id = newId();
+      return new Promise<AdmissionTicket>((resolve, reject) => {
+        const settleAlone = (why: string): void => {
+          clearTimeout(timer);
+          admits.delete(id);
+          try {
+            resolve(countAlone(keyId, demand, why));
+          } catch (err) {
+            reject(err);
+          }
+        };
+        const timer = setTimeout(() => settleAlone(`no answer in ${ADMIT_ANSWER_MS} ms`), ADMIT_ANSWER_MS);
+        admits.set(id, (answer) => {
+          if (answer.refused !== undefined) {
+            clearTimeout(timer);
+            admits.delete(id);
+            reject(rateLimited(answer.refused));
+          } else if (answer.ticket === undefined) {
+            settleAlone("the primary failed to count it");
+          } else {
+            clearTimeout(timer);
+            admits.delete(id);
+            const ticket = answer.ticket;
+            const counted: AdmissionTicket = {
+              upstreamRequests: answer.upstreamRequests ?? 1,
+              release: () => void send({ acs: "release", ticket }),
+            };
+            resolve(hold(keyId, demand, counted));
+          }
+        });
+        // `send` returning false only says its queue is long: the message still goes.
+        if (!process.connected) settleAlone("no channel to the primary");
+        else send({ acs: "admit", id, keyId, demand });
+      });
+    },
   };
 }
 
@@ -180,6 +316,8 @@ interface Slot {
   listening: boolean;
   startedAt: number;
   delayMs: number;
+  /** The places the primary counts for the requests of this slot's worker, by ticket. */
+  readonly places: Map<number, AdmissionTicket>;
 }
 
 /**
@@ -223,7 +361,11 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     listening: false,
     startedAt: 0,
     delayMs: 100,
+    places: new Map(),
   }));
+  // The per-key caps of every worker (see ClusterWorker.admission).
+  const admission = createAdmission(admissionLimitsFrom(config));
+  let nextTicket = 0;
   let closing = false;
   let unclean = false;
   let restarts = 0;
@@ -278,6 +420,25 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
       if (entry.waiting.size === 0) entry.done();
     });
 
+  /** One request's place for `slot`'s worker: a ticket, or the refusal's message. */
+  const admitFor = (
+    slot: Slot,
+    keyId: string,
+    demand: AdmissionDemand,
+  ): { ticket?: number; upstreamRequests?: number; refused?: string } => {
+    try {
+      const place = admission.admit(keyId, demand);
+      const ticket = nextTicket++;
+      slot.places.set(ticket, place);
+      return { ticket, upstreamRequests: place.upstreamRequests };
+    } catch (err) {
+      if (err instanceof ApiError && err.code === "rate_limited") return { refused: err.message };
+      // A bug: the worker counts the request alone rather than the primary failing.
+      logger.error({ err, worker: slot.n }, "counting a request's place failed");
+      return {};
+    }
+  };
+
   const onMessage = (slot: Slot, m: unknown) => {
     if (!isAcsMessage(m)) return;
     const msg = m as ToPrimary;
@@ -298,6 +459,12 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
       if (entry === undefined || !entry.waiting.delete(slot.n)) return;
       entry.got.push(msg.metrics);
       if (entry.waiting.size === 0) entry.done();
+    } else if (msg.acs === "admit") {
+      const answer = admitFor(slot, msg.keyId, msg.demand);
+      slot.worker?.send({ ...answer, acs: "admit", id: msg.id } satisfies ToWorker);
+    } else if (msg.acs === "release") {
+      slot.places.get(msg.ticket)?.release();
+      slot.places.delete(msg.ticket);
     } else if (msg.acs === "scrape") {
       const id = msg.id;
       aggregate().then(
@@ -330,6 +497,9 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     const wasListening = slot.listening;
     slot.listening = false;
     if (slot.worker === worker) slot.worker = undefined;
+    // Its requests ended with it: their places go back.
+    for (const place of slot.places.values()) place.release();
+    slot.places.clear();
     for (const entry of pendingScrapes.values())
       if (entry.waiting.delete(slot.n) && entry.waiting.size === 0) entry.done();
     if (closing) {

@@ -28,6 +28,22 @@ export const defaultAdmissionLimits: AdmissionLimits = {
   maxUpstreamSharePerKey: contractLimits.maxUpstreamSharePerKey,
 };
 
+/**
+ * The caps a configuration sets (ACS_MAX_REQUESTS_PER_KEY, ACS_MAX_STREAMS_PER_KEY,
+ * ACS_MAX_UPSTREAM_SHARE_PER_KEY), each unset one at its default ({@link defaultAdmissionLimits}).
+ */
+export function admissionLimitsFrom(config: {
+  readonly maxRequestsPerKey?: number | undefined;
+  readonly maxStreamsPerKey?: number | undefined;
+  readonly maxUpstreamSharePerKey?: number | undefined;
+}): AdmissionLimits {
+  return {
+    maxRequestsPerKey: config.maxRequestsPerKey ?? defaultAdmissionLimits.maxRequestsPerKey,
+    maxStreamsPerKey: config.maxStreamsPerKey ?? defaultAdmissionLimits.maxStreamsPerKey,
+    maxUpstreamSharePerKey: config.maxUpstreamSharePerKey ?? defaultAdmissionLimits.maxUpstreamSharePerKey,
+  };
+}
+
 /** What one request asks of admission. */
 export interface AdmissionDemand {
   /** True for a streamed request (counts against the stream cap too). */
@@ -63,15 +79,22 @@ export interface KeyInFlight {
 export interface Admission {
   readonly limits: AdmissionLimits;
   /**
-   * Admits one request of `keyId`, or throws ApiError 429 `rate_limited` (type
+   * Admits one request of `keyId`, or throws (or rejects with) ApiError 429 `rate_limited` (type
    * `rate_limit_error`, param null, retry after {@link ADMISSION_RETRY_AFTER_SECONDS} s) naming
-   * the first cap it would break, in this order: requests, streams, the model's share.
+   * the first cap it would break, in this order: requests, streams, the model's share. One
+   * process's counts answer at once; a cluster worker's ask the primary, which counts every
+   * worker's (src/server/cluster.ts), and answer with a promise.
    */
-  admit(keyId: string, demand: AdmissionDemand): AdmissionTicket;
+  admit(keyId: string, demand: AdmissionDemand): AdmissionTicket | Promise<AdmissionTicket>;
   /** What `keyId` has in flight now (zeros for a key with nothing in flight). */
   inFlight(keyId: string): KeyInFlight;
   /** Keys with at least one request in flight (a key with none takes no memory). */
   readonly activeKeys: number;
+}
+
+/** An {@link Admission} whose counts are this process's own: it answers at once. */
+export interface LocalAdmission extends Admission {
+  admit(keyId: string, demand: AdmissionDemand): AdmissionTicket;
 }
 
 interface Counts {
@@ -103,15 +126,24 @@ function checkLimits(limits: AdmissionLimits): AdmissionLimits {
 const retry = { retry: true, afterSeconds: ADMISSION_RETRY_AFTER_SECONDS } as const;
 
 function refuse(message: string): ApiError {
-  return new ApiError("rate_limited", `${message} Retry when one of them has finished.`, { retry });
+  return rateLimited(`${message} Retry when one of them has finished.`);
 }
 
 /**
- * Per-key admission counts (one process; replicas of the gateway count each their own). Checked
+ * The 429 `rate_limited` of a cap, with its whole message (e.g. the primary's refusal, passed on by
+ * a cluster worker): retry after {@link ADMISSION_RETRY_AFTER_SECONDS} s.
+ */
+export function rateLimited(message: string): ApiError {
+  return new ApiError("rate_limited", message, { retry });
+}
+
+/**
+ * Per-key admission counts of one process (the primary's count for every worker of ACS_WORKERS;
+ * replicas of the gateway on other machines count each their own). Checked
  * after the key and the model are known and before the Hold; released when the request ends,
  * whatever the way (answer, error, disconnect, deadline, a stalled stream ended).
  */
-export function createAdmission(limits: AdmissionLimits = defaultAdmissionLimits): Admission {
+export function createAdmission(limits: AdmissionLimits = defaultAdmissionLimits): LocalAdmission {
   checkLimits(limits);
   const keys = new Map<string, Counts>();
 

@@ -322,7 +322,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     model: ServedModel<VllmClient>,
     stream: boolean,
     upstreamRequests: number,
-  ): AdmissionTicket {
+  ): AdmissionTicket | Promise<AdmissionTicket> {
     if (key === undefined) return noAdmission;
     return admission.admit(key.id, {
       stream,
@@ -354,7 +354,8 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const fanOut = isLensFanOut(request, shape); // one Inference request per choice (§6)
     // A fan-out holds up to its concurrency of Inference requests: counted in the key's share.
     const upstreamRequests = fanOut ? Math.min(shape.prompts * shape.n, fanOutConcurrency) : 1;
-    admitted.ticket = admit(key, model, stream, upstreamRequests); //             §9 per-key caps (429)
+    const ticket = admit(key, model, stream, upstreamRequests); //                §9 per-key caps (429)
+    admitted.ticket = ticket instanceof Promise ? await ticket : ticket; // a cluster worker asks its primary
     const steering = checkLensShapes(request, model, steeringLease); //          §6 shapes, values (429/413: bytes)
     checkGeneratedTokensCap(request, shape); //                                  §3 size cap: 32,000
     let lengths = await checkCaptureCapUncounted(request, model, shape, ctx.signal); // §6 size cap: capture

@@ -4,9 +4,12 @@ export {
   type AdmissionDemand,
   type AdmissionLimits,
   type AdmissionTicket,
+  admissionLimitsFrom,
   createAdmission,
   defaultAdmissionLimits,
   type KeyInFlight,
+  type LocalAdmission,
+  rateLimited,
   upstreamShareCap,
 } from "./admission.js";
 export {

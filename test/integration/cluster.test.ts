@@ -7,7 +7,6 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import Database from "better-sqlite3";
 import OpenAI from "openai";
 import { Agent, fetch as undiciFetch } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -15,6 +14,7 @@ import { type BudgetLedger, createBudgetLedger } from "../../src/budget/index.js
 import { until } from "../helpers/hang-guard.js";
 import { childrenOf, tcpSocketsOnPort, workerPidsOf } from "../helpers/proc.js";
 import { freePort, startTs, waitForOk } from "../helpers/processes.js";
+import { holdsByWorker } from "../helpers/sqlite-holds.js";
 
 const dir = mkdtempSync(join(tmpdir(), "acs-cluster-"));
 const dbPath = join(dir, "acs.db");
@@ -82,21 +82,6 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-/** Holds placed for a key, by the worker that placed each (`w1`, `w2`: the end of its instance id). */
-function holdsByWorker(keyId: string): Record<string, number> {
-  const db = new Database(dbPath, { readonly: true });
-  try {
-    const rows = db
-      .prepare<[string], { instance_id: string; n: number }>(
-        "SELECT instance_id, count(*) AS n FROM holds WHERE key_id = ? GROUP BY instance_id",
-      )
-      .all(keyId);
-    return Object.fromEntries(rows.map((r) => [r.instance_id.replace(/^.*\//, ""), r.n]));
-  } finally {
-    db.close();
-  }
-}
-
 /** Completions answered on /v1/completions, over all workers, as /metrics reports them. */
 async function completionsOnMetrics(): Promise<number> {
   let n = 0;
@@ -128,11 +113,11 @@ describe("ACS_WORKERS=2", () => {
     await until(async () => {
       await Promise.all(Array.from({ length: 4 }, () => client.completions.create(body)));
       sent += 4;
-      const by = holdsByWorker(id);
+      const by = holdsByWorker(dbPath, id);
       return (by.w1 ?? 0) > 0 && (by.w2 ?? 0) > 0;
     }, "both workers place Holds");
     await fresh.close();
-    const by = holdsByWorker(id);
+    const by = holdsByWorker(dbPath, id);
     expect(Object.keys(by).sort()).toEqual(["w1", "w2"]);
     expect((by.w1 ?? 0) + (by.w2 ?? 0)).toBe(sent);
     // Each worker counts only what it answered: the aggregate is the sum of both.
@@ -165,7 +150,7 @@ describe("ACS_WORKERS=2", () => {
     expect(usage.spentTokens).toBeLessThanOrEqual(budget);
     expect(usage.openHolds).toBe(0);
     expect(usage.heldTokens).toBe(0);
-    const by = holdsByWorker(id);
+    const by = holdsByWorker(dbPath, id);
     expect(Object.values(by).reduce((a, n) => a + n, 0)).toBe(served.length);
   });
 
