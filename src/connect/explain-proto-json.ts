@@ -10,6 +10,7 @@ import {
 import { base64Decode } from "@bufbuild/protobuf/wire";
 import { ApiError, invalidRequest } from "../errors/index.js";
 import {
+  classifyNumeral,
   invalidType,
   isJsonNumber,
   isRangeRefusal,
@@ -67,21 +68,53 @@ function intRange(scalar: ScalarType): IntRange | undefined {
   }
 }
 
-/** The source text of a JSON number, or of a string protobuf JSON reads as one. */
+/**
+ * A JSON number's grammar (RFC 8259): what a numeric field takes in a JSON string too. protobuf-es
+ * reads such a string with `Number()`/`BigInt()`, which would also take `0x10`, `0b11`, `0o17`,
+ * `+2` and padding; REST refuses those, and so does Connect JSON.
+ */
+const jsonNumberGrammar = /^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?$/;
+
+/** The source text of a JSON number, or of a string holding one (protobuf JSON reads it as one). */
 function numberText(value: unknown): string | undefined {
   if (isJsonNumber(value)) return typeof value === "number" ? String(value) : value.text;
-  if (typeof value === "string" && value !== "" && value.trim() === value) return value;
+  if (typeof value === "string" && jsonNumberGrammar.test(value)) return value;
   return undefined;
 }
 
+/** Whether `scalar` is a protobuf integer type (32 or 64 bits, signed or not). */
+export function isIntegerScalar(scalar: ScalarType): boolean {
+  return intRange(scalar) !== undefined;
+}
+
+/**
+ * The integer a JSON string holds for an integer field, read as REST reads `priority`'s string
+ * (`"2"`, `"-3"`, `"007"`: an optional `-` and decimal digits); else the type fault (`"2.0"`,
+ * `"1e2"`: not an integer; `"0x10"`, `" 5"`, `"+2"`: not a number).
+ */
+export function integerInString(value: string, param: string): bigint | ApiError {
+  const numeral = classifyNumeral(value);
+  if (numeral.kind !== "integer")
+    return invalidType(param, numeral.kind === "decimal" ? "an integer" : "a number");
+  const magnitude = BigInt(numeral.digits === "" ? "0" : numeral.digits);
+  return numeral.negative ? -magnitude : magnitude;
+}
+
 function checkInteger(value: unknown, param: string, range: IntRange): ApiError | undefined {
-  const text = numberText(value);
-  if (text === undefined) return invalidType(param, "a number");
-  const read = readExactIntegerText(text);
-  if (read.kind === "fraction") {
-    return invalidType(param, Number.isNaN(Number(text)) ? "a number" : "an integer");
+  let integer: bigint | "huge";
+  if (typeof value === "string") {
+    const read = integerInString(value, param);
+    if (read instanceof ApiError) return read;
+    integer = read;
+  } else if (isJsonNumber(value)) {
+    const text = typeof value === "number" ? String(value) : value.text;
+    const read = readExactIntegerText(text);
+    if (read.kind === "fraction") return invalidType(param, "an integer");
+    integer = read.kind === "huge" ? "huge" : read.value;
+  } else {
+    return invalidType(param, "a number");
   }
-  if (read.kind === "huge" || read.value < range.min || read.value > range.max) {
+  if (integer === "huge" || integer < range.min || integer > range.max) {
     return rangeRefusal(
       invalidRequest(
         param,
@@ -231,6 +264,14 @@ function checkMessage(desc: DescMessage, value: unknown, path: string): ApiError
     range ??= err;
   }
   return range;
+}
+
+/**
+ * The first fault of `json` (parsed by {@link parseStrictJson}) as a `desc` message in protobuf
+ * JSON, in the REST decoder's words (see {@link explainProtoJson}); undefined when it has none.
+ */
+export function checkProtoJson(desc: DescMessage, json: unknown): ApiError | undefined {
+  return checkMessage(desc, json, "");
 }
 
 /**

@@ -16,4 +16,4 @@ export {
   endWhenStalled,
   requestIdKey,
 } from "./routes.js";
-export { strictJsonTextDecoder } from "./strict-json-text.js";
+export { connectJsonOptions, strictJsonTextDecoder, strictJsonTextDecoderFor } from "./strict-json-text.js";

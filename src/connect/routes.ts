@@ -4,8 +4,9 @@ import {
   type ConnectRouter,
   createContextKey,
   type HandlerContext,
+  type ServiceImpl,
 } from "@connectrpc/connect";
-import { CompletionsService } from "../../gen/acs/v1/completions_pb.js";
+import { CompletionsService, CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { limits } from "../config/index.js";
 import { ApiError, callerDeadlineExceeded, newRequestId } from "../errors/index.js";
 import type { ShutdownLink } from "../rest/index.js";
@@ -13,6 +14,7 @@ import type { CallContext, CompletionsApi } from "../service/index.js";
 import { callRecordKey } from "../telemetry/rpc-outcome.js";
 import { toConnectError } from "./error-conversion.js";
 import { callerTimeoutMs } from "./explain-protocol-error.js";
+import { connectJsonOptions } from "./strict-json-text.js";
 
 /**
  * The request id the server gave the HTTP request (so the X-Request-Id header and the envelope
@@ -144,7 +146,7 @@ export function createConnectRoutes(
   const shown = (err: unknown, call: CallContext): ConnectError =>
     toConnectError(shutdown === undefined ? err : shutdown.shown(err, call.record), call.requestId);
   return (router) => {
-    router.service(CompletionsService, {
+    const impl: ServiceImpl<typeof CompletionsService> = {
       async createCompletion(request, ctx) {
         const { call, untie } = open(ctx);
         try {
@@ -196,6 +198,12 @@ export function createConnectRoutes(
           untie();
         }
       },
-    });
+    };
+    // A completion's Connect JSON is checked against its fields as REST checks a body (an integer
+    // field's string too: strict-json-text.ts); ListModels keeps the server's JSON options.
+    const completionJson = { jsonOptions: connectJsonOptions(CreateCompletionRequestSchema) };
+    router.rpc(CompletionsService.method.createCompletion, impl.createCompletion, completionJson);
+    router.rpc(CompletionsService.method.streamCompletion, impl.streamCompletion, completionJson);
+    router.rpc(CompletionsService.method.listModels, impl.listModels);
   };
 }

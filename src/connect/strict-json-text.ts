@@ -1,7 +1,9 @@
 // Connect JSON read as strictly as REST's JSON (proto/API.md §1: nothing is validated in only one
 // of the two paths): connect-es decodes a JSON message's bytes with the `textDecoder` of its
 // `jsonOptions`, then hands the text to protobuf-es (JSON.parse).
+import type { DescMessage } from "@bufbuild/protobuf";
 import { JsonNumberText, parseStrictJson, readExactIntegerText } from "../rest/index.js";
+import { checkProtoJson } from "./explain-proto-json.js";
 
 const utf8 = new TextDecoder();
 
@@ -40,9 +42,10 @@ const numberTextAsString = (_key: string, value: unknown): unknown => {
  * (`"seed": 9007199254740993`, `1e17`, an int64; proto/API.md §2 "never rounded through a double")
  * is passed on in a JSON string, which protobuf JSON reads for every numeric field: an integer as
  * its decimal digits, anything else as written. Other bodies are passed on as their UTF-8 text,
- * unchanged. Not closed: a 32-bit integer field given a fraction whose double is an integer
- * (`"n": 1.0000000000000000001`) is read as that integer, as before (REST refuses it; telling the
- * two apart needs the field's type, which a text decoder does not know).
+ * unchanged. A decoder that knows the message's type ({@link strictJsonTextDecoderFor}, the
+ * completion methods') also checks each field as REST does: without the type, a 32-bit integer
+ * field given a fraction whose double is an integer (`"n": 1.0000000000000000001`) would be read
+ * as that integer, and an integer field's string as `Number()`/`BigInt()` read it.
  *
  * A refusal throws ApiError 400 `invalid_request` (param null; REST's message); connect-es turns
  * it into InvalidArgument, which the error envelopes explain again from the body in the same words
@@ -56,3 +59,40 @@ export const strictJsonTextDecoder = {
     return holdsNumberText(parsed) ? JSON.stringify(parsed, numberTextAsString) : utf8.decode(bytes);
   },
 };
+
+/**
+ * {@link strictJsonTextDecoder} for the JSON messages of one type (`desc`, e.g. a method's input):
+ * the parsed message is also checked against its fields as REST checks a body, before protobuf-es
+ * reads it — above all the JSON strings of integer fields, which protobuf-es reads with `Number()`
+ * / `BigInt()` and so would take as `0x10`, `0b11`, `" 5"` or `"1e2"` (an int64: then refused with
+ * no param). A string is an integer field's value as REST reads `priority`'s: `-?digits`
+ * (src/connect/explain-proto-json.ts `integerInString`). Throws the first fault (ApiError 400
+ * `invalid_request`, param the field), which the error envelopes explain again in the same words.
+ */
+export function strictJsonTextDecoderFor(desc: DescMessage): { decode(input?: Uint8Array): string } {
+  return {
+    decode(input?: Uint8Array): string {
+      const bytes = input ?? new Uint8Array(0);
+      const parsed = parseStrictJson(bytes);
+      const fault = checkProtoJson(desc, parsed);
+      if (fault !== undefined) throw fault;
+      return holdsNumberText(parsed) ? JSON.stringify(parsed, numberTextAsString) : utf8.decode(bytes);
+    },
+  };
+}
+
+/**
+ * Connect's `jsonOptions`: unknown fields refused (not dropped), the bytes read by
+ * {@link strictJsonTextDecoderFor}`(input)`, or by {@link strictJsonTextDecoder} without a type.
+ * connect-es reads `textDecoder` from jsonOptions (its createJsonSerialization), though the
+ * router options' type leaves it out.
+ */
+export function connectJsonOptions(input?: DescMessage): {
+  readonly ignoreUnknownFields: false;
+  readonly textDecoder: { decode(input?: Uint8Array): string };
+} {
+  return {
+    ignoreUnknownFields: false,
+    textDecoder: input === undefined ? strictJsonTextDecoder : strictJsonTextDecoderFor(input),
+  };
+}

@@ -134,7 +134,7 @@ function readInt32Array(value: unknown, param: string, expected = "an array of i
  * What a string holds, read by one scan: `-?digits` is an integer (its sign and its digits without
  * leading zeros); `-?digits(.digits)?([eE][+-]?digits)?` is some other decimal numeral.
  */
-function classifyNumeral(
+export function classifyNumeral(
   text: string,
 ): { kind: "integer"; negative: boolean; digits: string } | { kind: "decimal" | "none" } {
   const n = text.length;

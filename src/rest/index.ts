@@ -7,6 +7,7 @@ export {
   parseContentEncoding,
 } from "./content-encoding.js";
 export {
+  classifyNumeral,
   completionRequestFieldNames,
   type DecodedCompletionRequest,
   decodeCompletionRequest,

@@ -19,13 +19,13 @@ import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { type Config, limits } from "../config/index.js";
 import {
   compressionDeflate,
+  connectJsonOptions,
   createConnectRoutes,
   createHealthRoutes,
   createReflectionRoutes,
   endTransportKey,
   releaseParsedBody,
   requestIdKey,
-  strictJsonTextDecoder,
   toConnectError,
   withErrorEnvelopes,
   writeProtocolError,
@@ -269,9 +269,8 @@ export async function buildServer(
 
   // Strict like REST: an unknown field in Connect JSON is an error, not silently dropped, and the
   // bytes are read by REST's JSON parser (invalid UTF-8, a BOM, duplicate keys refused; every number
-  // exact, an int64 seed too). connect-es reads `textDecoder` from jsonOptions (its
-  // createJsonSerialization), though the router options' type leaves it out.
-  const connectJsonOptions = { ignoreUnknownFields: false, textDecoder: strictJsonTextDecoder };
+  // exact, an int64 seed too). The completion methods check their input's fields too (routes.ts).
+  const jsonOptions = connectJsonOptions();
   // The Connect plugin in a scope of its own that reads no body: any Content-Type reaches
   // connect-es, which refuses the ones it does not serve (415, answered with the envelope).
   await app.register(async (rpc) => {
@@ -309,7 +308,7 @@ export async function buildServer(
       readMaxBytes: limits.bodyLimitBytes,
       // The request compressions REST accepts too (gzip, deflate, br, identity).
       acceptCompression: [compressionGzip, compressionBrotli, compressionDeflate],
-      jsonOptions: connectJsonOptions,
+      jsonOptions,
       contextValues: (request) =>
         createContextValues()
           .set(requestIdKey, request.id)

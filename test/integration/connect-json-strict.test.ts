@@ -111,3 +111,52 @@ describe("Connect JSON refuses what REST refuses as malformed, with REST's messa
     expect(received()).toBe(before);
   });
 });
+
+describe("Connect JSON: an integer field's string holds an integer as REST reads priority's", () => {
+  const received = () => stack.engine?.stats.received ?? Number.NaN;
+  it('`-?digits` is read as that integer: seed "42" samples as seed 42', async () => {
+    const inString = await connectJson(completion('"text":"Hi","seed":"42"'));
+    const asNumber = await connectJson(completion('"text":"Hi","seed":42'));
+    expect(inString.status, JSON.stringify(inString)).toBe(200);
+    expect(inString.text).toBe(asNumber.text);
+  });
+
+  it.each([
+    // protobuf-es reads these with Number()/BigInt(), which take hex, binary, octal and padding.
+    ['"priority":"0x10"', "priority", "a number"],
+    ['"priority":"+2"', "priority", "a number"],
+    ['"n":"0b11"', "n", "a number"],
+    ['"top_k":"0o17"', "top_k", "a number"],
+    ['"seed":" 5"', "seed", "a number"],
+    // A decimal numeral is not an integer's string (BigInt refused "1e2" with no param before).
+    ['"seed":"1e2"', "seed", "an integer"],
+    ['"seed":"2.0"', "seed", "an integer"],
+    ['"token_ids":{"values":[1,"0x10"]}', "token_ids.values[1]", "a number"],
+  ])("%s → 400 invalid_request, param %s; Inference never sees it", async (field, param, expected) => {
+    const before = received();
+    const body = field.startsWith('"token_ids"')
+      ? `{"model":"tiny",${field},"max_tokens":2}`
+      : completion(`"text":"Hi",${field}`);
+    const got = await connectJson(body);
+    expect(got.status, JSON.stringify(got)).toBe(400);
+    expect(got.error?.code).toBe("invalid_request");
+    expect(got.error?.param).toBe(param);
+    expect(got.error?.message).toBe(`Invalid type for '${param}': expected ${expected}.`);
+    expect(received()).toBe(before);
+  });
+
+  it("a 32-bit integer given a fraction whose double is an integer is refused, as REST refuses it", async () => {
+    const got = await connectJson(completion('"text":"Hi","n":1.0000000000000000001'));
+    const asRest = await rest(completion('"prompt":"Hi","n":1.0000000000000000001'));
+    expect(asRest.status).toBe(400);
+    expect(got.status, JSON.stringify(got)).toBe(400);
+    expect(got.error).toEqual(asRest.error);
+  });
+
+  it('priority "0x10" gets the same answer from REST', async () => {
+    const got = await connectJson(completion('"text":"Hi","priority":"0x10"'));
+    const asRest = await rest(completion('"prompt":"Hi","priority":"0x10"'));
+    expect(asRest.status).toBe(400);
+    expect(got.error).toEqual(asRest.error);
+  });
+});
