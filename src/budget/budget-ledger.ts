@@ -125,6 +125,19 @@ export interface KeyInfo {
   readonly name: string;
   /** Allowed model ids, or null for every model. */
   readonly models: readonly string[] | null;
+  /** The key's hint (`acs-…wxyz`: its prefix and last 4 characters), for messages. */
+  readonly hint?: string;
+}
+
+/**
+ * 401 `invalid_api_key` for a revoked key, in the same words whether authenticate or placeHold
+ * finds it revoked (a revoke on another replica reaches placeHold within the auth cache's TTL).
+ */
+function revokedKey(hint: string | undefined): ApiError {
+  return new ApiError(
+    "invalid_api_key",
+    `The API key provided${hint === undefined ? "" : ` (${hint})`} has been revoked. Ask the API's operator for a new key.`,
+  );
 }
 
 /** A placed Hold: the id to renew and settle, and the max_tokens the request may use. */
@@ -429,13 +442,8 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
           `Incorrect API key provided${masked === null ? "" : `: ${masked}`}. Check the key, or ask the API's operator for one.`,
         );
       }
-      if (record.revokedAt !== null) {
-        throw new ApiError(
-          "invalid_api_key",
-          `The API key provided (${record.hint}) has been revoked. Ask the API's operator for a new key.`,
-        );
-      }
-      return { id: record.id, name: record.name, models: record.models };
+      if (record.revokedAt !== null) throw revokedKey(record.hint);
+      return { id: record.id, name: record.name, models: record.models, hint: record.hint };
     },
 
     checkModel(key, modelId, aliases = []) {
@@ -463,8 +471,7 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
             heldTokens: placed.tokens,
           };
         }
-        if (placed.kind === "revoked")
-          throw new ApiError("invalid_api_key", "The API key provided has been revoked.");
+        if (placed.kind === "revoked") throw revokedKey(key.hint);
       }
       const t = now();
       const input: PlaceHoldInput = {
@@ -509,9 +516,12 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
         case "count":
           return { countNeeded: true };
         case "revoked":
-          throw new ApiError("invalid_api_key", "The API key provided has been revoked.");
+          throw revokedKey(key.hint);
         case "unknown_key":
-          throw new ApiError("invalid_api_key", "Incorrect API key provided.");
+          throw new ApiError(
+            "invalid_api_key",
+            "Incorrect API key provided. Check the key, or ask the API's operator for one.",
+          );
       }
     }) as BudgetLedger["placeHold"],
 

@@ -89,12 +89,13 @@ describe.each(storesUnderTest("ledger"))("the ledger on $kind", (store) => {
   }
 
   describe("authenticate", () => {
-    it("returns the key's id, name and models for a good key, whatever the case of the scheme", async () => {
+    it("returns the key's id, name, models and hint for a good key, whatever the case of the scheme", async () => {
       const { id, key } = await ledger.createKey({ name: "alice", budgetTokens: 10, models: ["llama-8b"] });
       expect(key).toMatch(/^acs-[A-Za-z0-9_-]{43}$/);
       expect(id).toMatch(/^key_[0-9a-f]{12}$/);
+      const hint = `acs-…${key.slice(-4)}`;
       for (const header of [`Bearer ${key}`, `bearer ${key}`, `BEARER ${key}`, `  Bearer   ${key}  `]) {
-        expect(await ledger.authenticate(header)).toEqual({ id, name: "alice", models: ["llama-8b"] });
+        expect(await ledger.authenticate(header)).toEqual({ id, name: "alice", models: ["llama-8b"], hint });
       }
     });
 
@@ -156,7 +157,12 @@ describe.each(storesUnderTest("ledger"))("the ledger on $kind", (store) => {
         );
         expect(refused.code).toBe("invalid_api_key");
         clock += 1000;
-        expect((await apiErrorOf(() => cached.authenticate(`Bearer ${key}`))).message).toMatch(/revoked/);
+        const later = await apiErrorOf(() => cached.authenticate(`Bearer ${key}`));
+        expect(later.message).toBe(
+          `The API key provided (acs-…${key.slice(-4)}) has been revoked. Ask the API's operator for a new key.`,
+        );
+        // The same words whichever call found the key revoked.
+        expect(refused.message).toBe(later.message);
       } finally {
         await cached.close();
       }

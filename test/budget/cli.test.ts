@@ -70,6 +70,7 @@ describe.each(storesUnderTest("cli"))("npm run keys on $kind", (store) => {
       id,
       name: "alice",
       models: ["llama-8b", "tiny"],
+      hint: `acs-…${key?.slice(-4)}`,
     });
     const info = await ledger.authenticate(`Bearer ${key}`);
     await ledger.settle(
