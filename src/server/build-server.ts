@@ -245,7 +245,15 @@ export async function buildServer(
     // Authorization, Content-Type and the SDKs' x-stainless-* headers.
     origin: true,
     methods: ["GET", "POST", "OPTIONS"],
-    exposedHeaders: ["x-request-id", "x-acs-max-tokens-clamped", "grpc-status", "grpc-message"],
+    // A browser caller may read them: the retry advice of a 429/503 (proto/API.md §9) too.
+    exposedHeaders: [
+      "x-request-id",
+      "x-acs-max-tokens-clamped",
+      "retry-after",
+      "x-should-retry",
+      "grpc-status",
+      "grpc-message",
+    ],
     maxAge: 600,
     // An OPTIONS without Origin is not a preflight; answer it rather than fail it in plain text.
     strictPreflight: false,

@@ -374,7 +374,10 @@ describe("errors before routing keep the envelope", () => {
     expect(res.headers.get("x-accel-buffering")).toBe("no");
     expect(res.headers.get("x-request-id")).toMatch(/^req_[0-9a-f]{32}$/);
     expect(res.headers.get("access-control-allow-origin")).toBe("http://example.test");
-    expect(res.headers.get("access-control-expose-headers")).toContain("x-request-id");
+    // What a browser caller may read: the id, the clamp and a refusal's retry advice too.
+    expect(res.headers.get("access-control-expose-headers")?.split(", ")).toEqual(
+      expect.arrayContaining(["x-request-id", "x-acs-max-tokens-clamped", "retry-after", "x-should-retry"]),
+    );
     expect((await res.text()).endsWith("data: [DONE]\n\n")).toBe(true);
   });
 });
