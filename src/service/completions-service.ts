@@ -339,8 +339,11 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     steeringLease: SteeringLease,
     admitted: AdmittedSlot,
   ): Promise<Prepared> {
-    // The order of checks of proto/API.md §3: key; ranges and cross-field rules; model; the key's
-    // caps on requests in flight; the size caps; deadline_infeasible; prompt length; then the Hold.
+    // The order of checks of proto/API.md §3: key; ranges and cross-field rules; model; the size
+    // cap; deadline_infeasible; the key's caps on requests in flight (§9: after the model checks,
+    // before the prompt is counted; after the checks a retry cannot pass, so that a 429's "retry"
+    // is not followed by a 400); what needs the prompt's length (the capture's size cap, the
+    // context length); then the Hold.
     const key = await authenticate(ctx); //                                      §9 key (401)
     if (key !== undefined && ctx.record !== undefined) ctx.record.keyName = key.name ?? key.id;
     validateRequest(request); //                                                  §4 ranges, cross-field rules
@@ -354,12 +357,13 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const fanOut = isLensFanOut(request, shape); // one Inference request per choice (§6)
     // A fan-out holds up to its concurrency of Inference requests: counted in the key's share.
     const upstreamRequests = fanOut ? Math.min(shape.prompts * shape.n, fanOutConcurrency) : 1;
-    const ticket = admit(key, model, stream, upstreamRequests); //                §9 per-key caps (429)
-    admitted.ticket = ticket instanceof Promise ? await ticket : ticket; // a cluster worker asks its primary
     const steering = checkLensShapes(request, model, steeringLease); //          §6 shapes, values (429/413: bytes)
     checkGeneratedTokensCap(request, shape); //                                  §3 size cap: 32,000
-    let lengths = await checkCaptureCapUncounted(request, model, shape, ctx.signal); // §6 size cap: capture
     checkDeadlineFeasible(request, stream); //                                   §3 deadline_infeasible
+    const ticket = admit(key, model, stream, upstreamRequests); //                §9 per-key caps (429)
+    admitted.ticket = ticket instanceof Promise ? await ticket : ticket; // a cluster worker asks its primary
+    // The capture's size cap counts the prompt when a one-token prompt would not decide it.
+    let lengths = await checkCaptureCapUncounted(request, model, shape, ctx.signal); // §6 size cap: capture
     // A bound of the prompt tokens when it decides the length check, else the exact count.
     const count = () => countPromptTokens(model.client, model.servedModelName, request, ctx.signal);
     // A fan-out's parts are charged per part, each its prompt's exact count: no bounds there.

@@ -238,6 +238,45 @@ describe("per-key caps on requests and streams in flight", () => {
     await until(() => stack.admission.activeKeys === 0, "no key has a request in flight");
   });
 
+  it("at its cap, a key still gets the 400 of a request no retry can pass (size cap, deadline_infeasible), not a 429", async () => {
+    const { id, key } = await ledger().createKey({ budgetTokens: 100_000 });
+    const stop = new AbortController();
+    const held = [
+      hold(stack, key, "rest", stop.signal),
+      hold(stack, key, "rest", stop.signal),
+      hold(stack, key, "rest", stop.signal),
+    ];
+    try {
+      await until(() => stack.admission.inFlight(id).requests === 3, "the key at its request cap");
+      await refusalsAtTheCap(key);
+    } finally {
+      stop.abort();
+      await Promise.all(held);
+    }
+    await until(() => stack.admission.inFlight(id).requests === 0, "every place given back");
+  });
+
+  /** What `key`, at its request cap, is answered for requests no retry can pass, and for one that can. */
+  async function refusalsAtTheCap(key: string): Promise<void> {
+    const post = (body: object) =>
+      exchange(stack.url, {
+        path: "/v1/completions",
+        headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
+        body: JSON.stringify({ model: "tiny", prompt: "Hi", ...body }),
+      }).then((res) => decodeError("rest", res));
+    // The seed's own example (proto/API.md §3): the size cap's message, whatever the key's load.
+    const sizeCap = await post({ n: 2, max_tokens: 16001 });
+    expect(sizeCap.httpStatus).toBe(400);
+    expect(sizeCap.envelope.message).toBe(
+      "At most 32000 generated tokens in all: n = 2 times max_tokens = 16001 for each of 1 prompts is 32002.",
+    );
+    const infeasible = await post({ max_tokens: 15601 });
+    expect(infeasible.httpStatus).toBe(400);
+    expect(infeasible.envelope.code).toBe("deadline_infeasible");
+    // A request a retry could pass is the cap's.
+    expect((await post({ max_tokens: 5 })).envelope.code).toBe("rate_limited");
+  }
+
   it("streams have a cap of their own: the stream past it is refused, a unary request of the same key is served", async () => {
     const { id, key } = await ledger().createKey({ budgetTokens: 100_000 });
     const stop = new AbortController();
