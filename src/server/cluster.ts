@@ -104,14 +104,17 @@ export interface ClusterWorker {
    * The per-key caps counted across every worker: each admit asks the primary (one IPC round
    * trip) and each release tells it. `limits` must be the primary's (both read the configuration).
    * `inFlight` and `activeKeys` are this worker's share. If the primary does not answer within
-   * {@link ADMIT_ANSWER_MS} (or the channel is gone) the request is counted by this worker alone,
-   * with a warning: a place the primary grants later is given back at once.
+   * {@link ADMIT_ANSWER_MS} (or the channel is gone), this worker counts its requests alone, with
+   * a warning, until the primary answers again: a place it grants meanwhile is given back at once.
    */
   admission(limits: AdmissionLimits): Admission;
 }
 
-/** How long a worker waits for the primary's answer to an admit before counting alone, ms. */
-export const ADMIT_ANSWER_MS = 5000;
+/**
+ * How long a worker waits for the primary's answer to an admit before counting alone, ms. The
+ * primary answers within a millisecond when it runs; this bounds what a stopped one costs a request.
+ */
+export const ADMIT_ANSWER_MS = 1000;
 
 /** This process's worker side when it is a cluster worker of the gateway; else undefined. */
 export function joinCluster(logger: Logger): ClusterWorker | undefined {
@@ -122,19 +125,18 @@ export function joinCluster(logger: Logger): ClusterWorker | undefined {
   let registry: Registry | undefined;
   let nextId = 0;
   const scrapes = new Map<number, (m: ToWorker & { acs: "scrape" }) => void>();
-  const admits = new Map<number, (m: AdmitAnswer) => void>();
   const send = (m: ToPrimary) => process.send?.(m);
+  // The admission's answers; before it exists, any place the primary gives goes back at once.
+  let admitAnswered = (m: AdmitAnswer): void => {
+    if (m.ticket !== undefined) send({ acs: "release", ticket: m.ticket });
+  };
   process.on("message", (m: unknown) => {
     if (!isAcsMessage(m)) return;
     const msg = m as ToWorker;
     if (msg.acs === "engine") engineAlive = msg.alive;
     else if (msg.acs === "scrape") scrapes.get(msg.id)?.(msg);
-    else if (msg.acs === "admit") {
-      const answer = admits.get(msg.id);
-      if (answer !== undefined) answer(msg);
-      // Too late (this worker counted the request alone): the primary's place goes back at once.
-      else if (msg.ticket !== undefined) send({ acs: "release", ticket: msg.ticket });
-    } else if (msg.acs === "metrics") {
+    else if (msg.acs === "admit") admitAnswered(msg);
+    else if (msg.acs === "metrics") {
       const id = msg.id;
       (registry?.getMetricsAsJSON() ?? Promise.resolve([])).then(
         (metrics) => send({ acs: "metrics", id, metrics }),
@@ -193,7 +195,9 @@ export function joinCluster(logger: Logger): ClusterWorker | undefined {
       send({ acs: "listening", info });
     },
     admission(limits) {
-      return workerAdmission(limits, logger, send, admits, () => nextId++);
+      const { admission, answered } = workerAdmission(limits, logger, send, () => nextId++);
+      admitAnswered = answered;
+      return admission;
     },
   };
 }
@@ -205,16 +209,21 @@ interface HeldPlace {
   readonly upstreamRequests: number;
 }
 
-/** {@link ClusterWorker.admission}: admits through the primary, alone when it does not answer. */
+/**
+ * {@link ClusterWorker.admission}: admits through the primary; alone while it does not answer.
+ * `answered` takes the primary's answers to this worker's admits.
+ */
 function workerAdmission(
   limits: AdmissionLimits,
   logger: Logger,
   send: (m: ToPrimary) => boolean | undefined,
-  admits: Map<number, (m: AdmitAnswer) => void>,
   newId: () => number,
-): Admission {
+): { admission: Admission; answered: (m: AdmitAnswer) => void } {
   const alone = createAdmission(limits);
   const held = new Set<HeldPlace>();
+  const pending = new Map<number, (m: AdmitAnswer) => void>();
+  /** The primary missed an answer: requests are counted alone until it answers again. */
+  let quiet = false;
   const hold = (keyId: string, demand: AdmissionDemand, ticket: AdmissionTicket): AdmissionTicket => {
     const place: HeldPlace = { keyId, demand, upstreamRequests: ticket.upstreamRequests };
     held.add(place);
@@ -226,11 +235,24 @@ function workerAdmission(
       },
     };
   };
-  const countAlone = (keyId: string, demand: AdmissionDemand, why: string): AdmissionTicket => {
-    logger.warn({ why }, "the primary did not count a request's place; this worker counts it alone");
-    return hold(keyId, demand, alone.admit(keyId, demand));
+  const countAlone = (keyId: string, demand: AdmissionDemand): AdmissionTicket =>
+    hold(keyId, demand, alone.admit(keyId, demand));
+  const goQuiet = (why: string): void => {
+    if (quiet) return;
+    quiet = true;
+    logger.warn({ why }, "the primary does not count the requests' places; this worker counts its own");
   };
-  return {
+  const answered = (m: AdmitAnswer): void => {
+    if (quiet) {
+      quiet = false;
+      logger.info("the primary counts the requests' places again");
+    }
+    const answer = pending.get(m.id);
+    if (answer !== undefined) answer(m);
+    // Not waited for (counted alone meanwhile): the primary's place goes back at once.
+    else if (m.ticket !== undefined) send({ acs: "release", ticket: m.ticket });
+  };
+  const admission: Admission = {
     limits,
     get activeKeys() {
       return new Set([...held].map((p) => p.keyId)).size;
@@ -249,27 +271,37 @@ function workerAdmission(
     },
     admit(keyId, demand) {
       const id = newId();
+      if (!process.connected) {
+        goQuiet("no channel to the primary");
+        return countAlone(keyId, demand);
+      }
+      // `send` returning false only says its queue is long: the message still goes.
+      send({ acs: "admit", id, keyId, demand });
+      // Asked all the same (its answer says the primary is back), but not waited for.
+      if (quiet) return countAlone(keyId, demand);
       return new Promise<AdmissionTicket>((resolve, reject) => {
-        const settleAlone = (why: string): void => {
-          clearTimeout(timer);
-          admits.delete(id);
+        const timer = setTimeout(() => {
+          pending.delete(id);
+          goQuiet(`no answer in ${ADMIT_ANSWER_MS} ms`);
           try {
-            resolve(countAlone(keyId, demand, why));
+            resolve(countAlone(keyId, demand));
           } catch (err) {
             reject(err);
           }
-        };
-        const timer = setTimeout(() => settleAlone(`no answer in ${ADMIT_ANSWER_MS} ms`), ADMIT_ANSWER_MS);
-        admits.set(id, (answer) => {
+        }, ADMIT_ANSWER_MS);
+        pending.set(id, (answer) => {
+          clearTimeout(timer);
+          pending.delete(id);
           if (answer.refused !== undefined) {
-            clearTimeout(timer);
-            admits.delete(id);
             reject(rateLimited(answer.refused));
           } else if (answer.ticket === undefined) {
-            settleAlone("the primary failed to count it");
+            // The primary failed to count it (logged there): counted here alone.
+            try {
+              resolve(countAlone(keyId, demand));
+            } catch (err) {
+              reject(err);
+            }
           } else {
-            clearTimeout(timer);
-            admits.delete(id);
             const ticket = answer.ticket;
             const counted: AdmissionTicket = {
               upstreamRequests: answer.upstreamRequests ?? 1,
@@ -278,12 +310,10 @@ function workerAdmission(
             resolve(hold(keyId, demand, counted));
           }
         });
-        // `send` returning false only says its queue is long: the message still goes.
-        if (!process.connected) settleAlone("no channel to the primary");
-        else send({ acs: "admit", id, keyId, demand });
       });
     },
   };
+  return { admission, answered };
 }
 
 /** The embedded engine as the primary runs it (src/main.ts `startEmbeddedEngine`). */

@@ -163,6 +163,31 @@ describe("ACS_WORKERS=2: the per-key caps count every worker's requests", () => 
     }, "a place came back");
   });
 
+  it("a stopped primary does not hold a keyed request up: its worker counts alone until the primary answers again", async () => {
+    const { key } = await admin.createKey({ budgetTokens: 1_000_000 });
+    const pid = primary.pid ?? 0;
+    process.kill(pid, "SIGSTOP");
+    let stopped: Array<{ status: number; body: Promise<string> }>;
+    try {
+      stopped = await Promise.all(streams(key, 1));
+    } finally {
+      process.kill(pid, "SIGCONT");
+    }
+    expect(stopped.map((r) => r.status)).toEqual([200]);
+    await until(() => held.length === 1, "Inference holds the stream");
+    finishHeld();
+    await Promise.all(stopped.map((r) => r.body));
+    // Running again, the primary answers the workers' next admits: the caps are the gateway's again.
+    await until(async () => {
+      const burst = await Promise.all(streams(key, 8));
+      const admitted = burst.filter((r) => r.status === 200).length;
+      await until(() => held.length === admitted, "Inference holds the admitted streams");
+      finishHeld();
+      await Promise.all(burst.map((r) => r.body));
+      return admitted === STREAM_CAP;
+    }, "both workers count through the primary again");
+  });
+
   it("the places of a worker killed with streams open come back when it dies", async () => {
     const { key } = await admin.createKey({ budgetTokens: 1_000_000 });
     const open = await Promise.all(streams(key, STREAM_CAP));
