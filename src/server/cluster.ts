@@ -469,7 +469,7 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     }
   };
 
-  const onMessage = (slot: Slot, m: unknown) => {
+  const onMessage = (slot: Slot, worker: Worker, m: unknown) => {
     if (!isAcsMessage(m)) return;
     const msg = m as ToPrimary;
     if (msg.acs === "listening") {
@@ -490,8 +490,17 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
       entry.got.push(msg.metrics);
       if (entry.waiting.size === 0) entry.done();
     } else if (msg.acs === "admit") {
+      // A worker that has exited (its 'exit' can come before the last messages it wrote) or whose
+      // channel is gone holds no place: none is counted for it (onExit has released its slot's).
+      if (slot.worker !== worker || !worker.isConnected()) return;
       const answer = admitFor(slot, msg.keyId, msg.demand);
-      slot.worker?.send({ ...answer, acs: "admit", id: msg.id } satisfies ToWorker);
+      // The worker may have died since it wrote the admit: the write then fails (EPIPE), and the
+      // place goes back rather than the failure being thrown in the primary.
+      worker.send({ ...answer, acs: "admit", id: msg.id } satisfies ToWorker, undefined, undefined, (err) => {
+        if (err === null || answer.ticket === undefined) return;
+        slot.places.get(answer.ticket)?.release();
+        slot.places.delete(answer.ticket);
+      });
     } else if (msg.acs === "release") {
       slot.places.get(msg.ticket)?.release();
       slot.places.delete(msg.ticket);
@@ -517,7 +526,12 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     slot.worker = worker;
     slot.listening = false;
     slot.startedAt = Date.now();
-    worker.on("message", (m: unknown) => onMessage(slot, m));
+    worker.on("message", (m: unknown) => onMessage(slot, worker, m));
+    // A send to a worker that just died fails with EPIPE, emitted as 'error' on the Worker: without
+    // a listener that would throw in the primary and end the gateway. Its 'exit' follows.
+    worker.on("error", (err: unknown) =>
+      logger.warn({ err, worker: slot.n }, "a message to a worker failed"),
+    );
     worker.once("exit", (code, signal) => onExit(slot, worker, code, signal));
     return worker;
   };

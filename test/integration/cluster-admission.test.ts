@@ -3,7 +3,7 @@
 // refused on whichever worker its next connection reaches, a place comes back when its stream
 // ends, and a worker killed with places held gives them back.
 import type { ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import type { ServerResponse } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -17,6 +17,15 @@ import { holdsByWorker } from "../helpers/sqlite-holds.js";
 import { chunk, type FakeUpstream, sse, startFakeUpstream, withVllmOps } from "../upstream/fake-upstream.js";
 
 const MODEL = "fake-model";
+
+/** Whether `pid` has exited and waits for its parent to reap it. */
+function isZombie(pid: number): boolean {
+  try {
+    return /^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, "utf8"));
+  } catch {
+    return true;
+  }
+}
 const STREAM_CAP = 2;
 const dir = mkdtempSync(join(tmpdir(), "acs-cluster-admission-"));
 const dbPath = join(dir, "acs.db");
@@ -201,6 +210,43 @@ describe("ACS_WORKERS=2: the per-key caps count every worker's requests", () => 
     const after = await Promise.all(streams(key, STREAM_CAP));
     expect(after.map((r) => r.status)).toEqual(Array(STREAM_CAP).fill(200));
     await until(() => held.length === STREAM_CAP, "Inference holds both streams");
+    finishHeld();
+    await Promise.all(after.map((r) => r.body));
+  });
+
+  it("a worker killed while its admits wait for a stopped primary: the primary answers nobody, lives on, and counts no place for it", async () => {
+    const { key } = await admin.createKey({ budgetTokens: 1_000_000 });
+    const pid = primary.pid ?? 0;
+    const exited = new Promise<string>((resolve) =>
+      primary.once("exit", (code, signal) => resolve(`exited ${code ?? signal}`)),
+    );
+    process.kill(pid, "SIGSTOP");
+    let open: Array<Promise<{ status: number; body: Promise<string> }>>;
+    try {
+      // Their admits wait in the primary's channels; the workers then count alone and Inference
+      // gets the streams.
+      open = streams(key, STREAM_CAP);
+      await until(() => held.length === STREAM_CAP, "Inference holds the streams counted alone");
+      // The workers die with their admits still unread by the primary.
+      const workers = workerPidsOf(pid);
+      for (const w of workers) process.kill(w, "SIGKILL");
+      // Dead (zombies, their sockets closed) before the primary runs again.
+      await until(() => workers.every(isZombie), "the workers are dead");
+    } finally {
+      process.kill(pid, "SIGCONT");
+    }
+    await Promise.all(open.map((r) => r.then((x) => x.body).catch(() => "")));
+    finishHeld();
+    // The primary reads the dead workers' admits: it must neither throw answering them (EPIPE)
+    // nor keep their places. It starts two workers again.
+    const outcome = await Promise.race([
+      exited,
+      until(async () => (await workersListening()) === 2, "two workers listen again").then(() => "listening"),
+    ]);
+    expect(outcome).toBe("listening");
+    const after = await Promise.all(streams(key, STREAM_CAP + 1));
+    expect(after.map((r) => r.status).sort()).toEqual([...Array(STREAM_CAP).fill(200), 429]);
+    await until(() => held.length === STREAM_CAP, "Inference holds the admitted streams");
     finishHeld();
     await Promise.all(after.map((r) => r.body));
   });
