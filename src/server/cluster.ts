@@ -281,13 +281,17 @@ function workerAdmission(
       if (quiet) return countAlone(keyId, demand);
       return new Promise<AdmissionTicket>((resolve, reject) => {
         const timer = setTimeout(() => {
-          pending.delete(id);
-          goQuiet(`no answer in ${ADMIT_ANSWER_MS} ms`);
-          try {
-            resolve(countAlone(keyId, demand));
-          } catch (err) {
-            reject(err);
-          }
+          // After this turn's poll phase: an answer already in the pipe (this worker's event loop
+          // was busy past the wait, as under a burst) is read first, and settles the admit.
+          setImmediate(() => {
+            if (!pending.delete(id)) return;
+            goQuiet(`no answer in ${ADMIT_ANSWER_MS} ms`);
+            try {
+              resolve(countAlone(keyId, demand));
+            } catch (err) {
+              reject(err);
+            }
+          });
         }, ADMIT_ANSWER_MS);
         pending.set(id, (answer) => {
           clearTimeout(timer);

@@ -7,9 +7,11 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import type { ServerResponse } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { Agent, fetch as undiciFetch } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type BudgetLedger, createBudgetLedger } from "../../src/budget/index.js";
+import { ADMIT_ANSWER_MS } from "../../src/server/cluster.js";
 import { until } from "../helpers/hang-guard.js";
 import { workerPidsOf } from "../helpers/proc.js";
 import { freePort, startTs, waitForOk } from "../helpers/processes.js";
@@ -212,6 +214,32 @@ describe("ACS_WORKERS=2: the per-key caps count every worker's requests", () => 
     await until(() => held.length === STREAM_CAP, "Inference holds both streams");
     finishHeld();
     await Promise.all(after.map((r) => r.body));
+  });
+
+  it("a worker held up past the wait reads the primary's answer already in its channel: it does not count alone", async () => {
+    const { key } = await admin.createKey({ budgetTokens: 1_000_000 });
+    const pid = primary.pid ?? 0;
+    const workers = workerPidsOf(pid);
+    process.kill(pid, "SIGSTOP");
+    let first: Promise<{ status: number; body: Promise<string> }> | undefined;
+    try {
+      [first] = streams(key, 1);
+      await sleep(300); // its worker has asked the primary for the place, and waits
+      for (const w of workers) process.kill(w, "SIGSTOP");
+    } finally {
+      process.kill(pid, "SIGCONT"); // the primary answers into the stopped worker's channel
+    }
+    // The worker's wait for the answer passes while it cannot run; then it runs again.
+    await sleep(ADMIT_ANSWER_MS + 500);
+    for (const w of workers) process.kill(w, "SIGCONT");
+    expect((await first)?.status).toBe(200);
+    // Had the worker counted that stream alone (its timer run before its channel was read), both
+    // workers would admit more: the primary's count says one stream of two is open.
+    const more = await Promise.all(streams(key, 8));
+    expect(more.filter((r) => r.status === 200)).toHaveLength(STREAM_CAP - 1);
+    await until(() => held.length === STREAM_CAP, "Inference holds the admitted streams");
+    finishHeld();
+    await Promise.all([first, ...more.map(async (r) => r)].map(async (r) => (await r)?.body));
   });
 
   it("a worker killed while its admits wait for a stopped primary: the primary answers nobody, lives on, and counts no place for it", async () => {
