@@ -340,10 +340,10 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     admitted: AdmittedSlot,
   ): Promise<Prepared> {
     // The order of checks of proto/API.md §3: key; ranges and cross-field rules; model; the size
-    // cap; deadline_infeasible; the key's caps on requests in flight (§9: after the model checks,
-    // before the prompt is counted; after the checks a retry cannot pass, so that a 429's "retry"
-    // is not followed by a 400); what needs the prompt's length (the capture's size cap, the
-    // context length); then the Hold.
+    // caps; deadline_infeasible; the key's caps on requests in flight (§9: after the model checks,
+    // before the prompt is counted; after every refusal a retry cannot pass — a capture or a
+    // max_tokens no prompt leaves room for are counted first only to be refused — so that a 429's
+    // "retry" is not followed by a 400); prompt length; then the Hold.
     const key = await authenticate(ctx); //                                      §9 key (401)
     if (key !== undefined && ctx.record !== undefined) ctx.record.keyName = key.name ?? key.id;
     validateRequest(request); //                                                  §4 ranges, cross-field rules
@@ -359,13 +359,18 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const upstreamRequests = fanOut ? Math.min(shape.prompts * shape.n, fanOutConcurrency) : 1;
     const steering = checkLensShapes(request, model, steeringLease); //          §6 shapes, values (429/413: bytes)
     checkGeneratedTokensCap(request, shape); //                                  §3 size cap: 32,000
+    // Counts the prompt only when even a one-token prompt breaks the cap: then it refuses (400).
+    let lengths = await checkCaptureCapUncounted(request, model, shape, ctx.signal); // §6 size cap: capture
     checkDeadlineFeasible(request, stream); //                                   §3 deadline_infeasible
+    const count = () => countPromptTokens(model.client, model.servedModelName, request, ctx.signal);
+    if (lengths === undefined && request.maxTokens !== undefined && request.maxTokens >= model.maxModelLen) {
+      // No prompt leaves room for this max_tokens: refused (400), counted for the message's numbers.
+      lengths = await count();
+      checkContextLength(model.maxModelLen, lengths, request.maxTokens); //         §3 prompt length
+    }
     const ticket = admit(key, model, stream, upstreamRequests); //                §9 per-key caps (429)
     admitted.ticket = ticket instanceof Promise ? await ticket : ticket; // a cluster worker asks its primary
-    // The capture's size cap counts the prompt when a one-token prompt would not decide it.
-    let lengths = await checkCaptureCapUncounted(request, model, shape, ctx.signal); // §6 size cap: capture
     // A bound of the prompt tokens when it decides the length check, else the exact count.
-    const count = () => countPromptTokens(model.client, model.servedModelName, request, ctx.signal);
     // A fan-out's parts are charged per part, each its prompt's exact count: no bounds there.
     let bounds =
       lengths === undefined && !fanOut ? await promptBounds(request, model, ctx.signal) : undefined;

@@ -238,7 +238,7 @@ describe("per-key caps on requests and streams in flight", () => {
     await until(() => stack.admission.activeKeys === 0, "no key has a request in flight");
   });
 
-  it("at its cap, a key still gets the 400 of a request no retry can pass (size cap, deadline_infeasible), not a 429", async () => {
+  it("at its cap, a key still gets the 400 of a request no retry can pass (size cap, deadline_infeasible, no room for max_tokens), not a 429", async () => {
     const { id, key } = await ledger().createKey({ budgetTokens: 100_000 });
     const stop = new AbortController();
     const held = [
@@ -273,6 +273,10 @@ describe("per-key caps on requests and streams in flight", () => {
     const infeasible = await post({ max_tokens: 15601 });
     expect(infeasible.httpStatus).toBe(400);
     expect(infeasible.envelope.code).toBe("deadline_infeasible");
+    // A max_tokens no prompt leaves room for (Inference's max_model_len is 512 here).
+    const noRoom = await post({ max_tokens: 512 });
+    expect(noRoom.httpStatus).toBe(400);
+    expect(noRoom.envelope.code).toBe("context_length_exceeded");
     // A request a retry could pass is the cap's.
     expect((await post({ max_tokens: 5 })).envelope.code).toBe("rate_limited");
   }
