@@ -1,25 +1,12 @@
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import fc from "fast-check";
-import { describe, expect, it, vi } from "vitest";
+import { describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
-import { Dtype, TensorSchema } from "../../gen/acs/v1/lens_pb.js";
-import { ApiError, invalidRequest } from "../../src/errors/index.js";
+import { ApiError } from "../../src/errors/index.js";
 import {
   completionRequestFieldNames,
   decodeCompletionRequest,
 } from "../../src/rest/decode-completion-request.js";
-
-// A stand-in for the lens codec (its own unit): accepts an array of number arrays, refuses the rest
-// with an ApiError, as its contract says.
-vi.mock("../../src/lens/index.js", () => ({
-  parseTensorJson(value: unknown, param: string) {
-    const ok =
-      Array.isArray(value) &&
-      value.every((row) => Array.isArray(row) && row.every((x) => typeof x === "number"));
-    if (!ok) throw invalidRequest(param, `Invalid value for '${param}': not a tensor.`);
-    return create(TensorSchema, { dtype: Dtype.FLOAT32, shape: [value.length], data: new Uint8Array(0) });
-  },
-}));
 
 /** Decodes, and checks the outcome is a decoded request that encodes, or an ApiError 400. */
 function decodeOrRefuse(body: string): "decoded" | "refused" {
