@@ -10,7 +10,7 @@ import {
 import { base64Decode } from "@bufbuild/protobuf/wire";
 import { ApiError, invalidRequest } from "../errors/index.js";
 import {
-  classifyNumeral,
+  integerInString,
   invalidType,
   isJsonNumber,
   isRangeRefusal,
@@ -82,27 +82,10 @@ function numberText(value: unknown): string | undefined {
   return undefined;
 }
 
-/** Whether `scalar` is a protobuf integer type (32 or 64 bits, signed or not). */
-export function isIntegerScalar(scalar: ScalarType): boolean {
-  return intRange(scalar) !== undefined;
-}
-
-/**
- * The integer a JSON string holds for an integer field, read as REST reads `priority`'s string
- * (`"2"`, `"-3"`, `"007"`: an optional `-` and decimal digits); else the type fault (`"2.0"`,
- * `"1e2"`: not an integer; `"0x10"`, `" 5"`, `"+2"`: not a number).
- */
-export function integerInString(value: string, param: string): bigint | ApiError {
-  const numeral = classifyNumeral(value);
-  if (numeral.kind !== "integer")
-    return invalidType(param, numeral.kind === "decimal" ? "an integer" : "a number");
-  const magnitude = BigInt(numeral.digits === "" ? "0" : numeral.digits);
-  return numeral.negative ? -magnitude : magnitude;
-}
-
 function checkInteger(value: unknown, param: string, range: IntRange): ApiError | undefined {
   let integer: bigint | "huge";
   if (typeof value === "string") {
+    // As REST reads priority's string: an integer field's string holds `-?digits`.
     const read = integerInString(value, param);
     if (read instanceof ApiError) return read;
     integer = read;

@@ -66,7 +66,7 @@ export const strictJsonTextDecoder = {
  * reads it — above all the JSON strings of integer fields, which protobuf-es reads with `Number()`
  * / `BigInt()` and so would take as `0x10`, `0b11`, `" 5"` or `"1e2"` (an int64: then refused with
  * no param). A string is an integer field's value as REST reads `priority`'s: `-?digits`
- * (src/connect/explain-proto-json.ts `integerInString`). Throws the first fault (ApiError 400
+ * (src/rest/decode-completion-request.ts `integerInString`). Throws the first fault (ApiError 400
  * `invalid_request`, param the field), which the error envelopes explain again in the same words.
  */
 export function strictJsonTextDecoderFor(desc: DescMessage): { decode(input?: Uint8Array): string } {

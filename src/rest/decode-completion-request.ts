@@ -4,7 +4,7 @@ import {
   CreateCompletionRequestSchema,
 } from "../../gen/acs/v1/completions_pb.js";
 import type { SteeringVector, SteeringVectorSchema } from "../../gen/acs/v1/lens_pb.js";
-import { type ApiError, clip, invalidRequest } from "../errors/index.js";
+import { ApiError, clip, invalidRequest } from "../errors/index.js";
 import { parseTensorJson, TENSOR_KEYS } from "../lens/index.js";
 import {
   isJsonNumber,
@@ -134,7 +134,7 @@ function readInt32Array(value: unknown, param: string, expected = "an array of i
  * What a string holds, read by one scan: `-?digits` is an integer (its sign and its digits without
  * leading zeros); `-?digits(.digits)?([eE][+-]?digits)?` is some other decimal numeral.
  */
-export function classifyNumeral(
+function classifyNumeral(
   text: string,
 ): { kind: "integer"; negative: boolean; digits: string } | { kind: "decimal" | "none" } {
   const n = text.length;
@@ -160,18 +160,29 @@ export function classifyNumeral(
   return i === n ? { kind: "decimal" } : { kind: "none" };
 }
 
+/**
+ * The integer a JSON string holds, as `priority` takes one (`"2"`, `"-3"`, `"007"`: an optional
+ * `-` and decimal digits; Connect JSON's integer fields read their strings the same way); `"huge"`
+ * past 20 digits (beyond every 64-bit integer: never parsed, however long); else the type fault
+ * (`"2.0"`, `"1e2"`: not an integer; `"0x10"`, `" 5"`, `"+2"`: not a number).
+ */
+export function integerInString(value: string, param: string): bigint | "huge" | ApiError {
+  const numeral = classifyNumeral(value);
+  if (numeral.kind !== "integer") {
+    return invalidType(param, numeral.kind === "decimal" ? "an integer" : "a number");
+  }
+  if (numeral.digits.length > 20) return "huge";
+  const magnitude = BigInt(numeral.digits === "" ? "0" : numeral.digits);
+  return numeral.negative ? -magnitude : magnitude;
+}
+
 /** `priority`: an integer, or a string holding one (`"2"`, `"-3"`), within int32. */
 function readPriority(value: unknown, param: string): number {
   if (typeof value === "string") {
-    const numeral = classifyNumeral(value);
-    if (numeral.kind === "integer") {
-      if (numeral.digits.length > 10) throw outOfRange(param, INT32);
-      const magnitude = BigInt(numeral.digits === "" ? "0" : numeral.digits);
-      const parsed = numeral.negative ? -magnitude : magnitude;
-      if (parsed < INT32.min || parsed > INT32.max) throw outOfRange(param, INT32);
-      return Number(parsed);
-    }
-    throw invalidType(param, numeral.kind === "decimal" ? "an integer" : "a number");
+    const read = integerInString(value, param);
+    if (read instanceof ApiError) throw read;
+    if (read === "huge" || read < INT32.min || read > INT32.max) throw outOfRange(param, INT32);
+    return Number(read);
   }
   return readInt32(value, param);
 }

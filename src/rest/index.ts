@@ -7,10 +7,10 @@ export {
   parseContentEncoding,
 } from "./content-encoding.js";
 export {
-  classifyNumeral,
   completionRequestFieldNames,
   type DecodedCompletionRequest,
   decodeCompletionRequest,
+  integerInString,
   invalidType,
   isRangeRefusal,
   rangeRefusal,
