@@ -16,6 +16,7 @@ import type {
   KeyRecord,
   KeyUsageRecord,
   PlaceHoldInput,
+  PlaceHoldOutcome,
   ReclaimCount,
   SettleResult,
 } from "./budget-store.js";
@@ -243,6 +244,19 @@ export interface BudgetLedger {
    */
   renew(holdId: string, usedTokens?: number, ttlMs?: number): Promise<boolean>;
   /**
+   * Whether the Hold's tokens are still the request's to deliver: `true` at once for a Hold in the
+   * store, or on a lease this replica renewed within three quarters of its TTL (the usual case; no
+   * promise is made). Otherwise (a stall or an unreachable store kept this replica from renewing:
+   * past its expiry another replica may reclaim the lease and grant its tokens again) the lease is
+   * stepped; if it was lost, what the Hold may still use is held in the store in one transaction,
+   * whole or not at all, and the Hold moves there (its renewals and its settle follow). Resolves
+   * false when the Budget cannot hold that: the request must deliver nothing more — its settle then
+   * charges what it used, as far as the Budget has tokens free. Rejects with the store's error when
+   * the store cannot be reached (the caller fails closed). Unknown or ended Holds: `true`.
+   * src/budget/README.md, "What a crash costs".
+   */
+  standing(holdId: string): true | Promise<boolean>;
+  /**
    * Ends a Hold: charges the tokens actually used, at most the tokens held, and gives the rest
    * back to the Budget. Exactly once: a repeated settle charges nothing (`already_settled`). A
    * Hold already reclaimed as stale is charged what the Budget still has free. Throws
@@ -379,6 +393,63 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
       : undefined;
   timer?.unref();
 
+  /**
+   * A Hold in the store, in one transaction (after other replicas gave back their leases' free
+   * tokens when it would clamp or refuse).
+   */
+  async function placeInStore(
+    keyId: string,
+    demand: HoldDemand,
+  ): Promise<{ holdId: string; outcome: Exclude<PlaceHoldOutcome, { kind: "drain_requested" }> }> {
+    const t = now();
+    const input: PlaceHoldInput = {
+      holdId: generateHoldId(),
+      keyId,
+      demand,
+      instanceId,
+      now: t,
+      expiresAt: t + holdTtlMs,
+      drainOthersUntil: t + settings.blockMs,
+    };
+    let outcome = await store.placeHold(input);
+    if (outcome.kind === "drain_requested") {
+      // Other replicas lease tokens of this key: have their free tokens back, then plan once more.
+      await waitForDrains(keyId);
+      const t2 = now();
+      const { drainOthersUntil: _, ...again } = input;
+      outcome = await store.placeHold({ ...again, now: t2, expiresAt: t2 + holdTtlMs });
+    }
+    if (outcome.kind === "drain_requested") {
+      throw new Error("unreachable: a placeHold without drainOthersUntil asked for a drain");
+    }
+    return { holdId: input.holdId, outcome };
+  }
+
+  /**
+   * {@link BudgetLedger.standing} for a lease-backed Hold this replica could not vouch for: one
+   * step of its lease; a lease lost meanwhile (reclaimed, its tokens free for others) hands the
+   * Hold to one placed in the store for exactly what it may still use, whole or not at all.
+   */
+  async function confirmLeased(leases: Leases, holdId: string): Promise<boolean> {
+    const standing = await leases.confirm(holdId);
+    if (standing.kind === "current") return true;
+    if (standing.uncoveredTokens === 0) return true;
+    // Exactly uncoveredTokens, never clamped: a demand whose prompt tokens are a bound is held only
+    // whole (plan-hold.ts), and 1 generated token makes up the rest.
+    const { holdId: storeHoldId, outcome } = await placeInStore(standing.keyId, {
+      promptTokens: standing.uncoveredTokens - 1,
+      prompts: 1,
+      n: 1,
+      maxTokens: 1,
+      promptTokensBound: true,
+    });
+    // Revoked meanwhile: nothing more for this key either (the ledger's 401 says so).
+    if (outcome.kind === "revoked" || outcome.kind === "unknown_key") throw revokedKey(undefined);
+    if (outcome.kind !== "held") return false;
+    leases.move(holdId, storeHoldId);
+    return true;
+  }
+
   async function reclaimStale(): Promise<ReclaimCount> {
     const local = leases?.reclaimLocal() ?? 0;
     const t = now();
@@ -473,30 +544,11 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
         }
         if (placed.kind === "revoked") throw revokedKey(key.hint);
       }
-      const t = now();
-      const input: PlaceHoldInput = {
-        holdId: generateHoldId(),
-        keyId: key.id,
-        demand,
-        instanceId,
-        now: t,
-        expiresAt: t + holdTtlMs,
-        drainOthersUntil: t + settings.blockMs,
-      };
-      let outcome = await store.placeHold(input);
-      if (outcome.kind === "drain_requested") {
-        // Other replicas lease tokens of this key: have their free tokens back, then plan once more.
-        await waitForDrains(key.id);
-        const t2 = now();
-        const { drainOthersUntil: _, ...again } = input;
-        outcome = await store.placeHold({ ...again, now: t2, expiresAt: t2 + holdTtlMs });
-      }
+      const { holdId, outcome } = await placeInStore(key.id, demand);
       switch (outcome.kind) {
-        case "drain_requested":
-          throw new Error("unreachable: a placeHold without drainOthersUntil asked for a drain");
         case "held":
           return {
-            holdId: input.holdId,
+            holdId,
             maxTokens: outcome.maxTokens,
             clamped: outcome.clamped,
             heldTokens: outcome.tokens,
@@ -524,6 +576,11 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
           );
       }
     }) as BudgetLedger["placeHold"],
+
+    standing(holdId) {
+      if (leases === undefined || leases.current(holdId)) return true;
+      return confirmLeased(leases, holdId);
+    },
 
     async renew(holdId, usedTokens = 0, ttlMs) {
       const ttl = ttlMs ?? holdTtlMs;

@@ -73,6 +73,11 @@ interface LocalHold {
   /** `recorded` as of the last step the store applied (what a reclaim of the lease would charge). */
   confirmed: number;
   expiresAt: number;
+  /**
+   * The Hold in the store that took it over after its lease was lost ({@link Leases.move}): it
+   * holds what this Hold may use beyond `confirmed` (the reclaim charged `confirmed`).
+   */
+  moved: string | undefined;
 }
 
 /** A lease as this replica keeps it: tokens = free + held + pendingCharge (+ a step in flight). */
@@ -138,6 +143,16 @@ export type LeasePlacement =
   | { readonly kind: "revoked" }
   | { readonly kind: "none" };
 
+/** What {@link Leases.confirm} found: the Hold's lease renewed, or lost (reclaimed by another replica). */
+export type LeaseStanding =
+  | { readonly kind: "current" }
+  | {
+      readonly kind: "lost";
+      readonly keyId: string;
+      /** What the Hold may still use beyond what the reclaim charged for it. */
+      readonly uncoveredTokens: number;
+    };
+
 /** The lease side of a ledger: see {@link createLeases}. */
 export interface Leases {
   /** Places a Hold from the key's lease (taking or topping one up when the Budget has room), or says none fits. */
@@ -146,6 +161,21 @@ export interface Leases {
   owns(holdId: string): boolean;
   renew(holdId: string, usedTokens: number, ttlMs: number): Promise<boolean>;
   settle(holdId: string, usedTokens: number): Promise<SettleResult>;
+  /**
+   * Whether a Hold may go on delivering without a look at the store: true for a Hold no longer
+   * live here or moved into the store, and for one whose lease the store confirmed with more than a
+   * quarter of its TTL to go. False once this replica went that long without a step (a stall, the
+   * store unreachable): past the lease's expiry another replica may reclaim it and grant its tokens
+   * again. Synchronous: asked before every chunk a stream delivers.
+   */
+  current(holdId: string): boolean;
+  /**
+   * Steps the Hold's lease (renewing it): `current`, or `lost` when another replica reclaimed it
+   * meanwhile. Throws what the store throws (it cannot be reached: nothing is known).
+   */
+  confirm(holdId: string): Promise<LeaseStanding>;
+  /** The Hold of a lost lease is taken over by `storeHoldId`, placed in the store for its uncovered tokens. */
+  move(holdId: string, storeHoldId: string): void;
   /** Releases local Holds past their expiry (charging what their last renew recorded); returns how many. */
   reclaimLocal(): number;
   /** Gives back the free tokens of every lease on the key (a revoke on this replica). */
@@ -238,6 +268,7 @@ export function createLeases(deps: LeaseDeps): Leases {
       recorded: 0,
       confirmed: 0,
       expiresAt: now() + deps.holdTtlMs,
+      moved: undefined,
     };
     lease.free -= need;
     lease.held += need;
@@ -403,6 +434,10 @@ export function createLeases(deps: LeaseDeps): Leases {
     const hold = holds.get(holdId);
     if (hold === undefined) return false;
     hold.expiresAt = now() + ttlMs;
+    if (hold.moved !== undefined) {
+      const used = Math.max(0, Math.min(usedTokens, hold.tokens) - hold.confirmed);
+      return store.renewHold(hold.moved, hold.expiresAt, used);
+    }
     const recorded = Math.min(Math.max(hold.recorded, usedTokens), hold.tokens);
     if (recorded > hold.recorded) {
       hold.lease.floor += recorded - hold.recorded;
@@ -418,6 +453,25 @@ export function createLeases(deps: LeaseDeps): Leases {
     const hold = holds.get(holdId);
     if (hold !== undefined) {
       const charge = Math.min(usedTokens, hold.tokens);
+      if (hold.moved !== undefined) {
+        // The store's Hold settles what the reclaim of the lease did not charge.
+        holds.delete(holdId);
+        hold.lease.holds.delete(hold);
+        tombstones.set(holdId, {
+          keyId: hold.lease.keyId,
+          state: "settled",
+          charged: 0,
+          tokens: hold.tokens,
+        });
+        const t = now();
+        const result = await store.settleHold(
+          hold.moved,
+          Math.max(0, charge - hold.confirmed),
+          t,
+          deps.dayOf(t),
+        );
+        return result ?? { outcome: "already_settled", chargedTokens: 0, releasedTokens: 0 };
+      }
       if (!hold.lease.lost) {
         const { lease } = hold;
         closeLocal(hold, charge, "settled");
@@ -447,6 +501,32 @@ export function createLeases(deps: LeaseDeps): Leases {
     const extra = Math.max(0, Math.min(usedTokens, dead.tokens) - dead.charged);
     const charged = extra === 0 ? 0 : await store.chargeLate(dead.keyId, extra, deps.dayOf(now()));
     return { outcome: "settled_after_reclaim", chargedTokens: charged, releasedTokens: 0 };
+  }
+
+  function current(holdId: string): boolean {
+    const hold = holds.get(holdId);
+    if (hold === undefined || hold.moved !== undefined) return true;
+    const { lease } = hold;
+    return !lease.lost && now() < lease.expiresAt - s.ttlMs / 4;
+  }
+
+  async function confirm(holdId: string): Promise<LeaseStanding> {
+    const hold = holds.get(holdId);
+    if (hold === undefined || hold.moved !== undefined) return { kind: "current" };
+    const { lease } = hold;
+    if (!lease.lost) await step(lease);
+    // A lease closed meanwhile ended with its last Hold: this one is gone, nothing more to confirm.
+    if (!lease.lost) return { kind: "current" };
+    return {
+      kind: "lost",
+      keyId: lease.keyId,
+      uncoveredTokens: Math.max(0, hold.tokens - hold.confirmed),
+    };
+  }
+
+  function move(holdId: string, storeHoldId: string): void {
+    const hold = holds.get(holdId);
+    if (hold !== undefined) hold.moved = storeHoldId;
   }
 
   function reclaimLocal(): number {
@@ -526,6 +606,9 @@ export function createLeases(deps: LeaseDeps): Leases {
     owns: (holdId) => holds.has(holdId) || tombstones.has(holdId),
     renew,
     settle,
+    current,
+    confirm,
+    move,
     reclaimLocal,
     async drainKey(keyId) {
       const e = byKey.get(keyId);

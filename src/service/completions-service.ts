@@ -557,6 +557,29 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
   }
 
   /**
+   * `true` when the request's Hold still covers what it may deliver (always without a Hold, and
+   * with one in the usual case: no promise is made); else a promise that resolves once the ledger
+   * confirmed it, or rejects with ApiError 429 `insufficient_quota` when the Budget no longer holds
+   * it ({@link Ledger.standing}). Asked before each chunk of a stream and before a non-streamed
+   * answer: nothing is delivered that the Budget does not cover.
+   */
+  function holdStands(hold: Prepared["hold"]): true | Promise<void> {
+    if (hold === undefined || ledger === undefined) return true;
+    const standing = ledger.standing(hold.id);
+    if (standing === true) return true;
+    return standing.then((stands) => {
+      if (!stands) {
+        throw new ApiError(
+          "insufficient_quota",
+          "You exceeded your current quota: the key's Budget no longer holds the tokens of this request " +
+            "(this gateway replica could not renew its share of the Budget in time, and other requests " +
+            "have spent it since).",
+        );
+      }
+    });
+  }
+
+  /**
    * Renews a stream's Hold once per renew interval, recording the tokens used so far (what a
    * reclaim after a crash charges), without holding up its chunks.
    */
@@ -880,9 +903,13 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const meter = newMeter(prepared, request);
     let failure: unknown;
     try {
-      return prepared.parts === undefined
-        ? await completeOne(prepared, prepared.body, request, ctx.signal, meter, 0)
-        : await completeFanOut(prepared, prepared.parts, request, ctx, meter);
+      const response =
+        prepared.parts === undefined
+          ? await completeOne(prepared, prepared.body, request, ctx.signal, meter, 0)
+          : await completeFanOut(prepared, prepared.parts, request, ctx, meter);
+      const stands = holdStands(prepared.hold);
+      if (stands !== true) await stands;
+      return response;
     } catch (err) {
       failure = err;
       throw recordError(ctx, toApiError(err));
@@ -932,6 +959,8 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
             let chunk = single.callerChunk(step.value);
             step = undefined;
             if (chunk === undefined) continue;
+            const stands = holdStands(prepared.hold);
+            if (stands !== true) await stands;
             yield chunk;
             chunk = undefined;
           }
@@ -1101,6 +1130,8 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     );
     for await (const chunk of mergeLimited(sources, partsAtOnce(prepared), ctx.signal)) {
       renew();
+      const stands = holdStands(prepared.hold);
+      if (stands !== true) await stands;
       yield chunk;
     }
     if (includeUsage)

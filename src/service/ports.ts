@@ -39,4 +39,11 @@ export interface Ledger {
   renew(holdId: string, usedTokens: number): MaybePromise<unknown>;
   /** Charges the tokens used and releases the rest; exactly once (later calls are no-ops). */
   settle(holdId: string, usedTokens: number): MaybePromise<unknown>;
+  /**
+   * Whether the Hold still covers what its request may deliver: `true` at once in the usual case
+   * (asked before each chunk and before a non-streamed answer); false when the Budget no longer
+   * holds it (a replica that lost its lease while stalled, and the key's free tokens cannot take
+   * the Hold over): the request then delivers nothing more. Rejects when the store cannot be reached.
+   */
+  standing(holdId: string): true | Promise<boolean>;
 }

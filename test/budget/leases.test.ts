@@ -339,6 +339,57 @@ describe.each(storesUnderTest("leases"))("leases on $kind", (store) => {
     expect(await other.usage(id)).toMatchObject({ spentTokens: 105, leasedTokens: 0 });
   });
 
+  it("a Hold whose lease lapsed stands only once the store vouches for it: lost, it moves into the store if the Budget holds what it may still use", async () => {
+    let clock = 1_900_000_000_000;
+    const stalled = await open({
+      instanceId: "stalled",
+      now: () => clock,
+      leases: { drainPollMs: 3_600_000 },
+    });
+    const other = await open({ instanceId: "other", leases: false, now: () => clock });
+    const { id, key } = await other.createKey({ budgetTokens: 10_000 });
+    const info = await stalled.authenticate(`Bearer ${key}`);
+    const demand = { promptTokens: 0, prompts: 1, n: 1, maxTokens: 100 };
+    const moved = await stalled.placeHold(info, demand);
+    const refused = await stalled.placeHold(info, demand);
+    await stalled.renew(moved.holdId, 30);
+    // Renewed within three quarters of its TTL: vouched for without a promise.
+    expect(stalled.standing(moved.holdId)).toBe(true);
+    clock += DEFAULT_LEASE_SETTINGS.ttlMs + 1; // stalled past the lease's expiry
+    expect(await other.reclaimStale()).toEqual({ holds: 0, leases: 1 });
+    // The reclaim charged the renewal (30) and freed the rest: another request takes all but 70.
+    const meanwhile = await other.placeHold(await other.authenticate(`Bearer ${key}`), {
+      promptTokens: 0,
+      prompts: 1,
+      n: 1,
+      maxTokens: 9900,
+    });
+    expect(meanwhile).toMatchObject({ heldTokens: 9900, clamped: false });
+    // Back: the first Hold may still use 100 − 30 = 70 (exactly what is free): it moves into the store.
+    const first = stalled.standing(moved.holdId);
+    expect(first).toBeInstanceOf(Promise);
+    expect(await first).toBe(true);
+    expect(await other.usage(id)).toMatchObject({ spentTokens: 30, heldTokens: 9970, openHolds: 2 });
+    expect(stalled.standing(moved.holdId)).toBe(true); // in the store now
+    // The second may use 100 and nothing is free: it must deliver nothing more.
+    expect(await stalled.standing(refused.holdId)).toBe(false);
+    // Settles: the moved Hold charges what the reclaim did not (80 − 30) and frees the rest.
+    expect(await stalled.settle(moved.holdId, 80)).toMatchObject({ chargedTokens: 50, releasedTokens: 20 });
+    expect(await stalled.settle(moved.holdId, 80)).toMatchObject({
+      outcome: "already_settled",
+      chargedTokens: 0,
+    });
+    expect((await stalled.settle(refused.holdId, 10)).chargedTokens).toBe(10); // of the 20 now free
+    await other.settle(meanwhile.holdId, 9900);
+    expect(await other.usage(id)).toMatchObject({
+      spentTokens: 30 + 50 + 10 + 9900,
+      heldTokens: 0,
+      openHolds: 0,
+      leasedTokens: 0,
+    });
+    await stalled.close();
+  });
+
   it("the store applies a lease step at most once: a retry with the same seq answers as the first time", async () => {
     const admin = await open({ leases: false });
     const { id } = await admin.createKey({ budgetTokens: 1000 });
