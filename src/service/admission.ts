@@ -75,6 +75,11 @@ export interface KeyInFlight {
   readonly byModel: ReadonlyMap<string, number>;
 }
 
+/** `1 request`, `2 requests`: a count and its noun, in a refusal's message. */
+function counted(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? "" : "s"}`;
+}
+
 /** Per-key counts of requests in flight, with caps. */
 export interface Admission {
   readonly limits: AdmissionLimits;
@@ -163,12 +168,12 @@ export function createAdmission(limits: AdmissionLimits = defaultAdmissionLimits
       const { maxRequestsPerKey: maxRequests, maxStreamsPerKey: maxStreams } = limits;
       if (maxRequests > 0 && c.requests >= maxRequests) {
         throw refuse(
-          `This key already has ${c.requests} requests in flight: the per-key request cap is ${maxRequests} concurrent requests (streamed or not).`,
+          `This key already has ${counted(c.requests, "request")} in flight: the per-key request cap is ${counted(maxRequests, "concurrent request")} (streamed or not).`,
         );
       }
       if (demand.stream && maxStreams > 0 && c.streams >= maxStreams) {
         throw refuse(
-          `This key already has ${c.streams} streams open: the per-key stream cap is ${maxStreams} concurrent streams.`,
+          `This key already has ${counted(c.streams, "stream")} open: the per-key stream cap is ${counted(maxStreams, "concurrent stream")}.`,
         );
       }
       const onModel = c.byModel.get(demand.modelId) ?? 0;
@@ -177,7 +182,7 @@ export function createAdmission(limits: AdmissionLimits = defaultAdmissionLimits
       if (onModel + weight > shareCap) {
         const percent = Math.round(limits.maxUpstreamSharePerKey * 1000) / 10;
         throw refuse(
-          `This key already has ${onModel} requests in flight on ${demand.modelId}: the per-key share of a model's capacity is ${percent}% of its ${demand.modelCapacity} concurrent requests, ${shareCap} requests.`,
+          `This key already has ${counted(onModel, "request")} in flight on ${demand.modelId}: the per-key share of a model's capacity is ${percent}% of its ${counted(demand.modelCapacity, "concurrent request")}, ${counted(shareCap, "request")}.`,
         );
       }
       c.requests++;

@@ -94,6 +94,30 @@ describe("createAdmission", () => {
     );
   });
 
+  it("says each count in the singular when it is 1 (a cap of 1)", () => {
+    const admission = createAdmission({
+      maxRequestsPerKey: 1,
+      maxStreamsPerKey: 1,
+      maxUpstreamSharePerKey: 0.5,
+    });
+    const one = { modelId: "m", modelCapacity: 1, stream: false };
+    const first = admission.admit("k", one);
+    expect(refusal(() => admission.admit("k", one)).message).toBe(
+      "This key already has 1 request in flight: the per-key request cap is 1 concurrent request (streamed or not). Retry when one of them has finished.",
+    );
+    first.release();
+    const loose = createAdmission({ maxRequestsPerKey: 0, maxStreamsPerKey: 1, maxUpstreamSharePerKey: 0.5 });
+    loose.admit("k", { ...one, modelCapacity: 10, stream: true });
+    expect(refusal(() => loose.admit("k", { ...one, modelCapacity: 10, stream: true })).message).toBe(
+      "This key already has 1 stream open: the per-key stream cap is 1 concurrent stream. Retry when one of them has finished.",
+    );
+    const small = { ...one, modelId: "p" };
+    loose.admit("k", small);
+    expect(refusal(() => loose.admit("k", small)).message).toBe(
+      "This key already has 1 request in flight on p: the per-key share of a model's capacity is 50% of its 1 concurrent request, 1 request. Retry when one of them has finished.",
+    );
+  });
+
   it("counts a lens fan-out's Inference requests in the share, at most the share itself", () => {
     const admission = createAdmission({
       maxRequestsPerKey: 0,
