@@ -110,6 +110,8 @@ describe("against the reference engine", () => {
       }
     })().catch((e: unknown) => e);
     expect((e2 as ApiError).code).toBe("invalid_request");
+    // The same param either way (the in-band error names none).
+    expect([(e1 as ApiError).param, (e2 as ApiError).param]).toEqual(["prompt", "prompt"]);
 
     const long = request({
       prompt: { case: "tokenIds", value: { values: Array(engine.model.maxModelLen).fill(1) } },

@@ -27,6 +27,14 @@ const rows: Row[] = [
     want: { code: "invalid_request", param: "prompt", message: "Token id 128300 is out of vocabulary" },
   },
   {
+    name: "400 out of vocabulary without a param (a stream's in-band error): param prompt",
+    status: 400,
+    message: "Token id 128300 is out of vocabulary",
+    param: null,
+    vllmCode: 400,
+    want: { code: "invalid_request", param: "prompt", message: "Token id 128300 is out of vocabulary" },
+  },
+  {
     name: "400 with decoration: cut when param keeps it",
     status: 400,
     message:
