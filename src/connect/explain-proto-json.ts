@@ -68,20 +68,6 @@ function intRange(scalar: ScalarType): IntRange | undefined {
   }
 }
 
-/**
- * A JSON number's grammar (RFC 8259): what a numeric field takes in a JSON string too. protobuf-es
- * reads such a string with `Number()`/`BigInt()`, which would also take `0x10`, `0b11`, `0o17`,
- * `+2` and padding; REST refuses those, and so does Connect JSON.
- */
-const jsonNumberGrammar = /^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?$/;
-
-/** The source text of a JSON number, or of a string holding one (protobuf JSON reads it as one). */
-function numberText(value: unknown): string | undefined {
-  if (isJsonNumber(value)) return typeof value === "number" ? String(value) : value.text;
-  if (typeof value === "string" && jsonNumberGrammar.test(value)) return value;
-  return undefined;
-}
-
 function checkInteger(value: unknown, param: string, range: IntRange): ApiError | undefined {
   let integer: bigint | "huge";
   if (typeof value === "string") {
@@ -109,10 +95,8 @@ function checkInteger(value: unknown, param: string, range: IntRange): ApiError 
 }
 
 function checkFloat(value: unknown, param: string, scalar: ScalarType): ApiError | undefined {
-  if (value === "NaN" || value === "Infinity" || value === "-Infinity") return undefined;
-  const text = numberText(value);
-  const number = text === undefined ? Number.NaN : Number(text);
-  if (Number.isNaN(number)) return invalidType(param, "a number");
+  if (!isJsonNumber(value)) return invalidType(param, "a number");
+  const number = Number(typeof value === "number" ? value : value.text);
   const max = scalar === ScalarType.FLOAT ? FLOAT_MAX : Number.MAX_VALUE;
   if (!Number.isFinite(number) || Math.abs(number) > max) {
     return rangeRefusal(invalidRequest(param, `Invalid value for '${param}': the number is too large.`));
@@ -120,8 +104,27 @@ function checkFloat(value: unknown, param: string, scalar: ScalarType): ApiError
   return undefined;
 }
 
-function checkScalar(scalar: ScalarType, value: unknown, param: string): ApiError | undefined {
+/**
+ * Whether a JSON string may hold the field's number: an int64's (protobuf JSON writes 64-bit
+ * integers as strings, so every generated client sends `seed` so), and `priority`'s (REST takes
+ * it too). Any other number in a string is not a number (proto/API.md §4), on Connect as on REST.
+ */
+function numberInStringAllowed(field: DescField, range: IntRange | undefined): boolean {
+  if (range === INT64 || range === UINT64) return true;
+  return field.name === "priority" && field.parent.typeName === "acs.v1.CreateCompletionRequest";
+}
+
+function checkScalar(
+  field: DescField,
+  scalar: ScalarType,
+  value: unknown,
+  param: string,
+): ApiError | undefined {
   const range = intRange(scalar);
+  const isNumeric = range !== undefined || scalar === ScalarType.DOUBLE || scalar === ScalarType.FLOAT;
+  if (isNumeric && typeof value === "string" && !numberInStringAllowed(field, range)) {
+    return invalidType(param, "a number");
+  }
   if (range !== undefined) return checkInteger(value, param, range);
   switch (scalar) {
     case ScalarType.DOUBLE:
@@ -158,7 +161,7 @@ function checkEnum(desc: DescEnum, value: unknown, param: string): ApiError | un
 function checkValue(field: DescField, value: unknown, param: string): ApiError | undefined {
   if (field.message !== undefined) return checkMessage(field.message, value, param);
   if (field.enum !== undefined) return checkEnum(field.enum, value, param);
-  if (field.scalar !== undefined) return checkScalar(field.scalar, value, param);
+  if (field.scalar !== undefined) return checkScalar(field, field.scalar, value, param);
   return undefined;
 }
 

@@ -65,7 +65,8 @@ export const strictJsonTextDecoder = {
  * the parsed message is also checked against its fields as REST checks a body, before protobuf-es
  * reads it — above all the JSON strings of integer fields, which protobuf-es reads with `Number()`
  * / `BigInt()` and so would take as `0x10`, `0b11`, `" 5"` or `"1e2"` (an int64: then refused with
- * no param). A string is an integer field's value as REST reads `priority`'s: `-?digits`
+ * no param). A number in a string is a type error (proto/API.md §4), except for an int64 (`seed`:
+ * protobuf JSON's own form of it) and `priority`, whose string holds `-?digits` as REST reads it
  * (src/rest/decode-completion-request.ts `integerInString`). Throws the first fault (ApiError 400
  * `invalid_request`, param the field), which the error envelopes explain again in the same words.
  */

@@ -95,9 +95,9 @@ describe("the same words as REST", () => {
 
 describe("protobuf JSON's own rules", () => {
   it.each([
-    // Protobuf JSON takes numbers in strings, the proto names and null.
-    '{"model":"tiny","text":"Hi","maxTokens":"2"}',
-    '{"model":"tiny","text":"Hi","max_tokens":2,"temperature":"NaN"}',
+    // Protobuf JSON takes an int64 in a string (and so does priority, as REST), the JSON names
+    // and null.
+    '{"model":"tiny","text":"Hi","maxTokens":2,"priority":"-3"}',
     '{"model":"tiny","text":"Hi","seed":"9223372036854775807","n":null}',
     '{"model":"tiny","tokenIds":{"values":[1,2]}}',
   ])("finds no fault in %s", (body) => {
@@ -131,6 +131,17 @@ describe("protobuf JSON's own rules", () => {
       "Invalid value for 'apply_steering_vectors[0].activations.data': expected a base64 string.",
     ],
     ['{"model":"tiny","text":"Hi","stop":"x"}', "stop", "Invalid type for 'stop': expected an array."],
+    // A number in a string is not a number (proto/API.md §4), but for an int64 and priority.
+    [
+      '{"model":"tiny","text":"Hi","maxTokens":"2"}',
+      "max_tokens",
+      "Invalid type for 'max_tokens': expected a number.",
+    ],
+    [
+      '{"model":"tiny","text":"Hi","temperature":"NaN"}',
+      "temperature",
+      "Invalid type for 'temperature': expected a number.",
+    ],
   ])("%s", (body, param, message) => {
     const err = explainProtoJson(CreateCompletionRequestSchema, encode(body));
     expect(err?.param).toBe(param);

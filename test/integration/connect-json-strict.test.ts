@@ -145,6 +145,37 @@ describe("Connect JSON: an integer field's string holds an integer as REST reads
     expect(received()).toBe(before);
   });
 
+  it.each([
+    ['"n":"2"', "n"],
+    ['"max_tokens":"2"', "max_tokens"],
+    ['"logprobs":"1"', "logprobs"],
+    ['"temperature":"1"', "temperature"],
+    ['"top_p":"0.5"', "top_p"],
+    ['"temperature":"NaN"', "temperature"],
+  ])(
+    "a number in a string is not a number outside int64 and priority (§4): %s → REST's 400",
+    async (field, param) => {
+      const before = received();
+      const got = await connectJson(`{"model":"tiny","text":"Hi",${field}}`);
+      const asRest = await rest(`{"model":"tiny","prompt":"Hi",${field}}`);
+      expect(asRest.status).toBe(400);
+      expect(got.status, JSON.stringify(got)).toBe(400);
+      expect(got.error).toEqual(asRest.error);
+      expect(got.error?.param).toBe(param);
+      expect(received()).toBe(before);
+    },
+  );
+
+  it('priority "5" is read as 5 on both surfaces', async () => {
+    const got = await connectJson(
+      '{"model":"tiny","text":"Hi","priority":"5","max_tokens":6,"temperature":0}',
+    );
+    const asRest = await rest('{"model":"tiny","prompt":"Hi","priority":"5","max_tokens":6,"temperature":0}');
+    expect(got.status, JSON.stringify(got)).toBe(200);
+    expect(asRest.status).toBe(200);
+    expect(got.text).toBe(asRest.text);
+  });
+
   it("a 32-bit integer given a fraction whose double is an integer is refused, as REST refuses it", async () => {
     const got = await connectJson(completion('"text":"Hi","n":1.0000000000000000001'));
     const asRest = await rest(completion('"prompt":"Hi","n":1.0000000000000000001'));
