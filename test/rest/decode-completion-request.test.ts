@@ -1,21 +1,13 @@
 import { create } from "@bufbuild/protobuf";
-import { describe, expect, it, vi } from "vitest";
+import { describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
-import { Dtype, TensorSchema } from "../../gen/acs/v1/lens_pb.js";
-import { ApiError, invalidRequest } from "../../src/errors/index.js";
+import { Dtype, type Tensor } from "../../gen/acs/v1/lens_pb.js";
+import { ApiError } from "../../src/errors/index.js";
 import { decodeCompletionRequest } from "../../src/rest/decode-completion-request.js";
 
-// The lens codec is another unit (src/lens); here it only has to be called with the plain JSON
-// value and the param path, and its ApiError must pass through.
-const lens = vi.hoisted(() => ({ calls: [] as { value: unknown; param: string }[] }));
-vi.mock(import("../../src/lens/index.js"), async (importOriginal) => ({
-  ...(await importOriginal()),
-  parseTensorJson(value: unknown, param: string) {
-    lens.calls.push({ value, param });
-    if (value === "bad") throw invalidRequest(param, `Invalid value for '${param}': bad tensor.`);
-    return create(TensorSchema, { dtype: Dtype.FLOAT32, shape: [1, 2], data: new Uint8Array(8) });
-  },
-}));
+// Steering vectors are read by the real lens codec (src/lens, tested on its own there).
+/** The little-endian float32 bytes of `values`, as a tensor holds them. */
+const float32Bytes = (values: number[]) => new Uint8Array(Float32Array.from(values).buffer);
 
 const base = { model: "llama-8b", prompt: "The sky is" };
 const body = (fields: Record<string, unknown>): string => JSON.stringify({ ...base, ...fields });
@@ -381,7 +373,11 @@ describe("decodeCompletionRequest refusals", () => {
 
   it("passes the lens codec's ApiError through with its param", () => {
     const err = decodeError(body({ apply_steering_vectors: [{}, { activations: "bad" }] }));
-    expect([err.code, err.param]).toEqual(["invalid_request", "apply_steering_vectors[1].activations"]);
+    expect([err.code, err.param, err.message]).toEqual([
+      "invalid_request",
+      "apply_steering_vectors[1].activations",
+      "Invalid type for 'apply_steering_vectors[1].activations': expected an array of arrays of numbers or a tensor object.",
+    ]);
   });
 
   it("never changes a prototype through __proto__ (the key is refused, Object.prototype untouched)", () => {
@@ -570,7 +566,7 @@ const decodeCases: DecodeCase[] = [
     request: {
       applySteeringVectors: [
         {
-          activations: { dtype: Dtype.FLOAT32, shape: [1, 2], data: new Uint8Array(8) },
+          activations: { dtype: Dtype.FLOAT32, shape: [1, 2], data: float32Bytes([0.5, 1]) },
           layerIndices: [3],
           scale: 2,
           normMatch: true,
@@ -619,15 +615,17 @@ describe("decodeCompletionRequest decodes", () => {
     expect(decoded.stream).toBe(stream ?? false);
   });
 
-  it("hands the lens codec plain JSON numbers (as JSON.parse gives them) and the param path", () => {
-    lens.calls.length = 0;
-    const activations = { data: "AAAAAA==", dtype: "float32", shape: [1, 1], compression: null };
-    decodeCompletionRequest(
+  it("reads a steering vector's tensor dict and its nested lists of JSON numbers as tensors", () => {
+    const activations = { data: "AACAPw==", dtype: "float32", shape: [1, 1], compression: null };
+    const decoded = decodeCompletionRequest(
       body({ apply_steering_vectors: [{}, { activations }, { activations: [[1, 2.5]] }] }),
     );
-    expect(lens.calls).toEqual([
-      { value: activations, param: "apply_steering_vectors[1].activations" },
-      { value: [[1, 2.5]], param: "apply_steering_vectors[2].activations" },
+    // Bytes compared as lists (the dict's are a Buffer, a Uint8Array subclass).
+    const plain = (t: Tensor | undefined) => t && { dtype: t.dtype, shape: t.shape, data: [...t.data] };
+    expect(decoded.request.applySteeringVectors.map((v) => plain(v.activations))).toEqual([
+      undefined,
+      { dtype: Dtype.FLOAT32, shape: [1, 1], data: [...float32Bytes([1])] },
+      { dtype: Dtype.FLOAT32, shape: [1, 2], data: [...float32Bytes([1, 2.5])] },
     ]);
   });
 });

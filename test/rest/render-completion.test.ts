@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import { describe, expect, it, vi } from "vitest";
+import { describe, expect, it } from "vitest";
 import {
   type CompletionChoiceSchema,
   CreateCompletionResponseSchema,
@@ -15,16 +15,10 @@ import {
   renderModelList,
 } from "../../src/rest/render-completion.js";
 
-// The tensor codec is src/lens's unit; here it only has to be applied to the residual stream.
-vi.mock("../../src/lens/index.js", () => ({
-  tensorToVllmLensJson: (tensor: { shape: number[]; dtype: number }) => ({
-    data: "stub",
-    dtype: "float32",
-    shape: [...tensor.shape],
-    compression: null,
-    seenDtype: tensor.dtype,
-  }),
-}));
+// The tensor codec is src/lens's (its own tests check it); here the residual stream is rendered
+// as vllm-lens's dict by the real codec. Bytes counted up, so that the base64 is not trivial.
+const counting = (n: number) => Uint8Array.from({ length: n }, (_, i) => i);
+const base64 = (bytes: Uint8Array) => Buffer.from(bytes).toString("base64");
 
 const head = { id: "cmpl-0123456789abcdef0123456789abcdef", created: 1_700_000_000n, model: "llama-8b" };
 const headJson = { id: head.id, object: "text_completion", created: 1_700_000_000, model: "llama-8b" };
@@ -192,15 +186,15 @@ describe("renderCompletion", () => {
     const withActivations = create(CreateCompletionResponseSchema, {
       ...head,
       usage: { promptTokens: 1, completionTokens: 1, totalTokens: 2 },
-      activations: { residualStream: { dtype: Dtype.BFLOAT16, shape: [2, 3, 4], data: new Uint8Array(48) } },
+      activations: { residualStream: { dtype: Dtype.BFLOAT16, shape: [2, 3, 4], data: counting(48) } },
     });
     expect(renderCompletion(withActivations, { returnTokenIds: false }).activations).toEqual({
       residual_stream: {
-        data: "stub",
-        dtype: "float32",
+        data: base64(counting(48)),
+        dtype: "int16",
+        original_dtype: "torch.bfloat16",
         shape: [2, 3, 4],
         compression: null,
-        seenDtype: Dtype.BFLOAT16,
       },
     });
     const without = renderCompletion(create(CreateCompletionResponseSchema, head), { returnTokenIds: false });
@@ -265,18 +259,18 @@ describe("renderChunk", () => {
     {
       name: "activations chunk",
       chunk: {
-        activations: { residualStream: { dtype: Dtype.FLOAT32, shape: [1, 2, 3], data: new Uint8Array(24) } },
+        activations: { residualStream: { dtype: Dtype.FLOAT32, shape: [1, 2, 3], data: counting(24) } },
       },
       json: {
         choices: [],
         usage: null,
         activations: {
           residual_stream: {
-            data: "stub",
+            data: base64(counting(24)),
             dtype: "float32",
+            original_dtype: "torch.float32",
             shape: [1, 2, 3],
             compression: null,
-            seenDtype: Dtype.FLOAT32,
           },
         },
       },
