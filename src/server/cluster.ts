@@ -280,17 +280,21 @@ function workerAdmission(
       // Asked all the same (its answer says the primary is back), but not waited for.
       if (quiet) return countAlone(keyId, demand);
       return new Promise<AdmissionTicket>((resolve, reject) => {
+        // Counted here alone; a cap this worker's own counts break refuses it.
+        const resolveAlone = (): void => {
+          try {
+            resolve(countAlone(keyId, demand));
+          } catch (err) {
+            reject(err);
+          }
+        };
         const timer = setTimeout(() => {
           // After this turn's poll phase: an answer already in the pipe (this worker's event loop
           // was busy past the wait, as under a burst) is read first, and settles the admit.
           setImmediate(() => {
             if (!pending.delete(id)) return;
             goQuiet(`no answer in ${ADMIT_ANSWER_MS} ms`);
-            try {
-              resolve(countAlone(keyId, demand));
-            } catch (err) {
-              reject(err);
-            }
+            resolveAlone();
           });
         }, ADMIT_ANSWER_MS);
         pending.set(id, (answer) => {
@@ -300,11 +304,7 @@ function workerAdmission(
             reject(rateLimited(answer.refused));
           } else if (answer.ticket === undefined) {
             // The primary failed to count it (logged there): counted here alone.
-            try {
-              resolve(countAlone(keyId, demand));
-            } catch (err) {
-              reject(err);
-            }
+            resolveAlone();
           } else {
             const ticket = answer.ticket;
             const counted: AdmissionTicket = {
