@@ -440,13 +440,17 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
       promptTokens: standing.uncoveredTokens - 1,
       prompts: 1,
       n: 1,
-      maxTokens: 1,
-      promptTokensBound: true,
+      maxTokens: 1, // never clamped (max_tokens 1): whole or `insufficient`, after a drain of the others
     });
     // Revoked meanwhile: nothing more for this key either (the ledger's 401 says so).
     if (outcome.kind === "revoked" || outcome.kind === "unknown_key") throw revokedKey(undefined);
     if (outcome.kind !== "held") return false;
-    leases.move(holdId, storeHoldId);
+    if (!leases.move(holdId, storeHoldId)) {
+      // The local Hold ended meanwhile (reclaimed as stale): give the store's Hold back.
+      const t = now();
+      await store.settleHold(storeHoldId, 0, t, utcDay(t));
+      return false;
+    }
     return true;
   }
 

@@ -175,7 +175,7 @@ export interface Leases {
    */
   confirm(holdId: string): Promise<LeaseStanding>;
   /** The Hold of a lost lease is taken over by `storeHoldId`, placed in the store for its uncovered tokens. */
-  move(holdId: string, storeHoldId: string): void;
+  move(holdId: string, storeHoldId: string): boolean;
   /** Releases local Holds past their expiry (charging what their last renew recorded); returns how many. */
   reclaimLocal(): number;
   /** Gives back the free tokens of every lease on the key (a revoke on this replica). */
@@ -195,10 +195,12 @@ export interface Leases {
  */
 export function createLeases(deps: LeaseDeps): Leases {
   const { store, instanceId, now } = deps;
-  // A lease is renewed at the step after half its life is gone: steps come at least 4 times a life.
+  // A lease is renewed at the step after half its life is gone: steps come at least 8 times a
+  // life, so that a lease renewed on schedule keeps more than a quarter of it (what `current`
+  // asks) at every moment.
   const s: LeaseSettings = {
     ...deps.settings,
-    syncIntervalMs: Math.max(1, Math.min(deps.settings.syncIntervalMs, Math.floor(deps.settings.ttlMs / 4))),
+    syncIntervalMs: Math.max(1, Math.min(deps.settings.syncIntervalMs, Math.floor(deps.settings.ttlMs / 8))),
   };
   /** Per key: the lease taking Holds, and older ones still holding some. */
   const byKey = new Map<
@@ -514,9 +516,15 @@ export function createLeases(deps: LeaseDeps): Leases {
     const hold = holds.get(holdId);
     if (hold === undefined || hold.moved !== undefined) return { kind: "current" };
     const { lease } = hold;
-    if (!lease.lost) await step(lease);
-    // A lease closed meanwhile ended with its last Hold: this one is gone, nothing more to confirm.
-    if (!lease.lost) return { kind: "current" };
+    for (let tries = 0; !lease.lost; tries++) {
+      await withinMargin(lease, step(lease));
+      if (lease.lost) break;
+      // A lease closed meanwhile ended with its last Hold: this one is gone, nothing more to confirm.
+      if (!holds.has(holdId) || lease.closed) return { kind: "current" };
+      // An answer read after the lease's margin (a stall while the step was in flight) vouches for nothing.
+      if (now() < lease.expiresAt - s.ttlMs / 4) return { kind: "current" };
+      if (tries >= 2) throw new Error(`lease ${lease.id}: its steps' answers come too late to vouch for it`);
+    }
     return {
       kind: "lost",
       keyId: lease.keyId,
@@ -524,16 +532,37 @@ export function createLeases(deps: LeaseDeps): Leases {
     };
   }
 
-  function move(holdId: string, storeHoldId: string): void {
+  /**
+   * `work` (a step of `lease`), or a rejection once what is left of the lease's life (at least an
+   * eighth of its TTL) passed with it pending: a store that does not answer (a partition drops the
+   * packets, the connection stays open) fails the request closed rather than holding it. The step
+   * itself goes on (the lease's chain).
+   */
+  function withinMargin(lease: Lease, work: Promise<void>): Promise<void> {
+    const waitMs = Math.max(lease.expiresAt - now(), s.ttlMs / 8);
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`Budget store: lease ${lease.id} was not renewed within ${Math.round(waitMs)} ms`)),
+        waitMs,
+      );
+    });
+    return Promise.race([work, late]).finally(() => clearTimeout(timer));
+  }
+
+  function move(holdId: string, storeHoldId: string): boolean {
     const hold = holds.get(holdId);
-    if (hold !== undefined) hold.moved = storeHoldId;
+    if (hold === undefined) return false;
+    hold.moved = storeHoldId;
+    return true;
   }
 
   function reclaimLocal(): number {
     const t = now();
     let n = 0;
     for (const hold of [...holds.values()]) {
-      if (hold.expiresAt > t) continue;
+      // A moved Hold is the store's: its row is reclaimed there, and its settle goes there.
+      if (hold.expiresAt > t || hold.moved !== undefined) continue;
       closeLocal(hold, hold.recorded, "reclaimed");
       n++;
     }

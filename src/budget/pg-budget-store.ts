@@ -21,6 +21,13 @@ export interface PostgresBudgetStoreOptions {
   readonly poolSize?: number;
   /** How long to wait for a connection, ms. @default 10000 */
   readonly connectTimeoutMs?: number;
+  /**
+   * How long one statement may wait for its answer, ms; then it fails (ApiError 500 for the
+   * request that asked) and its connection is dropped. A server that went silent (a partition
+   * drops the packets; the TCP connection stays open) would otherwise hold requests until TCP gives
+   * up, many minutes later. @default 30000
+   */
+  readonly queryTimeoutMs?: number;
   /** Told of an error of an idle connection (the pool replaces it). @default process.emitWarning */
   readonly onIdleError?: (err: Error) => void;
 }
@@ -168,6 +175,9 @@ export async function createPostgresBudgetStore(options: PostgresBudgetStoreOpti
     connectionString: options.url,
     max: options.poolSize ?? 4,
     connectionTimeoutMillis: options.connectTimeoutMs ?? 10_000,
+    query_timeout: options.queryTimeoutMs ?? 30_000,
+    // TCP keepalive finds a silent server of an idle connection too (the pool then replaces it).
+    keepAlive: true,
     application_name: "acs-gateway",
     pipeline: true,
     types: TYPES,
@@ -302,11 +312,17 @@ export async function createPostgresBudgetStore(options: PostgresBudgetStoreOpti
     begin: string,
     fn: (c: pg.PoolClient, sent: Promise<unknown>[]) => Promise<T>,
   ): Promise<T> {
+    let broken: Error | undefined;
     const client = await pool.connect();
+    // A checked-out connection's errors are its queries' (they reject); this listener keeps one
+    // that ends while the transaction runs (the server gone) from being an uncaught 'error'.
+    const onError = (err: Error): void => {
+      broken ??= err;
+    };
+    client.on("error", onError);
     const begun = client.query(begin);
     begun.catch(() => undefined);
     const sent: Promise<unknown>[] = [begun];
-    let broken: Error | undefined;
     try {
       const result = await fn(client, sent);
       const commit = client.query("COMMIT");
@@ -324,6 +340,7 @@ export async function createPostgresBudgetStore(options: PostgresBudgetStoreOpti
       throw err;
     } finally {
       client.release(broken);
+      client.off("error", onError);
     }
   }
 

@@ -975,7 +975,11 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
           if (open) await upstream.return?.();
         }
         const activations = await single.activations();
-        if (activations !== undefined) yield activations;
+        if (activations !== undefined) {
+          const stands = holdStands(prepared.hold);
+          if (stands !== true) await stands;
+          yield activations;
+        }
       }
     } catch (err) {
       failure = err;

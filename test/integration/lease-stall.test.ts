@@ -23,6 +23,8 @@ const dir = mkdtempSync(join(tmpdir(), "acs-stall-"));
 const children: ChildProcess[] = [];
 let engine: RunningEngine | undefined;
 let slow: Server | undefined;
+/** Completions the slow proxy received (a streamed capture's replay is the second of its request). */
+let completionsSeen = 0;
 let admin: BudgetLedger | undefined;
 
 beforeAll(async () => {
@@ -38,7 +40,10 @@ beforeAll(async () => {
       const headers = { ...req.headers } as Record<string, string>;
       delete headers.host;
       delete headers["content-length"];
-      if (req.url === "/v1/completions") await sleep(3000);
+      if (req.url === "/v1/completions") {
+        completionsSeen++;
+        await sleep(3000);
+      }
       const upstream = await fetch(`${engine!.url}${req.url}`, {
         method: req.method ?? "GET",
         headers,
@@ -87,6 +92,7 @@ async function startGateway(upstreamUrl: string, instanceId: string) {
     ACS_INSTANCE_ID: instanceId,
     ACS_WORKERS: "1",
     ACS_LEASE_TTL_MS: "2000",
+    ACS_HOLD_RENEW_MS: "100",
     PORT: String(port),
     ACS_LOG_LEVEL: "warn",
   });
@@ -245,6 +251,39 @@ describe("a replica stalled past its lease's expiry, then resumed", () => {
       leasedTokens: 0,
       openHolds: 0,
     });
+    a.child.kill("SIGTERM");
+    b.child.kill("SIGTERM");
+  });
+  it("a streamed capture whose replay ran while its replica stalled: its activations are not delivered past the Budget", async (ctx) => {
+    if (database.skipReason !== undefined) ctx.skip(database.skipReason);
+    const slowUrl = `http://127.0.0.1:${(slow!.address() as AddressInfo).port}`;
+    const a = await startGateway(slowUrl, "gw-replay-a");
+    const b = await startGateway(engine!.url, "gw-replay-b");
+    const { id, key } = await admin!.createKey({ budgetTokens: 100 * 10 });
+    const seenBefore = completionsSeen;
+    const stream = streamEvents(a.url, key, { max_tokens: 5, output_residual_stream: [0] });
+    // The text went out; the replay (a second completion, held 3 s by the proxy) is on its way.
+    await until(async () => completionsSeen >= seenBefore + 2, "the capture's replay was sent", 10);
+    a.child.kill("SIGSTOP");
+    await reclaimedFrom("gw-replay-a", id);
+    const onB = await Promise.all(Array.from({ length: 100 }, () => complete(b.url, key, { max_tokens: 7 })));
+    a.child.kill("SIGCONT");
+    const streamed = await stream;
+
+    expect(streamed.status).toBe(200);
+    const chunks = streamed.events.filter((e): e is Record<string, unknown> => typeof e === "object");
+    const text = chunks.filter((e) => "choices" in e && !("activations" in e));
+    expect(text.length).toBeGreaterThan(0); // delivered before the stall, while the lease stood
+    expect(chunks.some((e) => "activations" in e)).toBe(false);
+    expect(chunks.at(-1)).toMatchObject({ error: { code: "insufficient_quota" } });
+    expect(streamed.events.at(-1)).toBe("[DONE]");
+    // B served what the Budget had left after the reclaim charged the stream's renewals.
+    const served = onB.filter((r) => r.status === 200).length;
+    await until(async () => (await admin!.usage(id)).leases === 0, "the leases ended", 250);
+    const usage = await admin!.usage(id);
+    expect(usage).toMatchObject({ heldTokens: 0, leasedTokens: 0, openHolds: 0 });
+    expect(usage.spentTokens).toBeLessThanOrEqual(1000);
+    expect(served).toBeGreaterThan(90); // the stream held 3 + 5 + its replay's 7
     a.child.kill("SIGTERM");
     b.child.kill("SIGTERM");
   });
