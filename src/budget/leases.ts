@@ -543,7 +543,10 @@ export function createLeases(deps: LeaseDeps): Leases {
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<never>((_, reject) => {
       timer = setTimeout(
-        () => reject(new Error(`Budget store: lease ${lease.id} was not renewed within ${Math.round(waitMs)} ms`)),
+        () =>
+          reject(
+            new Error(`Budget store: lease ${lease.id} was not renewed within ${Math.round(waitMs)} ms`),
+          ),
         waitMs,
       );
     });

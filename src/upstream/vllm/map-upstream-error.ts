@@ -260,7 +260,9 @@ function passOn(detail: VllmErrorDetail, cause: unknown): ApiError {
   // answer says `prompt`): the caller gets `prompt` either way (a keyed non-streamed request is
   // Inference's stream, collected).
   const param =
-    detail.param ?? decoratedParam ?? (/^Token id -?\d+ is out of vocabulary/.test(detail.message) ? "prompt" : null);
+    detail.param ??
+    decoratedParam ??
+    (/^Token id -?\d+ is out of vocabulary/.test(detail.message) ? "prompt" : null);
   const message =
     decorated !== null && param !== null && param === decoratedParam
       ? detail.message.slice(0, decorated.index)
