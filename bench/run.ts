@@ -4,7 +4,8 @@
  * written by a full run only: all sections, no options). Options after the names go to the
  * sections that take them, e.g. `npm run bench -- hotpath --quick` (see bench/hotpath/hotpath.ts).
  * `npm run bench -- streams` runs 10,000 concurrent streams (bench/streams/streams.ts; smaller
- * counts through its BENCH_STREAMS* environment variables).
+ * counts through its BENCH_STREAMS* environment variables). `npm run bench -- ab --a CMD --b CMD`
+ * compares two builds of the gateway (bench/hotpath/ab.ts); a full run leaves it out.
  */
 import { writeFileSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
@@ -12,6 +13,7 @@ import { parseArgs } from "node:util";
 import { benchBudget } from "./budget.js";
 import { benchEngine } from "./engine.js";
 import { benchCapture, benchGateway, benchHoldOnRequest } from "./gateway.js";
+import { benchAb } from "./hotpath/ab.js";
 import { benchHotpath, type SectionOptions } from "./hotpath/hotpath.js";
 import { benchLens } from "./lens.js";
 import { benchStreams } from "./streams/streams.js";
@@ -27,7 +29,10 @@ const sections: Record<string, (options: SectionOptions) => Promise<string>> = {
   budget: benchBudget,
   hotpath: benchHotpath,
   streams: benchStreams,
+  ab: benchAb,
 };
+/** Sections a full run (no names) leaves out: they need options. */
+const onRequestOnly = new Set(["ab"]);
 
 let parsed: ReturnType<typeof parse>;
 function parse() {
@@ -47,6 +52,11 @@ function parse() {
       "skip-profile": { type: "boolean" },
       "skip-layers": { type: "boolean" },
       "gateway-cmd": { type: "string" },
+      // ab (and --duration, --rounds, --connections, --chunks above)
+      a: { type: "string" },
+      b: { type: "string" },
+      mode: { type: "string" },
+      keys: { type: "string" },
     },
   });
 }
@@ -65,7 +75,7 @@ if (unknown.length > 0) {
 }
 const wanted = parsed.positionals;
 const options: SectionOptions = parsed.values;
-const names = wanted.length > 0 ? wanted : Object.keys(sections);
+const names = wanted.length > 0 ? wanted : Object.keys(sections).filter((n) => !onRequestOnly.has(n));
 const out: string[] = [
   "# Benchmark results",
   "",
