@@ -311,21 +311,30 @@ describe.each(storesUnderTest("leases"))("leases on $kind", (store) => {
     expect(await later.reclaimStale()).toEqual({ holds: 0, leases: 0 }); // nothing twice
   });
 
-  it("a lease lost while its replica stalled: later settles charge only what the reclaim did not, capped at what is free", async () => {
-    let clock = 1_900_000_000_000;
+  /**
+   * A replica with leases (`stalled`) and one without (`other`) on one clock (`clock.ms`, moved by
+   * the test), a key with a Budget of 10,000, and a demand of 100 tokens.
+   */
+  async function stalledPair() {
+    const clock = { ms: 1_900_000_000_000 };
     const stalled = await open({
       instanceId: "stalled",
-      now: () => clock,
+      now: () => clock.ms,
       leases: { drainPollMs: 3_600_000 },
     });
-    const other = await open({ instanceId: "other", leases: false, now: () => clock });
+    const other = await open({ instanceId: "other", leases: false, now: () => clock.ms });
     const { id, key } = await other.createKey({ budgetTokens: 10_000 });
     const info = await stalled.authenticate(`Bearer ${key}`);
     const demand = { promptTokens: 0, prompts: 1, n: 1, maxTokens: 100 };
+    return { clock, stalled, other, id, key, info, demand };
+  }
+
+  it("a lease lost while its replica stalled: later settles charge only what the reclaim did not, capped at what is free", async () => {
+    const { clock, stalled, other, id, info, demand } = await stalledPair();
     const renewed = await stalled.placeHold(info, demand);
     const plain = await stalled.placeHold(info, demand);
     await stalled.renew(renewed.holdId, 30);
-    clock += DEFAULT_LEASE_SETTINGS.ttlMs + 1;
+    clock.ms += DEFAULT_LEASE_SETTINGS.ttlMs + 1;
     expect(await other.reclaimStale()).toEqual({ holds: 0, leases: 1 });
     expect((await other.usage(id)).spentTokens).toBe(30);
     // The stalled replica comes back: its Holds' settles reach a lease that is gone.
@@ -340,22 +349,13 @@ describe.each(storesUnderTest("leases"))("leases on $kind", (store) => {
   });
 
   it("a Hold whose lease lapsed stands only once the store vouches for it: lost, it moves into the store if the Budget holds what it may still use", async () => {
-    let clock = 1_900_000_000_000;
-    const stalled = await open({
-      instanceId: "stalled",
-      now: () => clock,
-      leases: { drainPollMs: 3_600_000 },
-    });
-    const other = await open({ instanceId: "other", leases: false, now: () => clock });
-    const { id, key } = await other.createKey({ budgetTokens: 10_000 });
-    const info = await stalled.authenticate(`Bearer ${key}`);
-    const demand = { promptTokens: 0, prompts: 1, n: 1, maxTokens: 100 };
+    const { clock, stalled, other, id, key, info, demand } = await stalledPair();
     const moved = await stalled.placeHold(info, demand);
     const refused = await stalled.placeHold(info, demand);
     await stalled.renew(moved.holdId, 30);
     // Renewed within three quarters of its TTL: vouched for without a promise.
     expect(stalled.standing(moved.holdId)).toBe(true);
-    clock += DEFAULT_LEASE_SETTINGS.ttlMs + 1; // stalled past the lease's expiry
+    clock.ms += DEFAULT_LEASE_SETTINGS.ttlMs + 1; // stalled past the lease's expiry
     expect(await other.reclaimStale()).toEqual({ holds: 0, leases: 1 });
     // The reclaim charged the renewal (30) and freed the rest: another request takes all but 70.
     const meanwhile = await other.placeHold(await other.authenticate(`Bearer ${key}`), {

@@ -4,7 +4,7 @@
 // with the Budget spent meanwhile its requests are refused (429), never served past the Budget;
 // with room left they are served and charged exactly (src/budget/README.md, "What a crash costs").
 import type { ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -16,11 +16,12 @@ import { type BudgetLedger, createBudgetLedger } from "../../src/budget/index.js
 import { type RunningEngine, startEngine } from "../../src/engine/index.js";
 import { until } from "../helpers/hang-guard.js";
 import { testDatabase } from "../helpers/postgres.js";
-import { freePort, startTs, waitForOk } from "../helpers/processes.js";
+import { completeTiny, type ReplicaSetup, startReplica } from "../helpers/replicas.js";
 
 const database = testDatabase("stall");
 const dir = mkdtempSync(join(tmpdir(), "acs-stall-"));
 const children: ChildProcess[] = [];
+const replicas: ReplicaSetup = { dir, database, children };
 let engine: RunningEngine | undefined;
 let slow: Server | undefined;
 /** Completions the slow proxy received (a streamed capture's replay is the second of its request). */
@@ -68,52 +69,6 @@ afterAll(async () => {
   await database.drop();
   rmSync(dir, { recursive: true, force: true });
 });
-
-async function startGateway(upstreamUrl: string, instanceId: string) {
-  const modelsFile = join(dir, `models-${instanceId}.json`);
-  writeFileSync(
-    modelsFile,
-    JSON.stringify({
-      models: [
-        {
-          id: "acs/tiny",
-          aliases: ["tiny"],
-          upstream_url: upstreamUrl,
-          hidden_size: 64,
-          num_hidden_layers: 4,
-        },
-      ],
-    }),
-  );
-  const port = await freePort();
-  const child = startTs(["src/main.ts"], {
-    ACS_DB: database.url,
-    ACS_MODELS: modelsFile,
-    ACS_INSTANCE_ID: instanceId,
-    ACS_WORKERS: "1",
-    ACS_LEASE_TTL_MS: "2000",
-    ACS_HOLD_RENEW_MS: "100",
-    PORT: String(port),
-    ACS_LOG_LEVEL: "warn",
-  });
-  children.push(child);
-  const url = `http://127.0.0.1:${port}`;
-  await waitForOk(`${url}/healthz`);
-  return { url, child };
-}
-
-async function complete(url: string, key: string, body: Record<string, unknown>) {
-  const res = await fetch(`${url}/v1/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
-    body: JSON.stringify({ model: "tiny", prompt: "Hi", temperature: 0, ignore_eos: true, ...body }),
-  });
-  const json = (await res.json()) as {
-    usage?: { total_tokens: number };
-    error?: { code: string; type: string; message: string };
-  };
-  return { status: res.status, ...json };
-}
 
 /** A stream's events, parsed (the `[DONE]` marker as the string). */
 async function streamEvents(url: string, key: string, body: Record<string, unknown>) {
@@ -166,18 +121,20 @@ describe("a replica stalled past its lease's expiry, then resumed", () => {
   it("the Budget spent meanwhile by the other replica: its requests are refused, never served past the Budget", async (ctx) => {
     if (database.skipReason !== undefined) ctx.skip(database.skipReason);
     const slowUrl = `http://127.0.0.1:${(slow!.address() as AddressInfo).port}`;
-    const a = await startGateway(slowUrl, "gw-spent-a");
-    const b = await startGateway(engine!.url, "gw-spent-b");
+    const a = await startReplica(replicas, slowUrl, "gw-spent-a");
+    const b = await startReplica(replicas, engine!.url, "gw-spent-b");
     // "Hi" is 3 prompt tokens with the tiny preset: each request holds and uses 3 + 7.
     const { id, key } = await admin!.createKey({ budgetTokens: 100 * 10 });
     // 9 requests and a stream on A, held 3 s by Inference: their Holds sit on A's lease.
-    const onA = Array.from({ length: 9 }, () => complete(a.url, key, { max_tokens: 7 }));
+    const onA = Array.from({ length: 9 }, () => completeTiny(a.url, key, { max_tokens: 7 }));
     const stream = streamEvents(a.url, key, { max_tokens: 7 });
     await until(async () => (await admin!.usage(id)).leasedTokens > 0, "A leased", 20);
     await sleep(300); // the requests reached A's Holds
     a.child.kill("SIGSTOP");
     await reclaimedFrom("gw-spent-a", id);
-    const onB = await Promise.all(Array.from({ length: 100 }, () => complete(b.url, key, { max_tokens: 7 })));
+    const onB = await Promise.all(
+      Array.from({ length: 100 }, () => completeTiny(b.url, key, { max_tokens: 7 })),
+    );
     a.child.kill("SIGCONT");
     const fromA = await Promise.all(onA);
     const streamed = await stream;
@@ -217,10 +174,10 @@ describe("a replica stalled past its lease's expiry, then resumed", () => {
   it("the Budget has room: its requests and its stream are served in full and charged exactly what they used", async (ctx) => {
     if (database.skipReason !== undefined) ctx.skip(database.skipReason);
     const slowUrl = `http://127.0.0.1:${(slow!.address() as AddressInfo).port}`;
-    const a = await startGateway(slowUrl, "gw-room-a");
-    const b = await startGateway(engine!.url, "gw-room-b");
+    const a = await startReplica(replicas, slowUrl, "gw-room-a");
+    const b = await startReplica(replicas, engine!.url, "gw-room-b");
     const { id, key } = await admin!.createKey({ budgetTokens: 1_000_000 });
-    const onA = Array.from({ length: 5 }, (_, i) => complete(a.url, key, { max_tokens: 3 + i }));
+    const onA = Array.from({ length: 5 }, (_, i) => completeTiny(a.url, key, { max_tokens: 3 + i }));
     const stream = streamEvents(a.url, key, { max_tokens: 12, stream_options: { include_usage: true } });
     await until(async () => (await admin!.usage(id)).leasedTokens > 0, "A leased", 20);
     await sleep(300);
@@ -257,8 +214,8 @@ describe("a replica stalled past its lease's expiry, then resumed", () => {
   it("a streamed capture whose replay ran while its replica stalled: its activations are not delivered past the Budget", async (ctx) => {
     if (database.skipReason !== undefined) ctx.skip(database.skipReason);
     const slowUrl = `http://127.0.0.1:${(slow!.address() as AddressInfo).port}`;
-    const a = await startGateway(slowUrl, "gw-replay-a");
-    const b = await startGateway(engine!.url, "gw-replay-b");
+    const a = await startReplica(replicas, slowUrl, "gw-replay-a");
+    const b = await startReplica(replicas, engine!.url, "gw-replay-b");
     const { id, key } = await admin!.createKey({ budgetTokens: 100 * 10 });
     const seenBefore = completionsSeen;
     const stream = streamEvents(a.url, key, { max_tokens: 5, output_residual_stream: [0] });
@@ -266,7 +223,9 @@ describe("a replica stalled past its lease's expiry, then resumed", () => {
     await until(async () => completionsSeen >= seenBefore + 2, "the capture's replay was sent", 10);
     a.child.kill("SIGSTOP");
     await reclaimedFrom("gw-replay-a", id);
-    const onB = await Promise.all(Array.from({ length: 100 }, () => complete(b.url, key, { max_tokens: 7 })));
+    const onB = await Promise.all(
+      Array.from({ length: 100 }, () => completeTiny(b.url, key, { max_tokens: 7 })),
+    );
     a.child.kill("SIGCONT");
     const streamed = await stream;
 

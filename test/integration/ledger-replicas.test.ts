@@ -4,7 +4,7 @@
 // reclaimed after their expiry, and the key is charged what was delivered (at least what the
 // streams' renewals recorded), never more.
 import type { ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -16,11 +16,12 @@ import { type BudgetLedger, createBudgetLedger } from "../../src/budget/index.js
 import { type RunningEngine, startEngine } from "../../src/engine/index.js";
 import { until } from "../helpers/hang-guard.js";
 import { testDatabase } from "../helpers/postgres.js";
-import { freePort, startTs, waitForOk } from "../helpers/processes.js";
+import { completeTiny, type ReplicaSetup, startReplica } from "../helpers/replicas.js";
 
 const database = testDatabase("replicas");
 const dir = mkdtempSync(join(tmpdir(), "acs-replicas-"));
 const children: ChildProcess[] = [];
+const replicas: ReplicaSetup = { dir, database, children };
 let engine: RunningEngine | undefined;
 let paced: Server | undefined;
 let admin: BudgetLedger | undefined;
@@ -86,53 +87,6 @@ async function pacedProxy(target: string, perSecond: number): Promise<Server> {
   return server;
 }
 
-/** A gateway process on the test database, its models file pointing at `upstreamUrl`. */
-async function startGateway(
-  upstreamUrl: string,
-  instanceId: string,
-): Promise<{ url: string; child: ChildProcess }> {
-  const modelsFile = join(dir, `models-${instanceId}.json`);
-  writeFileSync(
-    modelsFile,
-    JSON.stringify({
-      models: [
-        {
-          id: "acs/tiny",
-          aliases: ["tiny"],
-          upstream_url: upstreamUrl,
-          hidden_size: 64,
-          num_hidden_layers: 4,
-        },
-      ],
-    }),
-  );
-  const port = await freePort();
-  const child = startTs(["src/main.ts"], {
-    ACS_DB: database.url,
-    ACS_MODELS: modelsFile,
-    ACS_INSTANCE_ID: instanceId,
-    ACS_WORKERS: "1", // one process per replica: its Holds and leases carry exactly this instance id
-    ACS_LEASE_TTL_MS: "2000",
-    ACS_HOLD_RENEW_MS: "100",
-    PORT: String(port),
-    ACS_LOG_LEVEL: "warn",
-  });
-  children.push(child);
-  const url = `http://127.0.0.1:${port}`;
-  await waitForOk(`${url}/healthz`);
-  return { url, child };
-}
-
-async function complete(url: string, key: string, body: Record<string, unknown>) {
-  const res = await fetch(`${url}/v1/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
-    body: JSON.stringify({ model: "tiny", prompt: "Hi", temperature: 0, ignore_eos: true, ...body }),
-  });
-  const json = (await res.json()) as { usage?: { total_tokens: number }; error?: { code: string } };
-  return { status: res.status, clamped: res.headers.get("x-acs-max-tokens-clamped"), ...json };
-}
-
 async function sql<R extends pg.QueryResultRow>(text: string, values: unknown[] = []): Promise<R[]> {
   const client = new pg.Client({ connectionString: database.url });
   await client.connect();
@@ -146,8 +100,8 @@ async function sql<R extends pg.QueryResultRow>(text: string, values: unknown[] 
 describe("two gateway replicas on one PostgreSQL database", () => {
   it("500 concurrent requests over both, a Budget that fits exactly 100: exactly 100 served, never overspent", async (ctx) => {
     if (database.skipReason !== undefined) ctx.skip(database.skipReason);
-    const a = await startGateway(engine!.url, "gw-a");
-    const b = await startGateway(engine!.url, "gw-b");
+    const a = await startReplica(replicas, engine!.url, "gw-a");
+    const b = await startReplica(replicas, engine!.url, "gw-b");
     // "Hi" is 3 prompt tokens (BOS + 2 bytes) with the tiny preset: each request holds and uses 3 + 7.
     const { id, key } = await admin!.createKey({ budgetTokens: 100 * 10 });
 
@@ -163,7 +117,9 @@ describe("two gateway replicas on one PostgreSQL database", () => {
       }
     })();
     const results = await Promise.all(
-      Array.from({ length: 500 }, (_, i) => complete(i % 2 === 0 ? a.url : b.url, key, { max_tokens: 7 })),
+      Array.from({ length: 500 }, (_, i) =>
+        completeTiny(i % 2 === 0 ? a.url : b.url, key, { max_tokens: 7 }),
+      ),
     );
     sampling = false;
     await sampler;
@@ -195,15 +151,15 @@ describe("two gateway replicas on one PostgreSQL database", () => {
   it("SIGKILL one replica mid-stream: the other keeps serving; its leases are reclaimed after expiry; charged what was delivered", async (ctx) => {
     if (database.skipReason !== undefined) ctx.skip(database.skipReason);
     const proxyUrl = `http://127.0.0.1:${(paced!.address() as AddressInfo).port}`;
-    const a = await startGateway(proxyUrl, "gw-kill-a");
-    const b = await startGateway(proxyUrl, "gw-kill-b");
+    const a = await startReplica(replicas, proxyUrl, "gw-kill-a");
+    const b = await startReplica(replicas, proxyUrl, "gw-kill-b");
     const budget = 1_000_000;
     const killed = await admin!.createKey({ budgetTokens: budget });
     const other = await admin!.createKey({ budgetTokens: budget });
 
     // Finished requests on the replica to be killed, flushed to the store (within a lease sync).
     const done = await Promise.all(
-      Array.from({ length: 4 }, () => complete(a.url, killed.key, { max_tokens: 5 })),
+      Array.from({ length: 4 }, () => completeTiny(a.url, killed.key, { max_tokens: 5 })),
     );
     expect(done.every((r) => r.status === 200)).toBe(true);
     const finished = done.reduce((s, r) => s + (r.usage?.total_tokens ?? 0), 0);
@@ -273,7 +229,7 @@ describe("two gateway replicas on one PostgreSQL database", () => {
 
     // The other replica keeps serving (another key: its charges apart).
     const during = await Promise.all(
-      Array.from({ length: 5 }, () => complete(b.url, other.key, { max_tokens: 5 })),
+      Array.from({ length: 5 }, () => completeTiny(b.url, other.key, { max_tokens: 5 })),
     );
     expect(during.map((r) => r.status)).toEqual([200, 200, 200, 200, 200]);
 
