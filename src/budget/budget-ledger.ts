@@ -434,13 +434,14 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
     const standing = await leases.confirm(holdId);
     if (standing.kind === "current") return true;
     if (standing.uncoveredTokens === 0) return true;
-    // Exactly uncoveredTokens, never clamped: a demand whose prompt tokens are a bound is held only
-    // whole (plan-hold.ts), and 1 generated token makes up the rest.
+    // Exactly uncoveredTokens: uncoveredTokens − 1 as prompt tokens and 1 generated token. A
+    // max_tokens of 1 cannot be clamped, so the Hold is whole or `insufficient` (after the other
+    // replicas' leases were asked for their free tokens).
     const { holdId: storeHoldId, outcome } = await placeInStore(standing.keyId, {
       promptTokens: standing.uncoveredTokens - 1,
       prompts: 1,
       n: 1,
-      maxTokens: 1, // never clamped (max_tokens 1): whole or `insufficient`, after a drain of the others
+      maxTokens: 1,
     });
     // Revoked meanwhile: nothing more for this key either (the ledger's 401 says so).
     if (outcome.kind === "revoked" || outcome.kind === "unknown_key") throw revokedKey(undefined);
