@@ -1,13 +1,14 @@
 /**
- * `npm run bench`: every benchmark section, written to bench/RESULTS.md (and printed).
- * `npm run bench -- gateway lens` runs only the named sections and prints them (RESULTS.md is
- * written by a full run only: all sections, no options). Options after the names go to the
+ * `npm run bench`: every benchmark section, printed and appended to bench/RESULTS.md as one new
+ * dated section (its headings one level down), after the runs and sessions recorded before it,
+ * which it keeps. `npm run bench -- gateway lens` runs only the named sections and prints them
+ * (RESULTS.md is written by a full run only: all sections, no options). Options after the names go to the
  * sections that take them, e.g. `npm run bench -- hotpath --quick` (see bench/hotpath/hotpath.ts).
  * `npm run bench -- streams` runs 10,000 concurrent streams (bench/streams/streams.ts; smaller
  * counts through its BENCH_STREAMS* environment variables). `npm run bench -- ab --a CMD --b CMD`
  * compares two builds of the gateway (bench/hotpath/ab.ts); a full run leaves it out.
  */
-import { writeFileSync } from "node:fs";
+import { appendFileSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
 import { parseArgs } from "node:util";
 import { benchBudget } from "./budget.js";
@@ -77,17 +78,23 @@ const wanted = parsed.positionals;
 const options: SectionOptions = parsed.values;
 const names = wanted.length > 0 ? wanted : Object.keys(sections).filter((n) => !onRequestOnly.has(n));
 const out: string[] = [
-  "# Benchmark results",
+  `## Full run (\`npm run bench\`) — ${new Date().toISOString()}`,
   "",
-  `Run ${new Date().toISOString()} on ${cpus().length} × ${cpus()[0]?.model ?? "?"}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}. Figures from one run; the machine is shared, so read ratios and medians, not absolutes.`,
+  `${cpus().length} × ${cpus()[0]?.model ?? "?"}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}. Figures from one run; the machine is shared, so read ratios and medians, not absolutes.`,
   "",
 ];
 for (const name of names) {
   console.error(`bench: ${name}…`);
   const section = await (sections[name] as (o: SectionOptions) => Promise<string>)(options);
-  out.push(section, "");
+  out.push(demoteHeadings(section), "");
   console.log(section, "\n");
 }
 if (wanted.length === 0 && Object.keys(options).length === 0) {
-  writeFileSync(new URL("./RESULTS.md", import.meta.url), out.join("\n"));
+  appendFileSync(new URL("./RESULTS.md", import.meta.url), `\n${out.join("\n")}`);
+  console.error("bench: appended to bench/RESULTS.md");
+}
+
+/** A section's markdown headings one level down (`## X` → `### X`), under the run's own heading. */
+function demoteHeadings(markdown: string): string {
+  return markdown.replace(/^(#{1,5}) /gm, "#$1 ");
 }
