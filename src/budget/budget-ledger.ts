@@ -20,7 +20,13 @@ import type {
   ReclaimCount,
   SettleResult,
 } from "./budget-store.js";
-import { createLeases, DEFAULT_LEASE_SETTINGS, type LeaseOptions, type Leases } from "./leases.js";
+import {
+  answeredWithin,
+  createLeases,
+  DEFAULT_LEASE_SETTINGS,
+  type LeaseOptions,
+  type Leases,
+} from "./leases.js";
 import { createPostgresBudgetStore } from "./pg-budget-store.js";
 import { checkDemand, type HoldDemand } from "./plan-hold.js";
 import { createSqliteBudgetStore } from "./sqlite-budget-store.js";
@@ -244,16 +250,23 @@ export interface BudgetLedger {
    */
   renew(holdId: string, usedTokens?: number, ttlMs?: number): Promise<boolean>;
   /**
-   * Whether the Hold's tokens are still the request's to deliver: `true` at once for a Hold in the
-   * store, or on a lease this replica renewed within three quarters of its TTL (the usual case; no
-   * promise is made). Otherwise (a stall or an unreachable store kept this replica from renewing:
-   * past its expiry another replica may reclaim the lease and grant its tokens again) the lease is
-   * stepped; if it was lost, what the Hold may still use is held in the store in one transaction,
-   * whole or not at all, and the Hold moves there (its renewals and its settle follow). Resolves
-   * false when the Budget cannot hold that: the request must deliver nothing more — its settle then
-   * charges what it used, as far as the Budget has tokens free. Rejects with the store's error when
-   * the store cannot be reached (the caller fails closed). Unknown or ended Holds: `true`.
-   * src/budget/README.md, "What a crash costs".
+   * Whether the Hold's tokens are still the request's to deliver: `true` at once (no promise is
+   * made) in the usual case — a Hold in the store with more than a quarter of its Hold TTL left
+   * since the store last confirmed it (placed or renewed), or one on a lease this replica renewed
+   * within three quarters of the lease's TTL. Otherwise (a stall, or a store that could not be
+   * reached, kept this replica from renewing: past the expiry another process may reclaim the Hold
+   * or the lease and give its tokens to other requests) the ledger asks the store first:
+   * - a store Hold is renewed; one no longer open was reclaimed (charged what its renewals
+   *   recorded, the rest given back), and the answer is false;
+   * - a lease is stepped; if it was lost, what the Hold may still use is held in the store in one
+   *   transaction, whole or not at all, and the Hold moves there (its renewals and its settle
+   *   follow); false when the Budget cannot hold that.
+   * False: the request must deliver nothing more — its settle then charges what it used, as far as
+   * the Budget has tokens free. An answer counts only when read with a quarter of the TTL still
+   * ahead (else asked again, 3 times at most). Rejects with the store's error, or when the store
+   * does not answer within what is left of the Hold's or lease's life (at least an eighth of its
+   * TTL): the caller fails closed. Unknown or ended Holds: `true`. src/budget/README.md, "What a
+   * crash costs".
    */
   standing(holdId: string): true | Promise<boolean>;
   /**
@@ -298,6 +311,9 @@ export interface BudgetLedger {
   /** A key's Budget, spent, held, leased and available tokens, and its last `days` days (default 31). Throws UnknownIdError. */
   usage(id: string, days?: number): Promise<KeyUsage>;
 }
+
+/** What the ledger knows of one of its Holds in the store (see `storeHolds` in createBudgetLedger). */
+type StoreHoldState = { expiresAt: number; ttlMs: number; lost: boolean };
 
 /** Thrown for an id (key or Hold) the store does not know; `kind` says which. */
 export class UnknownIdError extends Error {
@@ -400,7 +416,11 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
   async function placeInStore(
     keyId: string,
     demand: HoldDemand,
-  ): Promise<{ holdId: string; outcome: Exclude<PlaceHoldOutcome, { kind: "drain_requested" }> }> {
+  ): Promise<{
+    holdId: string;
+    outcome: Exclude<PlaceHoldOutcome, { kind: "drain_requested" }>;
+    expiresAt: number;
+  }> {
     const t = now();
     const input: PlaceHoldInput = {
       holdId: generateHoldId(),
@@ -412,17 +432,70 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
       drainOthersUntil: t + settings.blockMs,
     };
     let outcome = await store.placeHold(input);
+    let { expiresAt } = input;
     if (outcome.kind === "drain_requested") {
       // Other replicas lease tokens of this key: have their free tokens back, then plan once more.
       await waitForDrains(keyId);
       const t2 = now();
       const { drainOthersUntil: _, ...again } = input;
-      outcome = await store.placeHold({ ...again, now: t2, expiresAt: t2 + holdTtlMs });
+      expiresAt = t2 + holdTtlMs;
+      outcome = await store.placeHold({ ...again, now: t2, expiresAt });
     }
     if (outcome.kind === "drain_requested") {
       throw new Error("unreachable: a placeHold without drainOthersUntil asked for a drain");
     }
-    return { holdId: input.holdId, outcome };
+    return { holdId: input.holdId, outcome, expiresAt };
+  }
+
+  /**
+   * This replica's open Holds in the store (placed there, or moved there from a lost lease), by
+   * the id the request knows: the expiry the store last confirmed (Unix epoch ms) and the TTL it
+   * was given (ms). {@link BudgetLedger.standing} vouches for one without a look at the store while
+   * more than a quarter of that TTL is ahead; `lost` once a renewal found it closed (reclaimed:
+   * never vouched for again). Deleted at settle.
+   */
+  const storeHolds = new Map<string, StoreHoldState>();
+
+  async function renew(holdId: string, usedTokens = 0, ttlMs?: number): Promise<boolean> {
+    const ttl = ttlMs ?? holdTtlMs;
+    checkInt("ttlMs", ttl, 1);
+    checkInt("usedTokens", usedTokens, 0);
+    const expiresAt = now() + ttl;
+    const renewed =
+      leases?.owns(holdId) === true
+        ? await leases.renew(holdId, usedTokens, ttl)
+        : await store.renewHold(holdId, expiresAt, usedTokens);
+    const inStore = storeHolds.get(holdId);
+    if (inStore !== undefined) {
+      if (!renewed) inStore.lost = true;
+      else if (expiresAt > inStore.expiresAt) {
+        inStore.expiresAt = expiresAt;
+        inStore.ttlMs = ttl;
+      }
+    }
+    return renewed;
+  }
+
+  /**
+   * {@link BudgetLedger.standing} for a Hold in the store near or past the expiry the store last
+   * confirmed: renews it. A Hold still open was never reclaimed, so its tokens are still the
+   * request's (whatever the stall); one no longer open was reclaimed: false.
+   */
+  async function confirmInStore(holdId: string, inStore: StoreHoldState): Promise<boolean> {
+    for (let tries = 0; ; tries++) {
+      const { ttlMs } = inStore;
+      const expiresAt = now() + ttlMs;
+      const waitMs = Math.max(inStore.expiresAt - now(), ttlMs / 8);
+      const renewed = await answeredWithin(
+        renew(holdId, 0, ttlMs),
+        waitMs,
+        () => `Budget store: Hold ${holdId} was not renewed within ${Math.round(waitMs)} ms`,
+      );
+      if (!renewed) return false;
+      // An answer read after the margin (a stall while the renewal was in flight) vouches for nothing.
+      if (now() < expiresAt - ttlMs / 4) return true;
+      if (tries >= 2) throw new Error(`Hold ${holdId}: the store's answers come too late to vouch for it`);
+    }
   }
 
   /**
@@ -437,7 +510,11 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
     // Exactly uncoveredTokens: uncoveredTokens − 1 as prompt tokens and 1 generated token. A
     // max_tokens of 1 cannot be clamped, so the Hold is whole or `insufficient` (after the other
     // replicas' leases were asked for their free tokens).
-    const { holdId: storeHoldId, outcome } = await placeInStore(standing.keyId, {
+    const {
+      holdId: storeHoldId,
+      outcome,
+      expiresAt,
+    } = await placeInStore(standing.keyId, {
       promptTokens: standing.uncoveredTokens - 1,
       prompts: 1,
       n: 1,
@@ -452,6 +529,7 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
       await store.settleHold(storeHoldId, 0, t, utcDay(t));
       return false;
     }
+    storeHolds.set(holdId, { expiresAt, ttlMs: holdTtlMs, lost: false });
     return true;
   }
 
@@ -549,9 +627,10 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
         }
         if (placed.kind === "revoked") throw revokedKey(key.hint);
       }
-      const { holdId, outcome } = await placeInStore(key.id, demand);
+      const { holdId, outcome, expiresAt } = await placeInStore(key.id, demand);
       switch (outcome.kind) {
         case "held":
+          storeHolds.set(holdId, { expiresAt, ttlMs: holdTtlMs, lost: false });
           return {
             holdId,
             maxTokens: outcome.maxTokens,
@@ -583,20 +662,20 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
     }) as BudgetLedger["placeHold"],
 
     standing(holdId) {
+      const inStore = storeHolds.get(holdId);
+      if (inStore !== undefined) {
+        if (inStore.lost) return Promise.resolve(false);
+        return now() < inStore.expiresAt - inStore.ttlMs / 4 ? true : confirmInStore(holdId, inStore);
+      }
       if (leases === undefined || leases.current(holdId)) return true;
       return confirmLeased(leases, holdId);
     },
 
-    async renew(holdId, usedTokens = 0, ttlMs) {
-      const ttl = ttlMs ?? holdTtlMs;
-      checkInt("ttlMs", ttl, 1);
-      checkInt("usedTokens", usedTokens, 0);
-      if (leases?.owns(holdId) === true) return leases.renew(holdId, usedTokens, ttl);
-      return store.renewHold(holdId, now() + ttl, usedTokens);
-    },
+    renew,
 
     async settle(holdId, usedTokens) {
       checkInt("usedTokens", usedTokens, 0);
+      storeHolds.delete(holdId);
       if (leases?.owns(holdId) === true) return leases.settle(holdId, usedTokens);
       const t = now();
       const result = await store.settleHold(holdId, usedTokens, t, utcDay(t));

@@ -540,17 +540,11 @@ export function createLeases(deps: LeaseDeps): Leases {
    */
   function withinMargin(lease: Lease, work: Promise<void>): Promise<void> {
     const waitMs = Math.max(lease.expiresAt - now(), s.ttlMs / 8);
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () =>
-          reject(
-            new Error(`Budget store: lease ${lease.id} was not renewed within ${Math.round(waitMs)} ms`),
-          ),
-        waitMs,
-      );
-    });
-    return Promise.race([work, late]).finally(() => clearTimeout(timer));
+    return answeredWithin(
+      work,
+      waitMs,
+      () => `Budget store: lease ${lease.id} was not renewed within ${Math.round(waitMs)} ms`,
+    );
   }
 
   function move(holdId: string, storeHoldId: string): boolean {
@@ -671,4 +665,17 @@ export function createLeases(deps: LeaseDeps): Leases {
       return { leases: n, holds: holds.size, freeTokens: free };
     },
   };
+}
+
+/**
+ * `work`'s outcome, or a rejection with `Error(message())` once `waitMs` ms passed with it still
+ * pending (the work itself goes on). Used where a store's answer is only worth something while a
+ * Hold or lease still stands: a store that never answers fails the request closed, not hung.
+ */
+export function answeredWithin<T>(work: Promise<T>, waitMs: number, message: () => string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(message())), waitMs);
+  });
+  return Promise.race([work, late]).finally(() => clearTimeout(timer));
 }

@@ -572,8 +572,8 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         throw new ApiError(
           "insufficient_quota",
           "You exceeded your current quota: the key's Budget no longer holds the tokens of this request " +
-            "(this gateway replica could not renew its share of the Budget in time, and other requests " +
-            "have spent it since).",
+            "(this gateway replica could not renew its Hold on them in time, and they were given back " +
+            "to the Budget for other requests).",
         );
       }
     });

@@ -42,8 +42,9 @@ export interface Ledger {
   /**
    * Whether the Hold still covers what its request may deliver: `true` at once in the usual case
    * (asked before each chunk and before a non-streamed answer); false when the Budget no longer
-   * holds it (a replica that lost its lease while stalled, and the key's free tokens cannot take
-   * the Hold over): the request then delivers nothing more. Rejects when the store cannot be reached.
+   * holds it (a replica stalled or cut off from the store past its Hold's or lease's expiry, which
+   * was reclaimed meanwhile, and the key's free tokens cannot take the Hold over): the request then
+   * delivers nothing more. Rejects when the store cannot be reached.
    */
   standing(holdId: string): true | Promise<boolean>;
 }
