@@ -200,7 +200,7 @@ async function main(): Promise<void> {
   if (config.db === undefined && !worker) warnKeysOff(logger, config.host);
   const models = embedded ? [embedded.model] : config.models;
   const lifecycle = createLifecycle({ graceMs: config.shutdownGraceMs });
-  const { app, registry, metrics, flushAccessLog } = await buildApp(
+  const { app, registry, metrics, flushAccessLog, ops } = await buildApp(
     { ...config, models, ...(worker ? { instanceId: worker.instanceId } : {}) },
     {
       logger,
@@ -239,6 +239,23 @@ async function main(): Promise<void> {
   };
   if (worker) worker.listening(listening);
   else logger.info(listening, `acs-gateway listening on ${url} (REST, Connect, gRPC-Web, gRPC)`);
+  // ACS_OPS_PORT: with ACS_WORKERS > 1 the primary serves it from the workers' reports; a single
+  // process on a listening socket of its own.
+  if (worker && config.opsPort !== undefined) worker.reportReadiness(ops.readiness);
+  if (!worker && config.opsPort !== undefined) {
+    const { listenOps } = await import("./server/ops-server.js");
+    try {
+      const served = await listenOps(ops, { host: config.host, port: config.opsPort, logger });
+      logger.info(
+        { url: served.url, port: served.port },
+        `ops routes (/healthz, /readyz, /metrics) on ${served.url}`,
+      );
+    } catch (err) {
+      if ((err as { code?: unknown }).code === "EADDRINUSE")
+        refuse(`ACS_OPS_PORT=${config.opsPort}: the port is in use on ${config.host}`);
+      throw err;
+    }
+  }
 
   // The first signal drains (ACS_DRAIN_DELAY_MS) and closes (ACS_SHUTDOWN_GRACE_MS); a second one
   // skips what is left of the drain delay and ends the calls in flight at once.

@@ -117,6 +117,14 @@ function healthz(url: string): Promise<number> {
   });
 }
 
+/** `/healthz` probes of one URL during a run, ms: all, by phase, and how many failed. */
+interface HealthProbes {
+  all: number[];
+  ramp: number[];
+  allOpen: number[];
+  failed: number;
+}
+
 interface RunResult {
   streams: number;
   ok: number;
@@ -133,6 +141,8 @@ interface RunResult {
   healthAllOpenMs: number[];
   /** The probes that started during the ramp (streams still being opened), ms. */
   healthRampMs: number[];
+  /** The same probes on the gateway's ops port (ACS_OPS_PORT), when it has one. */
+  ops: HealthProbes | undefined;
   seconds: number;
   /** CPU seconds the target's processes used from the first stream opened to the last one ended. */
   cpuSeconds: number;
@@ -175,7 +185,12 @@ async function prime(target: ServerProcess, seconds: number): Promise<void> {
 }
 
 /** Runs `s.streams` streams against `target`, sampling its process tree's RSS and /healthz. */
-async function runStreams(target: ServerProcess, s: RunSettings, health: boolean): Promise<RunResult> {
+async function runStreams(
+  target: ServerProcess,
+  s: RunSettings,
+  health: boolean,
+  opsUrl?: string,
+): Promise<RunResult> {
   const body = JSON.stringify({ model: MODEL, prompt: "The sky is", max_tokens: s.chunks, stream: true });
   await prime(target, s.primeS);
   // Warm: a few streams first, so that RSS "before" has the code paths loaded.
@@ -199,10 +214,6 @@ async function runStreams(target: ServerProcess, s: RunSettings, health: boolean
   let peakOpen = 0;
   let rssPeakBytes = rssBeforeBytes;
   let processes = 1;
-  const healthMs: number[] = [];
-  const healthAllOpenMs: number[] = [];
-  const healthRampMs: number[] = [];
-  let healthFailed = 0;
   let running = true;
   const sampler = (async () => {
     while (running) {
@@ -215,22 +226,29 @@ async function runStreams(target: ServerProcess, s: RunSettings, health: boolean
       await new Promise((r) => setTimeout(r, 100));
     }
   })();
-  const prober = (async () => {
-    if (!health) return;
-    while (running) {
-      // Tagged by what was true when the probe started: still ramping (not every stream opened
-      // yet, open or ended), or every stream open.
-      const opened = openNow() + ended.reduce((a, b) => a + b, 0);
-      const phase = opened < s.streams ? healthRampMs : openNow() === s.streams ? healthAllOpenMs : undefined;
-      const ms = await healthz(target.url);
-      if (Number.isNaN(ms)) healthFailed++;
-      else {
-        healthMs.push(ms);
-        phase?.push(ms);
+  /** Probes `url`'s /healthz every 100 ms on a new connection while the run lasts. */
+  const probe = (url: string) => {
+    const probes: HealthProbes = { all: [], ramp: [], allOpen: [], failed: 0 };
+    const done = (async () => {
+      if (!health) return;
+      while (running) {
+        // Tagged by what was true when the probe started: still ramping (not every stream opened
+        // yet, open or ended), or every stream open.
+        const opened = openNow() + ended.reduce((a, b) => a + b, 0);
+        const phase = opened < s.streams ? probes.ramp : openNow() === s.streams ? probes.allOpen : undefined;
+        const ms = await healthz(url);
+        if (Number.isNaN(ms)) probes.failed++;
+        else {
+          probes.all.push(ms);
+          phase?.push(ms);
+        }
+        await new Promise((r) => setTimeout(r, 100));
       }
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  })();
+    })();
+    return { probes, done };
+  };
+  const main = probe(target.url);
+  const ops = opsUrl === undefined ? undefined : probe(opsUrl);
   const t0 = performance.now();
   const cpu0 = treeCpuSeconds(target.pid);
   const reports: StreamReport[] = await Promise.all(
@@ -255,7 +273,7 @@ async function runStreams(target: ServerProcess, s: RunSettings, health: boolean
   const seconds = (performance.now() - t0) / 1000;
   const cpuSeconds = treeCpuSeconds(target.pid) - cpu0;
   running = false;
-  await Promise.all([sampler, prober]);
+  await Promise.all([sampler, main.done, ops?.done]);
   for (const c of clients) c.close();
   const failures: Record<string, number> = {};
   for (const r of reports)
@@ -270,10 +288,11 @@ async function runStreams(target: ServerProcess, s: RunSettings, health: boolean
     processes,
     gaps: merge(reports.map((r) => r.gaps)),
     firstChunk: merge(reports.map((r) => r.firstChunk)),
-    healthMs,
-    healthFailed,
-    healthAllOpenMs,
-    healthRampMs,
+    healthMs: main.probes.all,
+    healthFailed: main.probes.failed,
+    healthAllOpenMs: main.probes.allOpen,
+    healthRampMs: main.probes.ramp,
+    ops: ops?.probes,
     seconds,
     cpuSeconds,
   };
@@ -334,20 +353,21 @@ export async function benchStreams(): Promise<string> {
     await s.stop();
     servers.splice(servers.indexOf(s), 1);
   };
+  /** A gateway with an ops port (ACS_OPS_PORT), probed beside its main port; `opsUrl` is that port's. */
   const startGateway = async (name: string, env: Record<string, string>) => {
-    const port = await freePort();
+    const [port, opsPort] = [await freePort(), await freePort()];
     const url = `http://127.0.0.1:${port}`;
     const s = await start(
       spawnServer(name, gateway.argv, {
         cwd: ROOT,
-        env: { PORT: String(port), ACS_LOG_LEVEL: "warn", ...env },
+        env: { PORT: String(port), ACS_OPS_PORT: String(opsPort), ACS_LOG_LEVEL: "warn", ...env },
         url,
         readyPath: "/readyz",
         timeoutMs: 180_000,
       }),
     );
     await workersListening(url, Number(env.ACS_WORKERS ?? "1"));
-    return s;
+    return { server: s, opsUrl: `http://127.0.0.1:${opsPort}` };
   };
   try {
     const fake = await start(
@@ -376,8 +396,13 @@ export async function benchStreams(): Promise<string> {
       ACS_MODELS: models,
       ACS_WORKERS: String(workers),
     });
-    const r1 = await runStreams(many, { streams, primeS, chunks, rampMs: rampFor(streams), perClient }, true);
-    await stop(many);
+    const r1 = await runStreams(
+      many.server,
+      { streams, primeS, chunks, rampMs: rampFor(streams), perClient },
+      true,
+      many.opsUrl,
+    );
+    await stop(many.server);
     console.error(
       `  streams: ${fmt(r1.ok)} of ${fmt(streams)} complete; failures ${failuresText(r1.failures)}`,
     );
@@ -414,11 +439,14 @@ export async function benchStreams(): Promise<string> {
         ],
       ] as const) {
         console.error(`  streams: ${fmt(one)} streams through the ${name}`);
-        const target = await launch();
+        const launched = await launch();
+        const [target, opsUrl] =
+          "server" in launched ? [launched.server, launched.opsUrl] : [launched, undefined];
         const r = await runStreams(
           target,
           { streams: one, protocol, primeS, chunks, rampMs: rampFor(one), perClient },
           true,
+          opsUrl,
         );
         await stop(target);
         rows.push([name, r]);
@@ -445,6 +473,13 @@ export async function benchStreams(): Promise<string> {
       "|---|---|",
       `| the ramp: ${fmt(streams)} streams opened over ${fmt(rampFor(streams) / 1000)} s (${fmt(streams / (rampFor(streams) / 1000))} new a second) | ${healthText(r1.healthRampMs)} |`,
       `| all ${fmt(streams)} streams open at once (every request sent, none ended; connections still queued from the ramp count as open) | ${healthText(r1.healthAllOpenMs)} |`,
+      ...(r1.ops === undefined
+        ? []
+        : [
+            `| the ops port (ACS_OPS_PORT, answered by the primary), the ramp | ${healthText(r1.ops.ramp)} |`,
+            `| the ops port, all open at once | ${healthText(r1.ops.allOpen)} |`,
+            `| the ops port, the whole run | ${healthText(r1.ops.all)}${r1.ops.failed > 0 ? `, ${r1.ops.failed} failed` : ""} |`,
+          ]),
       "",
     );
     if (rows.length > 0) {
@@ -458,6 +493,14 @@ export async function benchStreams(): Promise<string> {
             `| ${name} | ${fmt(r.ok)} | ${failuresText(r.failures)} | ${fmt(r.rssBeforeBytes / MiB)} → ${fmt(r.rssPeakBytes / MiB)} MiB | ${fmt((r.rssPeakBytes - r.rssBeforeBytes) / 1024 / r.streams, 1)} KiB | ${fmt(quantile(r.gaps, 0.5))} / ${fmt(quantile(r.gaps, 0.99))} ms | ${fmt(quantile(r.firstChunk, 0.5))} / ${fmt(quantile(r.firstChunk, 0.99))} ms | ${fmt(cpuPerStreamMs(r), 2)} ms | ${healthText(r.healthRampMs)} | ${healthText(r.healthAllOpenMs)} |`,
         ),
         "",
+        ...rows.flatMap(([name, r]) =>
+          r.ops === undefined
+            ? []
+            : [
+                `\`/healthz\` on the ops port (ACS_OPS_PORT) of the ${name}: the ramp ${healthText(r.ops.ramp)}; all open at once ${healthText(r.ops.allOpen)}${r.ops.failed > 0 ? `; ${r.ops.failed} failed` : ""}.`,
+                "",
+              ],
+        ),
         `Memory per stream = (peak RSS during the run − RSS after 20 warm-up streams) ÷ ${fmt(one)}. A chunk gap is the time between two consecutive chunks of one stream as its client read them; the fake spaces them ${fmt(chunkMs)} ms apart. CPU per stream = CPU time (user + system, /proc) of the target's processes from the first stream opened to the last one ended ÷ streams complete: a stream's request, its ${chunks} chunks (each alone in its read and its write) and \`[DONE]\`; the system time includes the loopback's delivery to the client.`,
       );
     }

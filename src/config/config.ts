@@ -73,6 +73,13 @@ export interface Config {
   readonly host: string;
   /** TCP port for REST, Connect, gRPC-Web and gRPC; 0 = any free port. @default 8080 (env PORT) */
   readonly port: number;
+  /**
+   * A second TCP port (on HOST) serving only GET /healthz, /readyz and /metrics, answered by the
+   * cluster's primary with ACS_WORKERS > 1: probes that never queue behind the callers'
+   * connections. 0 = any free port; undefined = none (the ops routes stay on PORT either way).
+   * (env ACS_OPS_PORT)
+   */
+  readonly opsPort: number | undefined;
   /** Served models (env ACS_MODELS = path of a JSON models file); empty with an embedded engine. */
   readonly models: readonly ModelConfig[];
   /** The models file, when one is given (env ACS_MODELS). */
@@ -204,9 +211,13 @@ export function loadConfig(rawEnv: Record<string, string | undefined> = process.
       `HOST=${host} without keys: set ACS_DB to a keys database (npm run keys) before binding beyond loopback`,
     );
   }
+  if (env.ACS_OPS_PORT !== undefined && env.ACS_OPS_PORT !== 0 && env.ACS_OPS_PORT === env.PORT) {
+    throw new ConfigError(`ACS_OPS_PORT=${env.ACS_OPS_PORT}: the ops port must differ from PORT`);
+  }
   const config: Config = {
     host,
     port: env.PORT,
+    opsPort: env.ACS_OPS_PORT,
     models,
     modelsPath: env.ACS_MODELS,
     embeddedEngine,

@@ -9,14 +9,18 @@ export const logLevels = ["fatal", "error", "warn", "info", "debug", "trace", "s
 /** One of {@link logLevels}. */
 export type LogLevel = (typeof logLevels)[number];
 
-/** A decimal integer in [min, max] given as text. */
-const intText = (min: number, max: number, fallback: number) =>
+/** A decimal integer in [min, max] given as text; unset: undefined. */
+const optionalIntText = (min: number, max: number) =>
   z
     .string()
     .regex(/^\d+$/, { error: (iss) => `must be an integer, got ${JSON.stringify(iss.input)}` })
     .transform(Number)
     .refine((n) => n >= min && n <= max, { error: (iss) => `must be in [${min}, ${max}], got ${iss.input}` })
-    .default(fallback);
+    .optional();
+
+/** A decimal integer in [min, max] given as text; unset: `fallback`. */
+const intText = (min: number, max: number, fallback: number) =>
+  optionalIntText(min, max).transform((n) => n ?? fallback);
 
 /** A decimal fraction in (0, 1] given as text (`0.5`, `1`). */
 const fractionText = (fallback: number) =>
@@ -37,6 +41,7 @@ const fractionText = (fallback: number) =>
 const envSchema = z.object({
   HOST: z.string().default("127.0.0.1"),
   PORT: intText(0, 65535, 8080),
+  ACS_OPS_PORT: optionalIntText(0, 65535),
   ACS_MODELS: z.string().optional(),
   ACS_ENGINE_PRESET: z
     .enum(["tiny", "llama-8b"], {

@@ -29,6 +29,7 @@ import { buildServer, type ServerDeps } from "./build-server.js";
 import type { Lifecycle } from "./lifecycle.js";
 import { type GatewayMetrics, registerUpstreamMetrics } from "./metrics.js";
 import type { OnePortTimeouts } from "./one-port-server.js";
+import type { OpsHandlers } from "./ops-server.js";
 
 /**
  * What {@link buildApp} reads of the configuration (src/config), models included; the steering
@@ -102,6 +103,8 @@ export interface App {
    * exit, which does not wait for the close (src/main.ts).
    */
   readonly flushAccessLog: () => number;
+  /** What GET /healthz, /readyz and /metrics answer: also served on the ops port (ACS_OPS_PORT). */
+  readonly ops: OpsHandlers;
 }
 
 /**
@@ -182,7 +185,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     admission,
   });
   const isReady = options.isReady ?? (() => true);
-  const { app, metrics, flushAccessLog } = await buildServer({
+  const { app, metrics, flushAccessLog, ops } = await buildServer({
     config,
     api,
     logger,
@@ -201,7 +204,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     },
   });
   registerUpstreamMetrics(metrics.registry, pools);
-  return { app, metrics, registry, ledger, admission, flushAccessLog };
+  return { app, metrics, registry, ledger, admission, flushAccessLog, ops };
 }
 
 /**

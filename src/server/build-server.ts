@@ -62,6 +62,7 @@ import {
   type OnePortServer,
   type OnePortTimeouts,
 } from "./one-port-server.js";
+import { OPS_PATHS, type OpsHandlers, readyzAnswer } from "./ops-server.js";
 import { defaultPlaygroundDir, PLAYGROUND_PATH, playgroundRoutes } from "./playground-routes.js";
 
 /** What buildServer needs. */
@@ -104,7 +105,6 @@ export interface ServerDeps {
 }
 
 /** Ops routes (GET/HEAD only); REST routes know their own methods (src/rest). */
-const opsPaths = new Set(["/healthz", "/readyz", "/metrics"]);
 
 // Typed as an HTTP/1.1 server for fastify; HTTP/2 requests reach the same handler through the
 // compatibility API, which fastify and connect-node both accept.
@@ -193,9 +193,12 @@ function answerClientError(err: Error & { code?: string }, socket: Socket): void
  * their calls' tokens ({@link RequestObserver.flushWaiting}): for an exit that does not wait for
  * app.close().
  */
-export async function buildServer(
-  deps: ServerDeps,
-): Promise<{ app: FastifyInstance; metrics: GatewayMetrics; flushAccessLog: () => number }> {
+export async function buildServer(deps: ServerDeps): Promise<{
+  app: FastifyInstance;
+  metrics: GatewayMetrics;
+  flushAccessLog: () => number;
+  ops: OpsHandlers;
+}> {
   const metrics = createMetrics(deps.steeringBudget);
   const lifecycle = deps.lifecycle ?? createLifecycle();
   const isReady = () => lifecycle.ready && deps.isReady();
@@ -230,7 +233,7 @@ export async function buildServer(
     // Stopping: calls in flight go on; a new request on a connection still open is refused (503
     // `upstream_unavailable`, a retryable error) and its HTTP/1.1 connection closed after it. The
     // ops routes still answer (/readyz: 503).
-    if (!lifecycle.stopped || opsPaths.has(request.url.split("?", 1)[0] ?? "")) {
+    if (!lifecycle.stopped || OPS_PATHS.has(request.url.split("?", 1)[0] ?? "")) {
       done();
       return;
     }
@@ -341,16 +344,27 @@ export async function buildServer(
   await app.register(playgroundRoutes, { dir: deps.playgroundDir ?? defaultPlaygroundDir() });
 
   app.get("/healthz", async (_request, reply) => reply.send({ status: "ok" }));
+  // What the ops routes answer, here and on the ops port (src/server/ops-server.ts).
+  const ops: OpsHandlers = {
+    live: () => true,
+    readiness: () => ({
+      ready: isReady(),
+      models: Object.fromEntries(
+        (deps.modelStatus?.() ?? []).map((m) => [m.id, m.serving ? "serving" : "not_serving"] as const),
+      ),
+    }),
+    metrics: async () => ({
+      contentType: metrics.registry.contentType,
+      text: await (deps.scrapeMetrics?.(metrics.registry) ?? metrics.registry.metrics()),
+    }),
+  };
   app.get("/readyz", async (_request, reply) => {
-    const ready = isReady();
-    const models = Object.fromEntries(
-      (deps.modelStatus?.() ?? []).map((m) => [m.id, m.serving ? "serving" : "not_serving"]),
-    );
-    return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not_ready", models });
+    const { status, body } = readyzAnswer(ops.readiness());
+    return reply.code(status).send(body);
   });
   app.get("/metrics", async (_request, reply) => {
-    const text = await (deps.scrapeMetrics?.(metrics.registry) ?? metrics.registry.metrics());
-    return reply.header("content-type", metrics.registry.contentType).send(text);
+    const { contentType, text } = await ops.metrics();
+    return reply.header("content-type", contentType).send(text);
   });
 
   app.setNotFoundHandler((request: FastifyRequest, reply: FastifyReply) => {
@@ -358,7 +372,7 @@ export async function buildServer(
     // The ops routes and the playground page (and its assets) take GET and HEAD only; a GET of an
     // asset that does not exist comes here too (@fastify/static), and stays a 404.
     const playground = path === PLAYGROUND_PATH || path.startsWith(`${PLAYGROUND_PATH}/`);
-    if (opsPaths.has(path) || (playground && request.method !== "GET" && request.method !== "HEAD")) {
+    if (OPS_PATHS.has(path) || (playground && request.method !== "GET" && request.method !== "HEAD")) {
       return renderMethodNotAllowed(request, reply, ["GET", "HEAD"]);
     }
     // An unknown method answers in its protocol: gRPC UNIMPLEMENTED, Connect 404 unimplemented.
@@ -389,5 +403,5 @@ export async function buildServer(
       await tracing.shutdown();
     }
   });
-  return { app, metrics, flushAccessLog: requests.flushWaiting };
+  return { app, metrics, flushAccessLog: requests.flushWaiting, ops };
 }

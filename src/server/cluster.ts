@@ -23,6 +23,7 @@ import {
   rateLimited,
 } from "../service/admission.js";
 import type { GatewayMetrics } from "./metrics.js";
+import { listenOps, type Readiness } from "./ops-server.js";
 
 /** One registry's metrics as JSON (`Registry.getMetricsAsJSON`), what a worker sends the primary. */
 type MetricsJson = Awaited<ReturnType<Registry["getMetricsAsJSON"]>>;
@@ -54,7 +55,8 @@ type ToPrimary =
   | { readonly acs: "scrape"; readonly id: number }
   | { readonly acs: "metrics"; readonly id: number; readonly metrics: MetricsJson }
   | { readonly acs: "admit"; readonly id: number; readonly keyId: string; readonly demand: AdmissionDemand }
-  | { readonly acs: "release"; readonly ticket: number };
+  | { readonly acs: "release"; readonly ticket: number }
+  | { readonly acs: "readiness"; readonly readiness: Readiness };
 
 /**
  * The primary's answer to an `admit`: a ticket and its Inference requests, or the refusal's
@@ -101,6 +103,13 @@ export interface ClusterWorker {
   /** Tells the primary this worker listens (the primary logs the one "listening" line). */
   listening(info: ListeningInfo): void;
   /**
+   * Tells the primary this worker's readiness (what its GET /readyz answers) now, at each change
+   * (checked every {@link READINESS_CHECK_MS}) and at least once a second: the primary answers
+   * /readyz on the ops port (ACS_OPS_PORT) from these, and /healthz from how recent they are
+   * ({@link WORKER_SILENT_MS}).
+   */
+  reportReadiness(read: () => Readiness): void;
+  /**
    * The per-key caps counted across every worker: each admit asks the primary (one IPC round
    * trip) and each release tells it. `limits` must be the primary's (both read the configuration).
    * `inFlight` and `activeKeys` are this worker's share. If the primary does not answer within
@@ -115,6 +124,16 @@ export interface ClusterWorker {
  * primary answers within a millisecond when it runs; this bounds what a stopped one costs a request.
  */
 export const ADMIT_ANSWER_MS = 1000;
+
+/** How often a worker checks its readiness for the primary's ops port, ms. */
+export const READINESS_CHECK_MS = 250;
+
+/**
+ * A worker not heard from this long (its event loop stalled, or stopped) does not count as live
+ * on the ops port's /healthz, ms. Far above a busy loop's lag (seconds at most under the streams
+ * bench's ramp), so that a loaded gateway is not restarted for being loaded.
+ */
+export const WORKER_SILENT_MS = 10_000;
 
 /** This process's worker side when it is a cluster worker of the gateway; else undefined. */
 export function joinCluster(logger: Logger): ClusterWorker | undefined {
@@ -193,6 +212,20 @@ export function joinCluster(logger: Logger): ClusterWorker | undefined {
     },
     listening(info) {
       send({ acs: "listening", info });
+    },
+    reportReadiness(read) {
+      let last = "";
+      let sentAt = 0;
+      const check = () => {
+        const readiness = read();
+        const text = JSON.stringify(readiness);
+        if (text === last && Date.now() - sentAt < 1000) return;
+        last = text;
+        sentAt = Date.now();
+        send({ acs: "readiness", readiness });
+      };
+      check();
+      setInterval(check, READINESS_CHECK_MS).unref();
     },
     admission(limits) {
       const { admission, answered } = workerAdmission(limits, logger, send, () => nextId++);
@@ -352,6 +385,10 @@ interface Slot {
   delayMs: number;
   /** The places the primary counts for the requests of this slot's worker, by ticket. */
   readonly places: Map<number, AdmissionTicket>;
+  /** What its worker last reported of its readiness (with ACS_OPS_PORT); undefined until then. */
+  readiness: Readiness | undefined;
+  /** When that report came (Date.now()). */
+  heardAt: number;
 }
 
 /**
@@ -396,6 +433,8 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     startedAt: 0,
     delayMs: 100,
     places: new Map(),
+    readiness: undefined,
+    heardAt: 0,
   }));
   // The per-key caps of every worker (see ClusterWorker.admission).
   const admission = createAdmission(admissionLimitsFrom(config));
@@ -505,6 +544,11 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
         slot.places.get(answer.ticket)?.release();
         slot.places.delete(answer.ticket);
       });
+    } else if (msg.acs === "readiness") {
+      if (slot.worker === worker) {
+        slot.readiness = msg.readiness;
+        slot.heardAt = Date.now();
+      }
     } else if (msg.acs === "release") {
       slot.places.get(msg.ticket)?.release();
       slot.places.delete(msg.ticket);
@@ -544,6 +588,7 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
   const onExit = (slot: Slot, worker: Worker, code: number | null, signal: string | null) => {
     const wasListening = slot.listening;
     slot.listening = false;
+    slot.readiness = undefined;
     if (slot.worker === worker) slot.worker = undefined;
     // Its requests ended with it: their places go back.
     for (const place of slot.places.values()) place.release();
@@ -622,6 +667,29 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
   process.on("SIGTERM", () => shutdown("SIGTERM"));
   process.on("SIGINT", () => shutdown("SIGINT"));
 
+  // The ops port (ACS_OPS_PORT), answered here: this event loop does none of the requests' work.
+  // Live and ready count the listening workers heard from lately (a stalled one is neither).
+  const heard = () => slots.filter((s) => s.listening && Date.now() - s.heardAt < WORKER_SILENT_MS);
+  if (config.opsPort !== undefined) {
+    try {
+      const ops = await listenOps(
+        {
+          live: () => heard().length > 0,
+          readiness: () => clusterReadiness(heard()),
+          metrics: async () => ({ contentType: primaryRegistry.contentType, text: await aggregate() }),
+        },
+        { host: config.host, port: config.opsPort, logger },
+      );
+      logger.info({ url: ops.url, port: ops.port }, `ops routes (/healthz, /readyz, /metrics) on ${ops.url}`);
+    } catch (err) {
+      const code = (err as { code?: unknown }).code;
+      process.stderr.write(
+        `acs-gateway: ACS_OPS_PORT=${config.opsPort}: ${code === "EADDRINUSE" ? `the port is in use on ${config.host}` : String(err)}\n`,
+      );
+      return exitAll(USAGE_EXIT);
+    }
+  }
+
   // Worker 1 alone first: if it cannot listen, it says why once and the gateway exits.
   const started = (slot: Slot) =>
     new Promise<number | undefined>((resolve) => {
@@ -642,4 +710,21 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
   for (const s of rest) fork(s);
   // Never resolves: the process ends in shutdown() or exitAll().
   return new Promise<never>(() => undefined);
+}
+
+/**
+ * The cluster's readiness from its live workers' reports: ready when one of them is (it takes
+ * requests on the shared port); a model serves when it serves on one of them (as a single
+ * process's /readyz lists its models, ready or not).
+ */
+function clusterReadiness(live: readonly Slot[]): Readiness {
+  const models: Record<string, "serving" | "not_serving"> = {};
+  let ready = false;
+  for (const { readiness } of live) {
+    if (readiness === undefined) continue;
+    ready ||= readiness.ready;
+    for (const [id, state] of Object.entries(readiness.models))
+      if (models[id] !== "serving") models[id] = state;
+  }
+  return { ready, models };
 }

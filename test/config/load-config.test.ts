@@ -25,6 +25,7 @@ describe("loadConfig", () => {
     expect(config).toMatchObject({
       host: "127.0.0.1",
       port: 8080,
+      opsPort: undefined,
       models: [],
       modelsPath: undefined,
       embeddedEngine: { preset: "llama-8b", aliases: ["llama-8b"] },
@@ -86,6 +87,9 @@ describe("loadConfig", () => {
     ],
     [{ PORT: "http" }, 'PORT must be an integer, got "http"'],
     [{ PORT: "70000" }, "PORT must be in [0, 65535], got 70000"],
+    [{ ACS_OPS_PORT: "ops" }, 'ACS_OPS_PORT must be an integer, got "ops"'],
+    [{ ACS_OPS_PORT: "8080" }, "ACS_OPS_PORT=8080: the ops port must differ from PORT"],
+    [{ PORT: "9000", ACS_OPS_PORT: "9000" }, "ACS_OPS_PORT=9000: the ops port must differ from PORT"],
     [{ ACS_DEADLINE_MS: "5" }, "ACS_DEADLINE_MS must be in [10, 86400000], got 5"],
     [{ ACS_ENGINE_PRESET: "huge" }, 'ACS_ENGINE_PRESET must be tiny or llama-8b, got "huge"'],
     [{ ACS_DRAIN_DELAY_MS: "-1" }, 'ACS_DRAIN_DELAY_MS must be an integer, got "-1"'],
@@ -104,6 +108,11 @@ describe("loadConfig", () => {
     ],
   ])("refuses %j: %s", (env, message) => {
     expect(refusal(env)).toBe(message);
+  });
+
+  it("takes ACS_OPS_PORT beside PORT (0: any free port, also with PORT=0)", () => {
+    expect(loadConfig({ ACS_OPS_PORT: "9090" })).toMatchObject({ port: 8080, opsPort: 9090 });
+    expect(loadConfig({ PORT: "0", ACS_OPS_PORT: "0" })).toMatchObject({ port: 0, opsPort: 0 });
   });
 
   it("refuses an ACS_DB that is a directory, or whose directory is a file", () => {
