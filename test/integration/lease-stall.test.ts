@@ -223,9 +223,19 @@ describe("a replica stalled past its lease's expiry, then resumed", () => {
     await until(async () => completionsSeen >= seenBefore + 2, "the capture's replay was sent", 10);
     a.child.kill("SIGSTOP");
     await reclaimedFrom("gw-replay-a", id);
-    const onB = await Promise.all(
-      Array.from({ length: 100 }, () => completeTiny(b.url, key, { max_tokens: 7 })),
-    );
+    // Other requests spend what the reclaim gave back: one Hold in the store for all of it, used
+    // whole (the Inference work of B's requests is not what this case is about, and on a loaded
+    // machine 100 completions on the in-process engine outlasted the test's hang guard).
+    const free = (await admin!.usage(id)).availableTokens;
+    expect(free).toBeGreaterThan(900); // the stream held 3 + 5 + its replay's 7; the reclaim charged its renewals
+    const spend = await admin!.placeHold(await admin!.authenticate(`Bearer ${key}`), {
+      promptTokens: 0,
+      prompts: 1,
+      n: 1,
+      maxTokens: free,
+    });
+    expect(spend).toMatchObject({ heldTokens: free, clamped: false });
+    await admin!.settle(spend.holdId, free);
     a.child.kill("SIGCONT");
     const streamed = await stream;
 
@@ -236,13 +246,14 @@ describe("a replica stalled past its lease's expiry, then resumed", () => {
     expect(chunks.some((e) => "activations" in e)).toBe(false);
     expect(chunks.at(-1)).toMatchObject({ error: { code: "insufficient_quota" } });
     expect(streamed.events.at(-1)).toBe("[DONE]");
-    // B served what the Budget had left after the reclaim charged the stream's renewals.
-    const served = onB.filter((r) => r.status === 200).length;
+    // Nothing past the Budget: the stream's settle could charge only what the key had free (none).
     await until(async () => (await admin!.usage(id)).leases === 0, "the leases ended", 250);
-    const usage = await admin!.usage(id);
-    expect(usage).toMatchObject({ heldTokens: 0, leasedTokens: 0, openHolds: 0 });
-    expect(usage.spentTokens).toBeLessThanOrEqual(1000);
-    expect(served).toBeGreaterThan(90); // the stream held 3 + 5 + its replay's 7
+    expect(await admin!.usage(id)).toMatchObject({
+      spentTokens: 1000,
+      heldTokens: 0,
+      leasedTokens: 0,
+      openHolds: 0,
+    });
     a.child.kill("SIGTERM");
     b.child.kill("SIGTERM");
   });
