@@ -4,6 +4,15 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import { afterAll, afterEach, beforeAll, beforeEach } from "vitest";
+import {
+  type BudgetLedger,
+  type BudgetLedgerOptions,
+  type BudgetStore,
+  createBudgetLedger,
+  createPostgresBudgetStore,
+  createSqliteBudgetStore,
+} from "../../src/budget/index.js";
 import { testDatabase } from "../helpers/postgres.js";
 
 /** The repository root (cwd of child processes). */
@@ -115,4 +124,48 @@ export function storesUnderTest(label: string): StoreUnderTest[] {
     teardown: () => database.drop(),
   };
   return [sqlite, postgres];
+}
+
+/** The test clock's start (Unix epoch ms) in {@link clockedLedgers}. */
+const CLOCK_START = 1_900_000_000_000;
+
+/**
+ * Ledgers on `store` that read one test clock (`clock.now`, Unix epoch ms, moved by the test and
+ * reset before each test): `open(extra)` opens one with `defaults` (no reclaim timer, no auth
+ * cache) and closes it after the test; `rawStore()` opens a store of its own on the same
+ * database, for a test to wrap. Registers the describe block's hooks (setup, a fresh database per
+ * test, cleanup).
+ */
+export function clockedLedgers(store: StoreUnderTest, defaults: Partial<BudgetLedgerOptions>) {
+  const ledgers: BudgetLedger[] = [];
+  const clock = { now: CLOCK_START };
+  beforeAll(() => store.setup());
+  afterAll(() => store.teardown());
+  beforeEach((ctx) => {
+    clock.now = CLOCK_START;
+    return store.fresh(ctx);
+  });
+  afterEach(async () => {
+    for (const l of ledgers.splice(0)) await l.close().catch(() => undefined);
+    store.cleanup();
+  });
+  const open = async (extra: Partial<BudgetLedgerOptions> = {}): Promise<BudgetLedger> => {
+    const ledger = await createBudgetLedger({
+      ...store.options(),
+      reclaimIntervalMs: 0,
+      authCacheTtlMs: 0,
+      now: () => clock.now,
+      ...defaults,
+      ...extra,
+    } as BudgetLedgerOptions);
+    ledgers.push(ledger);
+    return ledger;
+  };
+  const rawStore = async (): Promise<BudgetStore> => {
+    const o = store.options();
+    return "path" in o
+      ? createSqliteBudgetStore({ path: o.path })
+      : createPostgresBudgetStore({ url: o.postgresUrl });
+  };
+  return { clock, open, rawStore };
 }

@@ -3,41 +3,14 @@
 // promise; one near or past that expiry (its replica stalled, or could not reach the store) is
 // renewed first, and one reclaimed meanwhile by another process (its tokens given back to the
 // Budget) is not vouched for. Clock-driven, both stores (src/budget/README.md, "What a crash costs").
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import {
-  type BudgetLedger,
-  type BudgetLedgerOptions,
-  type BudgetStore,
-  createBudgetLedger,
-  createPostgresBudgetStore,
-  createSqliteBudgetStore,
-} from "../../src/budget/index.js";
-import { storesUnderTest } from "./helpers.js";
+import { describe, expect, it } from "vitest";
+import type { BudgetLedgerOptions, BudgetStore } from "../../src/budget/index.js";
+import { clockedLedgers, storesUnderTest } from "./helpers.js";
 
 const HOLD_TTL = 60_000;
 
 describe.each(storesUnderTest("hold_fence"))("store Hold fence on $kind", (store) => {
-  const ledgers: BudgetLedger[] = [];
-  let clock = 1_900_000_000_000;
-  const open = async (extra: Partial<BudgetLedgerOptions> = {}) => {
-    const ledger = await createBudgetLedger({
-      ...store.options(),
-      reclaimIntervalMs: 0,
-      authCacheTtlMs: 0,
-      holdTtlMs: HOLD_TTL,
-      leases: false,
-      now: () => clock,
-      ...extra,
-    } as BudgetLedgerOptions);
-    ledgers.push(ledger);
-    return ledger;
-  };
-  const rawStore = async (): Promise<BudgetStore> => {
-    const o = store.options();
-    return "path" in o
-      ? createSqliteBudgetStore({ path: o.path })
-      : createPostgresBudgetStore({ url: o.postgresUrl });
-  };
+  const { clock, open, rawStore } = clockedLedgers(store, { holdTtlMs: HOLD_TTL, leases: false });
   const demand = (maxTokens: number) => ({ promptTokens: 0, prompts: 1, n: 1, maxTokens });
   /** A key with `budgetTokens`, a ledger `a` holding 100 of them, and another process's ledger. */
   const heldOnA = async (budgetTokens: number, aOptions: Partial<BudgetLedgerOptions> = {}) => {
@@ -48,22 +21,11 @@ describe.each(storesUnderTest("hold_fence"))("store Hold fence on $kind", (store
     return { other, a, id, key, holdId: held.holdId };
   };
 
-  beforeAll(() => store.setup());
-  afterAll(() => store.teardown());
-  beforeEach((ctx) => {
-    clock = 1_900_000_000_000;
-    return store.fresh(ctx);
-  });
-  afterEach(async () => {
-    for (const l of ledgers.splice(0)) await l.close().catch(() => undefined);
-    store.cleanup();
-  });
-
   it("a Hold renewed on schedule is vouched for without a promise, and its renewals keep it so", async () => {
     const { a, holdId } = await heldOnA(1000);
     for (let minute = 0; minute < 5; minute++) {
       expect(a.standing(holdId), `minute ${minute}`).toBe(true);
-      clock += (HOLD_TTL / 4) * 2; // half a TTL between renewals (a stream renews far more often)
+      clock.now += (HOLD_TTL / 4) * 2; // half a TTL between renewals (a stream renews far more often)
       expect(a.standing(holdId), `minute ${minute}, before the renewal`).toBe(true);
       expect(await a.renew(holdId, 10)).toBe(true);
     }
@@ -71,13 +33,13 @@ describe.each(storesUnderTest("hold_fence"))("store Hold fence on $kind", (store
 
   it("a Hold past three quarters of its TTL without a renewal (a stall) is renewed in the store before it is vouched for", async () => {
     const { other, a, id, holdId } = await heldOnA(1000);
-    clock += (3 * HOLD_TTL) / 4 + 1;
+    clock.now += (3 * HOLD_TTL) / 4 + 1;
     const standing = a.standing(holdId);
     expect(standing).toBeInstanceOf(Promise);
     expect(await standing).toBe(true);
     // The store's row now expires a TTL after the check: another process reclaims nothing at the
     // Hold's first expiry, and the tokens stay held.
-    clock += HOLD_TTL / 4 + 1;
+    clock.now += HOLD_TTL / 4 + 1;
     expect(await other.reclaimStale()).toMatchObject({ holds: 0 });
     expect(await other.usage(id)).toMatchObject({ heldTokens: 100, openHolds: 1 });
     expect(a.standing(holdId)).toBe(true);
@@ -85,7 +47,7 @@ describe.each(storesUnderTest("hold_fence"))("store Hold fence on $kind", (store
 
   it("a stall past the expiry with the Hold not yet reclaimed: still the request's (nothing was given back)", async () => {
     const { other, a, id, holdId } = await heldOnA(1000);
-    clock += 3 * HOLD_TTL;
+    clock.now += 3 * HOLD_TTL;
     expect(await a.standing(holdId)).toBe(true);
     expect(await other.reclaimStale()).toMatchObject({ holds: 0 });
     await a.settle(holdId, 40);
@@ -95,7 +57,7 @@ describe.each(storesUnderTest("hold_fence"))("store Hold fence on $kind", (store
   it("a Hold reclaimed by another process while its replica stalled is not vouched for; its settle charges what the Budget has free", async () => {
     const { other, a, id, key, holdId } = await heldOnA(1000);
     await a.renew(holdId, 30); // recorded: a reclaim charges 30
-    clock += HOLD_TTL + 1; // the replica stalls past its Hold's expiry
+    clock.now += HOLD_TTL + 1; // the replica stalls past its Hold's expiry
     expect(await other.reclaimStale()).toMatchObject({ holds: 1 });
     // The 70 tokens given back are spent by other requests: the Budget is gone.
     const rest = await other.placeHold(await other.authenticate(`Bearer ${key}`), demand(970));
@@ -121,17 +83,17 @@ describe.each(storesUnderTest("hold_fence"))("store Hold fence on $kind", (store
         renewals++;
         if (stalls > 0) {
           stalls--;
-          clock += HOLD_TTL; // committed; the replica stalls before reading the answer
+          clock.now += HOLD_TTL; // committed; the replica stalls before reading the answer
         }
         return renewed;
       },
     };
     const { a, holdId } = await heldOnA(1000, { store: wrapped } as Partial<BudgetLedgerOptions>);
-    clock += (3 * HOLD_TTL) / 4 + 1;
+    clock.now += (3 * HOLD_TTL) / 4 + 1;
     expect(await a.standing(holdId)).toBe(true);
     expect(renewals).toBe(2); // the late answer vouched for nothing: renewed once more
     stalls = 3;
-    clock += (3 * HOLD_TTL) / 4 + 1;
+    clock.now += (3 * HOLD_TTL) / 4 + 1;
     await expect(a.standing(holdId)).rejects.toThrow(/come too late/);
     expect(renewals).toBe(5);
   });
@@ -150,14 +112,14 @@ describe.each(storesUnderTest("hold_fence"))("store Hold fence on $kind", (store
       holdTtlMs: 400,
     } as Partial<BudgetLedgerOptions>);
     silent = true;
-    clock += 401;
+    clock.now += 401;
     await expect(a.standing(holdId)).rejects.toThrow(/was not renewed within 50 ms/);
   });
 
   it("a settled Hold is forgotten: asked after its settle, it is vouched for at once", async () => {
     const { a, holdId } = await heldOnA(1000);
     await a.settle(holdId, 5);
-    clock += 10 * HOLD_TTL;
+    clock.now += 10 * HOLD_TTL;
     expect(a.standing(holdId)).toBe(true);
   });
 });

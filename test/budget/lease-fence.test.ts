@@ -4,54 +4,20 @@
 // charged twice here); a move that loses the race with the local reclaim gives its row back; a
 // lease renewed on schedule is vouched for without a promise. Clock-driven, both stores. (From a
 // hostile review: each case failed on the first version of standing().)
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import {
-  type BudgetLedger,
   type BudgetLedgerOptions,
   type BudgetStore,
-  createBudgetLedger,
-  createPostgresBudgetStore,
-  createSqliteBudgetStore,
   DEFAULT_LEASE_SETTINGS,
 } from "../../src/budget/index.js";
-import { storesUnderTest } from "./helpers.js";
+import { clockedLedgers, storesUnderTest } from "./helpers.js";
 
 const TTL = DEFAULT_LEASE_SETTINGS.ttlMs;
 const HOLD_TTL = 60_000;
 
 describe.each(storesUnderTest("fence_attack"))("lease fence on $kind", (store) => {
-  const ledgers: BudgetLedger[] = [];
-  let clock = 1_900_000_000_000;
-  const open = async (extra: Partial<BudgetLedgerOptions> = {}) => {
-    const ledger = await createBudgetLedger({
-      ...store.options(),
-      reclaimIntervalMs: 0,
-      authCacheTtlMs: 0,
-      holdTtlMs: HOLD_TTL,
-      now: () => clock,
-      ...extra,
-    } as BudgetLedgerOptions);
-    ledgers.push(ledger);
-    return ledger;
-  };
-  const rawStore = async (): Promise<BudgetStore> => {
-    const o = store.options();
-    return "path" in o
-      ? createSqliteBudgetStore({ path: o.path })
-      : createPostgresBudgetStore({ url: o.postgresUrl });
-  };
+  const { clock, open, rawStore } = clockedLedgers(store, { holdTtlMs: HOLD_TTL });
   const demand = (maxTokens: number) => ({ promptTokens: 0, prompts: 1, n: 1, maxTokens });
-
-  beforeAll(() => store.setup());
-  afterAll(() => store.teardown());
-  beforeEach((ctx) => {
-    clock = 1_900_000_000_000;
-    return store.fresh(ctx);
-  });
-  afterEach(async () => {
-    for (const l of ledgers.splice(0)) await l.close().catch(() => undefined);
-    store.cleanup();
-  });
 
   it("a lease step whose answer is read after the lease expired (a stall) vouches for nothing", async () => {
     const other = await open({ instanceId: "other", leases: false });
@@ -74,9 +40,9 @@ describe.each(storesUnderTest("fence_attack"))("lease fence on $kind", (store) =
     } as Partial<BudgetLedgerOptions>);
     const { id, key } = await other.createKey({ budgetTokens: 10_000 });
     const held = await a.placeHold(await a.authenticate(`Bearer ${key}`), demand(100));
-    clock += (3 * TTL) / 4 + 1; // a late step: the replica must check the lease before delivering
+    clock.now += (3 * TTL) / 4 + 1; // a late step: the replica must check the lease before delivering
     stallAfterNextSync = async () => {
-      clock += TTL + 1; // the answer is read only after the lease's expiry
+      clock.now += TTL + 1; // the answer is read only after the lease's expiry
       expect(await other.reclaimStale()).toMatchObject({ leases: 1 });
       // The lease's tokens, the in-flight Hold's too, are granted again.
       await other.placeHold(await other.authenticate(`Bearer ${key}`), demand(10_000));
@@ -95,7 +61,7 @@ describe.each(storesUnderTest("fence_attack"))("lease fence on $kind", (store) =
     const b = await open({ instanceId: "b", leases: { share: 0.5 } });
     const { id, key } = await admin.createKey({ budgetTokens: 10_000 });
     const onA = await a.placeHold(await a.authenticate(`Bearer ${key}`), demand(100));
-    clock += TTL + 1; // A stalls past its lease's expiry
+    clock.now += TTL + 1; // A stalls past its lease's expiry
     expect(await b.reclaimStale()).toMatchObject({ leases: 1 });
     await b.placeHold(await b.authenticate(`Bearer ${key}`), demand(100)); // B leases 5,000
     await admin.placeHold(await admin.authenticate(`Bearer ${key}`), demand(4_950)); // store: 50 free
@@ -115,11 +81,11 @@ describe.each(storesUnderTest("fence_attack"))("lease fence on $kind", (store) =
     const { id, key } = await other.createKey({ budgetTokens: 10_000 });
     const h = await a.placeHold(await a.authenticate(`Bearer ${key}`), demand(100));
     await a.renew(h.holdId, 30); // confirmed 30
-    clock += TTL + 1;
+    clock.now += TTL + 1;
     expect(await other.reclaimStale()).toMatchObject({ leases: 1 }); // charges 30
     expect(await a.standing(h.holdId)).toBe(true); // moved into the store (70)
     expect(await a.renew(h.holdId, 80)).toBe(true); // the store row records 80 − 30 = 50
-    clock += HOLD_TTL + 1; // no renewal for a Hold TTL
+    clock.now += HOLD_TTL + 1; // no renewal for a Hold TTL
     await a.reclaimStale(); // local tombstone "reclaimed, charged 30"; store row reclaimed, charging 50
     expect((await other.usage(id)).spentTokens).toBe(80);
     await a.settle(h.holdId, 90);
@@ -132,7 +98,7 @@ describe.each(storesUnderTest("fence_attack"))("lease fence on $kind", (store) =
     const a = await open({ instanceId: "a", leases: { drainPollMs: 3_600_000 } });
     const { id, key } = await other.createKey({ budgetTokens: 10_000 });
     const h = await a.placeHold(await a.authenticate(`Bearer ${key}`), demand(100));
-    clock += HOLD_TTL + 1; // a stall longer than the Hold TTL (also past the lease's)
+    clock.now += HOLD_TTL + 1; // a stall longer than the Hold TTL (also past the lease's)
     expect(await other.reclaimStale()).toMatchObject({ leases: 1 });
     const standing = a.standing(h.holdId); // confirm in flight ...
     await a.reclaimStale(); // ... the reclaim timer fires on resume: the local Hold is closed
@@ -147,7 +113,7 @@ describe.each(storesUnderTest("fence_attack"))("lease fence on $kind", (store) =
     const { key } = await admin.createKey({ budgetTokens: 10_000 });
     const h = await a.placeHold(await a.authenticate(`Bearer ${key}`), demand(100));
     for (let tick = 1; tick <= 12; tick++) {
-      clock += 500; // the sync timer's ticks (ttlMs / 8: the sync interval is at most an eighth of the TTL)
+      clock.now += 500; // the sync timer's ticks (ttlMs / 8: the sync interval is at most an eighth of the TTL)
       // A chunk just before the tick's step: the lease was renewed on schedule, the store is fine.
       expect(a.standing(h.holdId), `tick ${tick}`).toBe(true);
       await a.syncLeases();
