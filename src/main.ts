@@ -251,9 +251,12 @@ async function main(): Promise<void> {
         `ops routes (/healthz, /readyz, /metrics) on ${served.url}`,
       );
     } catch (err) {
-      if ((err as { code?: unknown }).code === "EADDRINUSE")
+      const code = (err as { code?: unknown }).code;
+      if (code === "EADDRINUSE")
         refuse(`ACS_OPS_PORT=${config.opsPort}: the port is in use on ${config.host}`);
-      throw err;
+      if (code === "EACCES")
+        refuse(`ACS_OPS_PORT=${config.opsPort}: no permission to bind it on ${config.host}`);
+      refuse(`ACS_OPS_PORT=${config.opsPort}: ${String(err)}`);
     }
   }
 

@@ -461,14 +461,17 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
     checkInt("ttlMs", ttl, 1);
     checkInt("usedTokens", usedTokens, 0);
     const expiresAt = now() + ttl;
+    // Read before the store answers: a renewal sent while the Hold was still on its lease (lost
+    // meanwhile, answered false) says nothing of the store Hold it moved to.
+    const inStore = storeHolds.get(holdId);
     const renewed =
       leases?.owns(holdId) === true
         ? await leases.renew(holdId, usedTokens, ttl)
         : await store.renewHold(holdId, expiresAt, usedTokens);
-    const inStore = storeHolds.get(holdId);
-    if (inStore !== undefined) {
+    if (inStore !== undefined && storeHolds.get(holdId) === inStore) {
       if (!renewed) inStore.lost = true;
-      else if (expiresAt > inStore.expiresAt) {
+      else {
+        // What the store now has: a renewal writes its expiry as given, shorter ones too.
         inStore.expiresAt = expiresAt;
         inStore.ttlMs = ttl;
       }
@@ -529,8 +532,10 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
       await store.settleHold(storeHoldId, 0, t, utcDay(t));
       return false;
     }
-    storeHolds.set(holdId, { expiresAt, ttlMs: holdTtlMs, lost: false });
-    return true;
+    const inStore = { expiresAt, ttlMs: holdTtlMs, lost: false };
+    storeHolds.set(holdId, inStore);
+    // An answer read after the margin (a stall once the Hold was placed) vouches for nothing.
+    return now() < expiresAt - holdTtlMs / 4 ? true : confirmInStore(holdId, inStore);
   }
 
   async function reclaimStale(): Promise<ReclaimCount> {

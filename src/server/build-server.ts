@@ -1,5 +1,4 @@
-import { type Server, STATUS_CODES } from "node:http";
-import type { Socket } from "node:net";
+import type { Server } from "node:http";
 import { createContextValues } from "@connectrpc/connect";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
@@ -30,7 +29,7 @@ import {
   withErrorEnvelopes,
   writeProtocolError,
 } from "../connect/index.js";
-import { ApiError, invalidRequest, newRequestId } from "../errors/index.js";
+import type { ApiError } from "../errors/index.js";
 import type { SteeringBudget } from "../lens/index.js";
 import {
   apiErrorFrom,
@@ -53,6 +52,7 @@ import {
   type Tracing,
   withRpcOutcome,
 } from "../telemetry/index.js";
+import { answerClientError, answerFrameworkError } from "./client-errors.js";
 import { createLifecycle, type Lifecycle, shutdownError } from "./lifecycle.js";
 import { createMetrics, type GatewayMetrics } from "./metrics.js";
 import {
@@ -155,37 +155,6 @@ function sendAnyError(request: FastifyRequest, reply: FastifyReply, err: unknown
 }
 
 /**
- * Answers an HTTP/1.1 connection Node could not parse (fastify's `clientErrorHandler`; the one-port
- * server calls it once the responses to the requests before the error are written), then closes
- * it: 400 `invalid_request` (413 `request_too_large` for chunk extensions over Node's limit) with
- * the envelope and `X-Request-Id`; a request past its deadline (408) or with headers over Node's
- * limit (431) as Node answers them, without a body (the error catalogue has no code for these).
- */
-function answerClientError(err: Error & { code?: string }, socket: Socket): void {
-  if (err.code === "ECONNRESET" || socket.destroyed) return;
-  let head: string;
-  if (err.code === "ERR_HTTP_REQUEST_TIMEOUT")
-    head = "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n\r\n";
-  else if (err.code === "HPE_HEADER_OVERFLOW")
-    head = "HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n\r\n";
-  else {
-    const id = newRequestId();
-    const reason = err.message.replace(/^Parse Error: /, "");
-    const error =
-      err.code === "HPE_CHUNK_EXTENSIONS_OVERFLOW"
-        ? new ApiError("request_too_large", `Malformed HTTP/1.1 request: ${reason}`)
-        : invalidRequest(null, `Malformed HTTP/1.1 request: ${reason}`);
-    const body = JSON.stringify(error.toEnvelope(id));
-    head =
-      `HTTP/1.1 ${error.status} ${STATUS_CODES[error.status]}\r\n` +
-      "Content-Type: application/json; charset=utf-8\r\n" +
-      `Content-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${id}\r\nConnection: close\r\n\r\n${body}`;
-  }
-  if (socket.writable) socket.write(head);
-  socket.destroy();
-}
-
-/**
  * Builds the gateway app, not yet listening (tests listen on port 0): REST (OpenAI-compatible),
  * Connect + gRPC + gRPC-Web (acs.v1.CompletionsService) and ops routes on one port, HTTP/1.1 and
  * h2c alike. The Connect plugin and the REST plugin are siblings: the Connect plugin replaces the
@@ -218,11 +187,7 @@ export async function buildServer(deps: ServerDeps): Promise<{
     // Every request's id: the caller's X-Request-Id when it has the accepted form, else req_ + 32
     // hex (src/telemetry/request-id.ts); fastify's request.id, logged with each line as requestId.
     genReqId: (req) => requestIdFrom(req.headers["x-request-id"]),
-    frameworkErrors: (error, request, reply) => {
-      const id = requestIdFrom(request.headers["x-request-id"]);
-      reply.header("x-request-id", id);
-      return sendError(reply, invalidRequest(null, `Malformed request URL: ${error.message}`), id);
-    },
+    frameworkErrors: answerFrameworkError,
   });
 
   // Callback hooks (an async hook costs a promise per request); one that answers does not call done.

@@ -144,7 +144,11 @@ export function joinCluster(logger: Logger): ClusterWorker | undefined {
   let registry: Registry | undefined;
   let nextId = 0;
   const scrapes = new Map<number, (m: ToWorker & { acs: "scrape" }) => void>();
-  const send = (m: ToPrimary) => process.send?.(m);
+  // A send after the primary died fails: told to the callback (then 'disconnect' follows), not
+  // thrown as an 'error' on `process`, which would end this worker with an uncaught error.
+  const send = (m: ToPrimary) => {
+    if (process.connected) process.send?.(m, undefined, undefined, () => undefined);
+  };
   // The admission's answers; before it exists, any place the primary gives goes back at once.
   let admitAnswered = (m: AdmitAnswer): void => {
     if (m.ticket !== undefined) send({ acs: "release", ticket: m.ticket });
@@ -249,7 +253,7 @@ interface HeldPlace {
 function workerAdmission(
   limits: AdmissionLimits,
   logger: Logger,
-  send: (m: ToPrimary) => boolean | undefined,
+  send: (m: ToPrimary) => void,
   newId: () => number,
 ): { admission: Admission; answered: (m: AdmitAnswer) => void } {
   const alone = createAdmission(limits);
@@ -683,9 +687,13 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
       logger.info({ url: ops.url, port: ops.port }, `ops routes (/healthz, /readyz, /metrics) on ${ops.url}`);
     } catch (err) {
       const code = (err as { code?: unknown }).code;
-      process.stderr.write(
-        `acs-gateway: ACS_OPS_PORT=${config.opsPort}: ${code === "EADDRINUSE" ? `the port is in use on ${config.host}` : String(err)}\n`,
-      );
+      const why =
+        code === "EADDRINUSE"
+          ? `the port is in use on ${config.host}`
+          : code === "EACCES"
+            ? `no permission to bind it on ${config.host}`
+            : String(err);
+      process.stderr.write(`acs-gateway: ACS_OPS_PORT=${config.opsPort}: ${why}\n`);
       return exitAll(USAGE_EXIT);
     }
   }

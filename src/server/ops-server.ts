@@ -7,6 +7,7 @@ import type { AddressInfo } from "node:net";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
 import { renderMethodNotAllowed, renderNotFound, requestIdOf, sendError } from "../rest/send-error.js";
 import { requestIdFrom } from "../telemetry/request-id.js";
+import { answerClientError, answerFrameworkError } from "./client-errors.js";
 
 /** What GET /readyz answers: 200 `{"status":"ready","models":{…}}` or 503 `"not_ready"`. */
 export interface Readiness {
@@ -55,6 +56,9 @@ export async function listenOps(
     loggerInstance: options.logger,
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: "requestId" }),
     genReqId: (req) => requestIdFrom(req.headers["x-request-id"]),
+    // A malformed URL or HTTP/1.1 request: the envelope too, as on the main port.
+    frameworkErrors: answerFrameworkError,
+    clientErrorHandler: answerClientError,
     return503OnClosing: false,
   });
   app.addHook("onRequest", (request, reply, done) => {

@@ -116,6 +116,18 @@ describe.each(storesUnderTest("hold_fence"))("store Hold fence on $kind", (store
     await expect(a.standing(holdId)).rejects.toThrow(/was not renewed within 50 ms/);
   });
 
+  it("a renewal with a shorter TTL than the Hold had is what the check goes by (the store keeps the renewal's expiry)", async () => {
+    const { other, a, id, holdId } = await heldOnA(1000);
+    expect(await a.renew(holdId, 10, 4000)).toBe(true); // the store's row now expires in 4 s
+    clock.now += 3001; // past three quarters of that: the ledger must not go by the first 60 s
+    const standing = a.standing(holdId);
+    expect(standing).toBeInstanceOf(Promise);
+    expect(await standing).toBe(true);
+    clock.now += 3000; // past the renewal's expiry (4 s), within the check's own (4 s after it)
+    expect(await other.reclaimStale()).toMatchObject({ holds: 0 }); // renewed by the check
+    expect(await other.usage(id)).toMatchObject({ heldTokens: 100 });
+  });
+
   it("a settled Hold is forgotten: asked after its settle, it is vouched for at once", async () => {
     const { a, holdId } = await heldOnA(1000);
     await a.settle(holdId, 5);

@@ -88,6 +88,13 @@ describe.each([1, 2])("ACS_OPS_PORT with ACS_WORKERS=%i", (workers) => {
       error: { type: "invalid_request_error", code: "unknown_route", param: null },
       request_id: id,
     });
+    // A URL fastify cannot route (bad percent-encoding): the envelope and the id, hooks or not.
+    const bad = await fetch(`${ops}/v1/models/%zz`);
+    expect(bad.status).toBe(400);
+    expect(await bad.json()).toMatchObject({
+      error: { code: "invalid_request" },
+      request_id: bad.headers.get("x-request-id"),
+    });
     const post = await fetch(`${ops}/healthz`, { method: "POST" });
     expect(post.status).toBe(405);
     expect(post.headers.get("allow")).toBe("GET, HEAD");
