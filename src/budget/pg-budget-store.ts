@@ -28,6 +28,14 @@ export interface PostgresBudgetStoreOptions {
    * up, many minutes later. @default 30000
    */
   readonly queryTimeoutMs?: number;
+  /**
+   * How long the server lets one of this store's sessions sit idle inside a transaction, ms
+   * (PostgreSQL's `idle_in_transaction_session_timeout`); then it ends the session and its row
+   * locks go. A replica stalled mid-transaction (a pause, a partition) would otherwise hold the
+   * key's row locks, and every other replica's Holds, settles and reclaims on that key would wait
+   * until it ran again. Our transactions take milliseconds. @default 10000
+   */
+  readonly idleInTransactionTimeoutMs?: number;
   /** Told of an error of an idle connection (the pool replaces it). @default process.emitWarning */
   readonly onIdleError?: (err: Error) => void;
 }
@@ -176,6 +184,7 @@ export async function createPostgresBudgetStore(options: PostgresBudgetStoreOpti
     max: options.poolSize ?? 4,
     connectionTimeoutMillis: options.connectTimeoutMs ?? 10_000,
     query_timeout: options.queryTimeoutMs ?? 30_000,
+    idle_in_transaction_session_timeout: options.idleInTransactionTimeoutMs ?? 10_000,
     // TCP keepalive finds a silent server of an idle connection too (the pool then replaces it).
     keepAlive: true,
     application_name: "acs-gateway",
