@@ -62,7 +62,7 @@ import {
   type OnePortServer,
   type OnePortTimeouts,
 } from "./one-port-server.js";
-import { OPS_PATHS, type OpsHandlers, readyzAnswer } from "./ops-server.js";
+import { OPS_PATHS, type OpsHandlers, registerOpsRoutes } from "./ops-server.js";
 import { defaultPlaygroundDir, PLAYGROUND_PATH, playgroundRoutes } from "./playground-routes.js";
 
 /** What buildServer needs. */
@@ -308,7 +308,6 @@ export async function buildServer(deps: ServerDeps): Promise<{
 
   await app.register(playgroundRoutes, { dir: deps.playgroundDir ?? defaultPlaygroundDir() });
 
-  app.get("/healthz", async (_request, reply) => reply.send({ status: "ok" }));
   // What the ops routes answer, here and on the ops port (src/server/ops-server.ts).
   const ops: OpsHandlers = {
     live: () => true,
@@ -323,14 +322,7 @@ export async function buildServer(deps: ServerDeps): Promise<{
       text: await (deps.scrapeMetrics?.(metrics.registry) ?? metrics.registry.metrics()),
     }),
   };
-  app.get("/readyz", async (_request, reply) => {
-    const { status, body } = readyzAnswer(ops.readiness());
-    return reply.code(status).send(body);
-  });
-  app.get("/metrics", async (_request, reply) => {
-    const { contentType, text } = await ops.metrics();
-    return reply.header("content-type", contentType).send(text);
-  });
+  registerOpsRoutes(app, ops);
 
   app.setNotFoundHandler((request: FastifyRequest, reply: FastifyReply) => {
     const path = request.url.split("?", 1)[0] ?? "";

@@ -41,6 +41,26 @@ export function readyzAnswer(readiness: Readiness): {
 }
 
 /**
+ * Registers GET (and HEAD) /healthz, /readyz and /metrics on `app`, answered from `handlers`: the
+ * main port and the ops port serve the same bodies. /healthz 200 `{"status":"ok"}` or 503
+ * `{"status":"not_ok"}`; /readyz as {@link readyzAnswer}; /metrics the Prometheus text with its
+ * Content-Type. A handler's error goes to the app's error handler (the envelope, 500).
+ */
+export function registerOpsRoutes(app: FastifyInstance, handlers: OpsHandlers): void {
+  app.get("/healthz", async (_request, reply) =>
+    handlers.live() ? reply.send({ status: "ok" }) : reply.code(503).send({ status: "not_ok" }),
+  );
+  app.get("/readyz", async (_request, reply) => {
+    const { status, body } = readyzAnswer(handlers.readiness());
+    return reply.code(status).send(body);
+  });
+  app.get("/metrics", async (_request, reply) => {
+    const { contentType, text } = await handlers.metrics();
+    return reply.header("content-type", contentType).send(text);
+  });
+}
+
+/**
  * Starts the ops server on host:port (port 0: any free one) and resolves once it listens, with its
  * URL. Every answer carries `X-Request-Id` (the caller's when it has the accepted form); any other
  * path is 404 `unknown_route`, another method on an ops path 405 `method_not_allowed` with
@@ -66,17 +86,7 @@ export async function listenOps(
     done();
   });
   app.setErrorHandler((error, _request, reply) => sendError(reply, error, requestIdOf(reply)));
-  app.get("/healthz", async (_request, reply) =>
-    handlers.live() ? reply.send({ status: "ok" }) : reply.code(503).send({ status: "not_ok" }),
-  );
-  app.get("/readyz", async (_request, reply) => {
-    const { status, body } = readyzAnswer(handlers.readiness());
-    return reply.code(status).send(body);
-  });
-  app.get("/metrics", async (_request, reply) => {
-    const { contentType, text } = await handlers.metrics();
-    return reply.header("content-type", contentType).send(text);
-  });
+  registerOpsRoutes(app, handlers);
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split("?", 1)[0] ?? "";
     if (OPS_PATHS.has(path)) return renderMethodNotAllowed(request, reply, ["GET", "HEAD"]);
