@@ -26,6 +26,10 @@ if (policy !== undefined && policy !== "fcfs" && policy !== "priority") {
   console.error(`--scheduling-policy must be fcfs or priority, got ${policy}`);
   process.exit(2);
 }
+// --exit-with-stdin: the parent reads our stdout. Once it is gone, a write there fails (EPIPE):
+// the engine stops as it does when stdin ends, rather than dying of the error with a stack trace.
+const withParent = process.argv.includes("--exit-with-stdin");
+if (withParent) process.stdout.on("error", () => process.exit(0));
 const engine = await startEngine({
   preset: presetName as PresetName,
   port,
@@ -44,7 +48,7 @@ process.on("SIGINT", stop);
 process.on("SIGTERM", stop);
 // --exit-with-stdin: a parent that starts the engine (the gateway's npm start) keeps our stdin
 // open; when the parent dies, even by SIGKILL, stdin ends and the engine stops with it.
-if (process.argv.includes("--exit-with-stdin")) {
+if (withParent) {
   process.stdin.on("end", stop);
   process.stdin.on("error", stop);
   process.stdin.resume();
