@@ -239,9 +239,10 @@ async function main(): Promise<void> {
   };
   if (worker) worker.listening(listening);
   else logger.info(listening, `acs-gateway listening on ${url} (REST, Connect, gRPC-Web, gRPC)`);
-  // ACS_OPS_PORT: with ACS_WORKERS > 1 the primary serves it from the workers' reports; a single
-  // process on a listening socket of its own.
-  if (worker && config.opsPort !== undefined) worker.reportReadiness(ops.readiness);
+  // A worker reports to the primary at least once a second: its ops port (ACS_OPS_PORT) answers
+  // from these, and it kills a worker silent for ACS_WORKER_TIMEOUT_MS. A single process serves
+  // the ops port on a listening socket of its own.
+  if (worker) worker.reportReadiness(ops.readiness);
   if (!worker && config.opsPort !== undefined) {
     const { listenOps } = await import("./server/ops-server.js");
     try {

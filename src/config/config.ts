@@ -167,6 +167,12 @@ export interface Config {
    * process. @default os.availableParallelism() (env ACS_WORKERS)
    */
   readonly workers: number;
+  /**
+   * With ACS_WORKERS > 1: a listening worker the primary has not heard from for this long (its
+   * event loop stalled: a report comes at least once a second) is killed (SIGKILL) and started
+   * again, as gunicorn's worker `timeout` does; 0: never, ms. @default 30000 (env ACS_WORKER_TIMEOUT_MS)
+   */
+  readonly workerTimeoutMs: number;
 }
 
 /** Why a file could not be read, in words (Node's errno codes). */
@@ -245,6 +251,7 @@ export function loadConfig(rawEnv: Record<string, string | undefined> = process.
     maxUpstreamSharePerKey: env.ACS_MAX_UPSTREAM_SHARE_PER_KEY,
     streamStallMs: env.ACS_STREAM_STALL_MS,
     workers: env.ACS_WORKERS,
+    workerTimeoutMs: env.ACS_WORKER_TIMEOUT_MS,
   };
   return Object.freeze(config);
 }

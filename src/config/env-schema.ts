@@ -81,6 +81,10 @@ const envSchema = z.object({
   ACS_MAX_UPSTREAM_SHARE_PER_KEY: fractionText(limits.maxUpstreamSharePerKey),
   ACS_STREAM_STALL_MS: intText(10, 24 * 3_600_000, limits.streamStallMs),
   ACS_WORKERS: intText(1, 1024, availableParallelism()),
+  // 0: never. Else at least 2 s: a worker reports at least once a second.
+  ACS_WORKER_TIMEOUT_MS: intText(0, 3_600_000, 30_000).refine((n) => n === 0 || n >= 2000, {
+    error: (iss) => `must be 0 (never) or at least 2000, got ${iss.input}`,
+  }),
 });
 
 /** The checked environment. */

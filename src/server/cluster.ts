@@ -105,8 +105,8 @@ export interface ClusterWorker {
   /**
    * Tells the primary this worker's readiness (what its GET /readyz answers) now, at each change
    * (checked every {@link READINESS_CHECK_MS}) and at least once a second: the primary answers
-   * /readyz on the ops port (ACS_OPS_PORT) from these, and /healthz from how recent they are
-   * ({@link WORKER_SILENT_MS}).
+   * /readyz on the ops port (ACS_OPS_PORT) from these, /healthz from how recent they are
+   * ({@link WORKER_SILENT_MS}), and kills a worker silent for ACS_WORKER_TIMEOUT_MS.
    */
   reportReadiness(read: () => Readiness): void;
   /**
@@ -134,6 +134,9 @@ export const READINESS_CHECK_MS = 250;
  * bench's ramp), so that a loaded gateway is not restarted for being loaded.
  */
 export const WORKER_SILENT_MS = 10_000;
+
+/** How often the primary checks its workers' silence against ACS_WORKER_TIMEOUT_MS, ms. */
+const WATCHDOG_TICK_MS = 1000;
 
 /** This process's worker side when it is a cluster worker of the gateway; else undefined. */
 export function joinCluster(logger: Logger): ClusterWorker | undefined {
@@ -391,8 +394,10 @@ interface Slot {
   readonly places: Map<number, AdmissionTicket>;
   /** What its worker last reported of its readiness (with ACS_OPS_PORT); undefined until then. */
   readiness: Readiness | undefined;
-  /** When that report came (Date.now()). */
+  /** When that report (or its "listening") came (Date.now()). */
   heardAt: number;
+  /** Killed for its silence (ACS_WORKER_TIMEOUT_MS); its 'exit' has not come yet. */
+  timedOut: boolean;
 }
 
 /**
@@ -402,7 +407,10 @@ interface Slot {
  * it cannot — a port in use), then the others, all accepting on one shared socket (SCHED_NONE);
  * logs `acs-gateway listening on URL …` once all listen. A worker that dies is logged and started
  * again in its slot (same instance id, so it releases the Holds its predecessor left), after 0.1 s,
- * doubling up to 10 s while workers die young. SIGTERM or SIGINT: SIGTERM to every worker (each
+ * doubling up to 10 s while workers die young. A listening worker not heard from for
+ * `config.workerTimeoutMs` (ACS_WORKER_TIMEOUT_MS; its event loop stalled) is SIGKILLed and so
+ * started again (`acs_cluster_worker_timeouts_total`); not while the primary's own loop was held
+ * up (its reports waited unread), nor once closing. SIGTERM or SIGINT: SIGTERM to every worker (each
  * closes as the single process does), then the engine is stopped and the primary exits 0 (1 if a
  * worker did not end cleanly).
  */
@@ -439,6 +447,7 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     places: new Map(),
     readiness: undefined,
     heardAt: 0,
+    timedOut: false,
   }));
   // The per-key caps of every worker (see ClusterWorker.admission).
   const admission = createAdmission(admissionLimitsFrom(config));
@@ -446,6 +455,7 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
   let closing = false;
   let unclean = false;
   let restarts = 0;
+  let timeouts = 0;
   let first: ListeningInfo | undefined;
   let announced = false;
   const pendingScrapes = new Map<number, { got: MetricsJson[]; waiting: Set<number>; done: () => void }>();
@@ -467,6 +477,16 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     collect() {
       this.reset();
       this.inc(restarts);
+    },
+  });
+
+  new Counter({
+    name: "acs_cluster_worker_timeouts_total",
+    help: "Gateway worker processes killed after ACS_WORKER_TIMEOUT_MS without a report (their event loops stalled).",
+    registers: [primaryRegistry],
+    collect() {
+      this.reset();
+      this.inc(timeouts);
     },
   });
 
@@ -521,6 +541,7 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     const msg = m as ToPrimary;
     if (msg.acs === "listening") {
       slot.listening = true;
+      slot.heardAt = Date.now();
       slot.delayMs = 100;
       first ??= msg.info;
       logger.debug({ worker: slot.n, pid: slot.worker?.process.pid }, "worker listening");
@@ -577,6 +598,7 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     const worker = cluster.fork({ [WORKER_ENV]: JSON.stringify(settings), UV_TCP_SINGLE_ACCEPT: "1" });
     slot.worker = worker;
     slot.listening = false;
+    slot.timedOut = false;
     slot.startedAt = Date.now();
     worker.on("message", (m: unknown) => onMessage(slot, worker, m));
     // A send to a worker that just died fails with EPIPE, emitted as 'error' on the Worker: without
@@ -670,6 +692,32 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
   };
   process.on("SIGTERM", () => shutdown("SIGTERM"));
   process.on("SIGINT", () => shutdown("SIGINT"));
+
+  // ACS_WORKER_TIMEOUT_MS: a listening worker silent that long is killed; its 'exit' starts another.
+  if (config.workerTimeoutMs > 0) {
+    const timeoutMs = config.workerTimeoutMs;
+    let tickedAt = Date.now();
+    setInterval(() => {
+      const now = Date.now();
+      // This loop itself was held up (the primary stopped or busy): the workers' reports waited
+      // unread in its channels, so their silence is not theirs. Each gets the timeout afresh.
+      const primaryLate = now - tickedAt > 2 * WATCHDOG_TICK_MS;
+      tickedAt = now;
+      if (closing) return;
+      for (const slot of slots) {
+        if (primaryLate) slot.heardAt = now;
+        const silentMs = now - slot.heardAt;
+        if (!slot.listening || slot.timedOut || slot.worker === undefined || silentMs < timeoutMs) continue;
+        slot.timedOut = true;
+        timeouts++;
+        logger.error(
+          { worker: slot.n, pid: slot.worker.process.pid, silentMs, timeoutMs },
+          "worker not heard from within ACS_WORKER_TIMEOUT_MS (its event loop stalled); killing it and starting another in its place",
+        );
+        slot.worker.process.kill("SIGKILL");
+      }
+    }, WATCHDOG_TICK_MS).unref();
+  }
 
   // The ops port (ACS_OPS_PORT), answered here: this event loop does none of the requests' work.
   // Live and ready count the listening workers heard from lately (a stalled one is neither).

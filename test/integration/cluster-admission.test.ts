@@ -120,6 +120,8 @@ beforeAll(async () => {
   url = `http://127.0.0.1:${port}`;
   primary = startTs(["src/main.ts"], {
     ACS_WORKERS: "2",
+    // These cases stop workers on purpose; the primary's watchdog has its own (worker-timeout).
+    ACS_WORKER_TIMEOUT_MS: "0",
     ACS_MODELS: modelsPath,
     ACS_DB: dbPath,
     ACS_MAX_STREAMS_PER_KEY: String(STREAM_CAP),

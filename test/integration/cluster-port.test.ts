@@ -78,6 +78,8 @@ async function startGateway(): Promise<{ url: string; port: number; primary: Chi
   const url = `http://127.0.0.1:${port}`;
   primary = startTs(["src/main.ts"], {
     ACS_WORKERS: "2",
+    // These cases stop workers on purpose; the primary's watchdog has its own (worker-timeout).
+    ACS_WORKER_TIMEOUT_MS: "0",
     ACS_MODELS: modelsPath,
     PORT: String(port),
     ACS_LOG_LEVEL: "warn",

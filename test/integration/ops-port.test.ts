@@ -6,19 +6,9 @@
 import type { ChildProcess } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { until } from "../helpers/hang-guard.js";
+import { metricTotal } from "../helpers/metrics.js";
 import { workerPidsOf } from "../helpers/proc.js";
 import { freePort, startTs, waitForOk } from "../helpers/processes.js";
-
-/** The value of `name` summed over its series on `url`'s /metrics. */
-async function total(url: string, name: string): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  let sum = 0;
-  for (const line of text.split("\n")) {
-    const m = /^([a-zA-Z_:][\w:]*)(\{[^}]*\})? (\S+)$/.exec(line);
-    if (m?.[1] === name) sum += Number(m[3]);
-  }
-  return sum;
-}
 
 describe.each([1, 2])("ACS_OPS_PORT with ACS_WORKERS=%i", (workers) => {
   let gateway: ChildProcess;
@@ -31,6 +21,8 @@ describe.each([1, 2])("ACS_OPS_PORT with ACS_WORKERS=%i", (workers) => {
     ops = `http://127.0.0.1:${opsPort}`;
     gateway = startTs(["src/main.ts"], {
       ACS_WORKERS: String(workers),
+      // A case stops both workers on purpose; the primary's watchdog has its own (worker-timeout).
+      ACS_WORKER_TIMEOUT_MS: "0",
       ACS_ENGINE_PRESET: "tiny",
       PORT: String(port),
       ACS_OPS_PORT: String(opsPort),
@@ -41,7 +33,11 @@ describe.each([1, 2])("ACS_OPS_PORT with ACS_WORKERS=%i", (workers) => {
     await waitForOk(`${ops}/readyz`);
     if (workers === 2) {
       // Both workers listen and report (the primary counts them).
-      await until(async () => (await total(ops, "acs_cluster_workers")) === 2, "both workers listen", 50);
+      await until(
+        async () => (await metricTotal(ops, "acs_cluster_workers")) === 2,
+        "both workers listen",
+        50,
+      );
     }
   });
 
@@ -64,7 +60,7 @@ describe.each([1, 2])("ACS_OPS_PORT with ACS_WORKERS=%i", (workers) => {
   });
 
   it("/metrics there counts the requests the main port served (every worker's)", async () => {
-    const before = await total(ops, "acs_requests_total");
+    const before = await metricTotal(ops, "acs_requests_total");
     // New connections each: with two workers they land on either.
     const answers = await Promise.all(
       Array.from({ length: 6 }, () =>
@@ -76,8 +72,11 @@ describe.each([1, 2])("ACS_OPS_PORT with ACS_WORKERS=%i", (workers) => {
       ),
     );
     expect(answers.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200]);
-    await until(async () => (await total(ops, "acs_requests_total")) >= before + 6, "the requests counted");
-    if (workers === 2) expect(await total(ops, "acs_cluster_workers")).toBe(2);
+    await until(
+      async () => (await metricTotal(ops, "acs_requests_total")) >= before + 6,
+      "the requests counted",
+    );
+    if (workers === 2) expect(await metricTotal(ops, "acs_cluster_workers")).toBe(2);
   });
 
   it("serves nothing else: another path is 404 and another method 405, each in the error envelope", async () => {

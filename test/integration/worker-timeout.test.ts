@@ -1,0 +1,106 @@
+// ACS_WORKER_TIMEOUT_MS: the cluster's primary kills a listening worker it has not heard from for
+// that long (its event loop stalled; here stopped with SIGSTOP) and starts another in its slot, as
+// gunicorn's worker timeout does; a primary that was itself held up kills nobody, since the
+// workers' reports waited unread in its channels. A real gateway (src/main.ts, ACS_WORKERS=2) with
+// the embedded engine, keys off; the primary's counters read on its ops port.
+import type { ChildProcess } from "node:child_process";
+import { setTimeout as sleep } from "node:timers/promises";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { until } from "../helpers/hang-guard.js";
+import { metricTotal } from "../helpers/metrics.js";
+import { workerPidsOf } from "../helpers/proc.js";
+import { freePort, startTs, waitForOk } from "../helpers/processes.js";
+
+/** Far above an idle worker's gap between reports (≤ 1 s) on a loaded machine. */
+const TIMEOUT_MS = 5000;
+
+/** One completion on a new connection (either worker may take it): its status. */
+async function complete(url: string): Promise<number> {
+  const res = await fetch(`${url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json", connection: "close" },
+    body: JSON.stringify({ model: "tiny", prompt: "Hi", max_tokens: 2, temperature: 0 }),
+  });
+  await res.arrayBuffer();
+  return res.status;
+}
+
+describe("ACS_WORKER_TIMEOUT_MS with ACS_WORKERS=2", () => {
+  let primary: ChildProcess;
+  let url: string;
+  let ops: string;
+  const stopped: number[] = [];
+
+  beforeAll(async () => {
+    const [port, opsPort] = [await freePort(), await freePort()];
+    url = `http://127.0.0.1:${port}`;
+    ops = `http://127.0.0.1:${opsPort}`;
+    primary = startTs(["src/main.ts"], {
+      ACS_WORKERS: "2",
+      ACS_WORKER_TIMEOUT_MS: String(TIMEOUT_MS),
+      ACS_ENGINE_PRESET: "tiny",
+      PORT: String(port),
+      ACS_OPS_PORT: String(opsPort),
+      ACS_LOG_LEVEL: "warn",
+    });
+    await waitForOk(`${url}/readyz`);
+    await until(async () => (await metricTotal(ops, "acs_cluster_workers")) === 2, "both workers listen", 50);
+  });
+
+  afterAll(() => {
+    for (const pid of stopped) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    }
+    for (const pid of workerPidsOf(primary?.pid ?? 0)) process.kill(pid, "SIGKILL");
+    primary?.kill("SIGKILL");
+  });
+
+  it("a worker whose event loop stopped is killed and started again in its slot; the other is untouched", async () => {
+    const [victim, other] = workerPidsOf(primary.pid ?? 0) as [number, number];
+    const restartsBefore = await metricTotal(ops, "acs_cluster_worker_restarts_total");
+    expect(await metricTotal(ops, "acs_cluster_worker_timeouts_total")).toBe(0);
+    process.kill(victim, "SIGSTOP");
+    stopped.push(victim);
+    // Killed (gone from the primary's children), and a new worker in its place.
+    await until(
+      () => {
+        const now = workerPidsOf(primary.pid ?? 0);
+        return !now.includes(victim) && now.length === 2;
+      },
+      "the stopped worker replaced",
+      50,
+    );
+    expect(workerPidsOf(primary.pid ?? 0)).toContain(other);
+    await until(
+      async () => (await metricTotal(ops, "acs_cluster_workers")) === 2,
+      "two workers listen again",
+      50,
+    );
+    expect(await metricTotal(ops, "acs_cluster_worker_timeouts_total")).toBe(1);
+    expect(await metricTotal(ops, "acs_cluster_worker_restarts_total")).toBe(restartsBefore + 1);
+    // Both serve: new connections, whichever worker takes each.
+    const statuses = await Promise.all(Array.from({ length: 6 }, () => complete(url)));
+    expect(statuses).toEqual([200, 200, 200, 200, 200, 200]);
+  });
+
+  it("a primary held up past the timeout kills no worker: their reports waited in its channels", async () => {
+    const before = workerPidsOf(primary.pid ?? 0);
+    expect(before).toHaveLength(2);
+    const timeoutsBefore = await metricTotal(ops, "acs_cluster_worker_timeouts_total");
+    process.kill(primary.pid ?? 0, "SIGSTOP");
+    try {
+      await sleep(TIMEOUT_MS + 2000);
+    } finally {
+      process.kill(primary.pid ?? 0, "SIGCONT");
+    }
+    // Its watchdog runs every second: give it several turns to (wrongly) act.
+    await sleep(3000);
+    expect(workerPidsOf(primary.pid ?? 0)).toEqual(before);
+    expect(await metricTotal(ops, "acs_cluster_worker_timeouts_total")).toBe(timeoutsBefore);
+    expect(await complete(url)).toBe(200);
+  });
+});
