@@ -81,10 +81,15 @@ const envSchema = z.object({
   ACS_MAX_UPSTREAM_SHARE_PER_KEY: fractionText(limits.maxUpstreamSharePerKey),
   ACS_STREAM_STALL_MS: intText(10, 24 * 3_600_000, limits.streamStallMs),
   ACS_WORKERS: intText(1, 1024, availableParallelism()),
-  // 0: never. Else at least 2 s: a worker reports at least once a second.
-  ACS_WORKER_TIMEOUT_MS: intText(0, 3_600_000, 30_000).refine((n) => n === 0 || n >= 2000, {
-    error: (iss) => `must be 0 (never) or at least 2000, got ${iss.input}`,
-  }),
+  // 0: never. Else 10 s at least: far above a loaded worker's lag, so that load kills no worker.
+  ACS_WORKER_TIMEOUT_MS: z
+    .string()
+    .regex(/^\d+$/, { error: (iss) => `must be an integer, got ${JSON.stringify(iss.input)}` })
+    .transform(Number)
+    .refine((n) => n === 0 || (n >= 10_000 && n <= 3_600_000), {
+      error: (iss) => `must be 0 (never) or in [10000, 3600000], got ${iss.input}`,
+    })
+    .default(30_000),
 });
 
 /** The checked environment. */

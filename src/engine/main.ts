@@ -29,7 +29,11 @@ if (policy !== undefined && policy !== "fcfs" && policy !== "priority") {
 // --exit-with-stdin: the parent reads our stdout. Once it is gone, a write there fails (EPIPE):
 // the engine stops as it does when stdin ends, rather than dying of the error with a stack trace.
 const withParent = process.argv.includes("--exit-with-stdin");
-if (withParent) process.stdout.on("error", () => process.exit(0));
+if (withParent)
+  process.stdout.on("error", (err: NodeJS.ErrnoException) => {
+    if (err.code !== "EPIPE") console.error(`engine: writing to stdout failed: ${err.message}`);
+    process.exit(err.code === "EPIPE" ? 0 : 1);
+  });
 const engine = await startEngine({
   preset: presetName as PresetName,
   port,

@@ -1,7 +1,7 @@
 // ACS_WORKERS=N (N > 1): N gateway processes on one port (node:cluster). The primary starts the
 // embedded reference engine once (when there is one), releases the Holds an earlier run left on a
 // SQLite file, forks the workers (the first alone, so that a port in use is one line and exit code
-// 2), restarts a worker that dies, aggregates /metrics for the worker a scrape reaches, and on
+// 2), restarts a worker that dies or (ACS_WORKER_TIMEOUT_MS) whose event loop stalled, aggregates /metrics for the worker a scrape reaches, and on
 // SIGTERM/SIGINT has every worker run its normal close path before it exits. Each worker is the
 // single-process gateway of src/main.ts with a stable instance id of its own in the Budget store.
 // The per-key caps (proto/API.md §9) are counted by the primary for every worker: a worker asks it
@@ -226,9 +226,9 @@ export function joinCluster(logger: Logger): ClusterWorker | undefined {
       const check = () => {
         const readiness = read();
         const text = JSON.stringify(readiness);
-        if (text === last && Date.now() - sentAt < 1000) return;
+        if (text === last && performance.now() - sentAt < 1000) return;
         last = text;
-        sentAt = Date.now();
+        sentAt = performance.now();
         send({ acs: "readiness", readiness });
       };
       check();
@@ -394,7 +394,7 @@ interface Slot {
   readonly places: Map<number, AdmissionTicket>;
   /** What its worker last reported of its readiness (with ACS_OPS_PORT); undefined until then. */
   readiness: Readiness | undefined;
-  /** When that report (or its "listening") came (Date.now()). */
+  /** When that report (or its "listening") came (performance.now(): a wall-clock step moves it not). */
   heardAt: number;
   /** Killed for its silence (ACS_WORKER_TIMEOUT_MS); its 'exit' has not come yet. */
   timedOut: boolean;
@@ -541,10 +541,10 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     const msg = m as ToPrimary;
     if (msg.acs === "listening") {
       slot.listening = true;
-      slot.heardAt = Date.now();
+      slot.heardAt = performance.now();
       slot.delayMs = 100;
       first ??= msg.info;
-      logger.debug({ worker: slot.n, pid: slot.worker?.process.pid }, "worker listening");
+      logger.debug({ worker: slot.n, workerPid: slot.worker?.process.pid }, "worker listening");
       if (!announced && slots.every((s) => s.listening)) {
         announced = true;
         logger.info(
@@ -572,7 +572,7 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     } else if (msg.acs === "readiness") {
       if (slot.worker === worker) {
         slot.readiness = msg.readiness;
-        slot.heardAt = Date.now();
+        slot.heardAt = performance.now();
       }
     } else if (msg.acs === "release") {
       slot.places.get(msg.ticket)?.release();
@@ -624,7 +624,7 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     if (closing) {
       // A worker still starting has no handler yet: SIGTERM ends it at once, which is clean.
       if (code !== 0 && !(signal === "SIGTERM" && !wasListening)) unclean = true;
-      logger.info({ worker: slot.n, pid: worker.process.pid, code, signal }, "worker exited");
+      logger.info({ worker: slot.n, workerPid: worker.process.pid, code, signal }, "worker exited");
       return;
     }
     if (!wasListening && startFailed !== undefined) {
@@ -637,7 +637,7 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     slot.delayMs = lived < minUptimeMs ? Math.min(slot.delayMs * 2, 10_000) : 100;
     restarts++;
     logger.error(
-      { worker: slot.n, pid: worker.process.pid, code, signal, restartInMs: delay },
+      { worker: slot.n, workerPid: worker.process.pid, code, signal, restartInMs: delay },
       "worker exited; starting another in its place",
     );
     // Not unref()ed: with every worker dead (and no engine child) it is what keeps the primary
@@ -696,22 +696,23 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
   // ACS_WORKER_TIMEOUT_MS: a listening worker silent that long is killed; its 'exit' starts another.
   if (config.workerTimeoutMs > 0) {
     const timeoutMs = config.workerTimeoutMs;
-    let tickedAt = Date.now();
+    let tickedAt = performance.now();
     setInterval(() => {
-      const now = Date.now();
+      const now = performance.now();
       // This loop itself was held up (the primary stopped or busy): the workers' reports waited
-      // unread in its channels, so their silence is not theirs. Each gets the timeout afresh.
-      const primaryLate = now - tickedAt > 2 * WATCHDOG_TICK_MS;
+      // unread in its channels meanwhile, so that time is not counted as their silence. Only
+      // that time: a worker stuck before it is still counted silent for what came before.
+      const lateMs = now - tickedAt - WATCHDOG_TICK_MS;
       tickedAt = now;
       if (closing) return;
       for (const slot of slots) {
-        if (primaryLate) slot.heardAt = now;
+        if (lateMs > WATCHDOG_TICK_MS) slot.heardAt += lateMs;
         const silentMs = now - slot.heardAt;
         if (!slot.listening || slot.timedOut || slot.worker === undefined || silentMs < timeoutMs) continue;
         slot.timedOut = true;
         timeouts++;
         logger.error(
-          { worker: slot.n, pid: slot.worker.process.pid, silentMs, timeoutMs },
+          { worker: slot.n, workerPid: slot.worker.process.pid, silentMs: Math.round(silentMs), timeoutMs },
           "worker not heard from within ACS_WORKER_TIMEOUT_MS (its event loop stalled); killing it and starting another in its place",
         );
         slot.worker.process.kill("SIGKILL");
@@ -721,7 +722,7 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
 
   // The ops port (ACS_OPS_PORT), answered here: this event loop does none of the requests' work.
   // Live and ready count the listening workers heard from lately (a stalled one is neither).
-  const heard = () => slots.filter((s) => s.listening && Date.now() - s.heardAt < WORKER_SILENT_MS);
+  const heard = () => slots.filter((s) => s.listening && performance.now() - s.heardAt < WORKER_SILENT_MS);
   if (config.opsPort !== undefined) {
     try {
       const ops = await listenOps(

@@ -11,8 +11,8 @@ import { metricTotal } from "../helpers/metrics.js";
 import { workerPidsOf } from "../helpers/proc.js";
 import { freePort, startTs, waitForOk } from "../helpers/processes.js";
 
-/** Far above an idle worker's gap between reports (≤ 1 s) on a loaded machine. */
-const TIMEOUT_MS = 5000;
+/** The shortest ACS_WORKER_TIMEOUT_MS: far above an idle worker's gap between reports (≤ 1.25 s). */
+const TIMEOUT_MS = 10_000;
 
 /** One completion on a new connection (either worker may take it): its status. */
 async function complete(url: string): Promise<number> {
@@ -85,6 +85,30 @@ describe("ACS_WORKER_TIMEOUT_MS with ACS_WORKERS=2", () => {
     // Both serve: new connections, whichever worker takes each.
     const statuses = await Promise.all(Array.from({ length: 6 }, () => complete(url)));
     expect(statuses).toEqual([200, 200, 200, 200, 200, 200]);
+  });
+
+  it("a primary held up now and then still kills a stuck worker: only the time it was held up is not counted", async () => {
+    const [victim] = workerPidsOf(primary.pid ?? 0) as [number, number];
+    const timeoutsBefore = await metricTotal(ops, "acs_cluster_worker_timeouts_total");
+    process.kill(victim, "SIGSTOP");
+    stopped.push(victim);
+    // The primary stopped 2.5 s of every 4 s: each stop is late enough to be discounted, and the
+    // worker's silence grows by the 1.5 s between them. (Once, each stop wiped it out: never killed.)
+    while (workerPidsOf(primary.pid ?? 0).includes(victim)) {
+      process.kill(primary.pid ?? 0, "SIGSTOP");
+      try {
+        await sleep(2500);
+      } finally {
+        process.kill(primary.pid ?? 0, "SIGCONT");
+      }
+      await sleep(1500);
+    }
+    await until(
+      async () => (await metricTotal(ops, "acs_cluster_workers")) === 2,
+      "two workers listen again",
+      50,
+    );
+    expect(await metricTotal(ops, "acs_cluster_worker_timeouts_total")).toBe(timeoutsBefore + 1);
   });
 
   it("a primary held up past the timeout kills no worker: their reports waited in its channels", async () => {
