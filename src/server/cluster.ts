@@ -1,8 +1,9 @@
 // ACS_WORKERS=N (N > 1): N gateway processes on one port (node:cluster). The primary starts the
 // embedded reference engine once (when there is one), releases the Holds an earlier run left on a
 // SQLite file, forks the workers (the first alone, so that a port in use is one line and exit code
-// 2), restarts a worker that dies or (ACS_WORKER_TIMEOUT_MS) whose event loop stalled, aggregates /metrics for the worker a scrape reaches, and on
-// SIGTERM/SIGINT has every worker run its normal close path before it exits. Each worker is the
+// 2), restarts a worker that dies or whose event loop stalled (ACS_WORKER_TIMEOUT_MS), aggregates
+// /metrics for the worker a scrape reaches, and on SIGTERM/SIGINT has every worker run its normal
+// close path before it exits. Each worker is the
 // single-process gateway of src/main.ts with a stable instance id of its own in the Budget store.
 // The per-key caps (proto/API.md §9) are counted by the primary for every worker: a worker asks it
 // for each keyed request's place and gives the place back when the request ends.
@@ -392,9 +393,9 @@ interface Slot {
   delayMs: number;
   /** The places the primary counts for the requests of this slot's worker, by ticket. */
   readonly places: Map<number, AdmissionTicket>;
-  /** What its worker last reported of its readiness (with ACS_OPS_PORT); undefined until then. */
+  /** What its worker last reported of its readiness; undefined until then. */
   readiness: Readiness | undefined;
-  /** When that report (or its "listening") came (performance.now(): a wall-clock step moves it not). */
+  /** When that report (or its "listening") came: performance.now(), which no wall-clock step moves. */
   heardAt: number;
   /** Killed for its silence (ACS_WORKER_TIMEOUT_MS); its 'exit' has not come yet. */
   timedOut: boolean;
