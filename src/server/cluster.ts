@@ -672,7 +672,8 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     logger.info({ signal, workers: slots.length }, "shutting down: every worker closes");
     const live = slots.flatMap((s) => (s.worker === undefined ? [] : [s.worker]));
     const force = setTimeout(() => {
-      logger.error("workers still running; killing them");
+      const left = slots.flatMap((s) => (s.worker === undefined ? [] : [s.worker.process.pid]));
+      logger.error({ workerPids: left }, "workers still running after the shutdown's time; killing them");
       for (const w of live) w.process.kill("SIGKILL");
     }, options.forceAfterMs ?? 60_000);
     force.unref();
@@ -705,16 +706,22 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
       // that time: a worker stuck before it is still counted silent for what came before.
       const lateMs = now - tickedAt - WATCHDOG_TICK_MS;
       tickedAt = now;
-      if (closing) return;
       for (const slot of slots) {
         if (lateMs > WATCHDOG_TICK_MS) slot.heardAt += lateMs;
         const silentMs = now - slot.heardAt;
         if (!slot.listening || slot.timedOut || slot.worker === undefined || silentMs < timeoutMs) continue;
+        // One at a time: the shared listening socket closes once no worker holds it (node:cluster),
+        // resetting the connections waiting in its queue; a stalled worker still holds it. So the
+        // last worker standing waits for another's replacement to listen. (Closing: none comes.)
+        const another = slots.some((o) => o !== slot && o.listening && !o.timedOut);
+        if (!closing && !another && slots.length > 1) continue;
         slot.timedOut = true;
         timeouts++;
         logger.error(
           { worker: slot.n, workerPid: slot.worker.process.pid, silentMs: Math.round(silentMs), timeoutMs },
-          "worker not heard from within ACS_WORKER_TIMEOUT_MS (its event loop stalled); killing it and starting another in its place",
+          closing
+            ? "worker not heard from within ACS_WORKER_TIMEOUT_MS while the gateway closes (its event loop stalled); killing it"
+            : "worker not heard from within ACS_WORKER_TIMEOUT_MS (its event loop stalled); killing it and starting another in its place",
         );
         slot.worker.process.kill("SIGKILL");
       }
@@ -729,7 +736,11 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
       const ops = await listenOps(
         {
           live: () => heard().length > 0,
-          readiness: () => clusterReadiness(heard()),
+          // Closing: not ready at once, whatever a stalled worker last said.
+          readiness: () => {
+            const r = clusterReadiness(heard());
+            return closing ? { ...r, ready: false } : r;
+          },
           metrics: async () => ({ contentType: primaryRegistry.contentType, text: await aggregate() }),
         },
         { host: config.host, port: config.opsPort, logger },

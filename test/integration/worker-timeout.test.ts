@@ -42,6 +42,10 @@ describe("ACS_WORKER_TIMEOUT_MS with ACS_WORKERS=2", () => {
       PORT: String(port),
       ACS_OPS_PORT: String(opsPort),
       ACS_LOG_LEVEL: "warn",
+      // SIGTERM (the last case): a healthy worker drains for 1 s; the shutdown's own time limit
+      // (drain + grace + 15 s) is over an hour, so that only the watchdog can end a stalled one.
+      ACS_DRAIN_DELAY_MS: "1000",
+      ACS_SHUTDOWN_GRACE_MS: "3600000",
     });
     await waitForOk(`${url}/readyz`);
     await until(async () => (await metricTotal(ops, "acs_cluster_workers")) === 2, "both workers listen", 50);
@@ -126,5 +130,40 @@ describe("ACS_WORKER_TIMEOUT_MS with ACS_WORKERS=2", () => {
     expect(workerPidsOf(primary.pid ?? 0)).toEqual(before);
     expect(await metricTotal(ops, "acs_cluster_worker_timeouts_total")).toBe(timeoutsBefore);
     expect(await complete(url)).toBe(200);
+  });
+  it("both workers stopped: replaced one at a time, so a connection waiting in the port's queue is served", async () => {
+    const pids = workerPidsOf(primary.pid ?? 0);
+    expect(pids).toHaveLength(2);
+    for (const pid of pids) process.kill(pid, "SIGSTOP");
+    stopped.push(...pids);
+    // Accepted by nobody until a replacement listens (the port's queue is the primary's socket's).
+    // Killed both at once, no process would hold the socket for a moment: it would close, and
+    // this connection would be reset.
+    const waiting = complete(url);
+    await until(() => workerPidsOf(primary.pid ?? 0).every((p) => !pids.includes(p)), "both replaced", 50);
+    expect(await waiting).toBe(200);
+    await until(
+      async () => (await metricTotal(ops, "acs_cluster_workers")) === 2,
+      "two workers listen again",
+      50,
+    );
+  });
+
+  it("SIGTERM with a worker stopped: /readyz there is 503 at once, the watchdog kills the stalled worker, the primary exits 1", async () => {
+    const [victim, healthy] = workerPidsOf(primary.pid ?? 0) as [number, number];
+    const exited = new Promise<number | null>((resolve) => primary.once("exit", (code) => resolve(code)));
+    process.kill(victim, "SIGSTOP");
+    stopped.push(victim);
+    primary.kill("SIGTERM");
+    // The healthy worker drains (1 s) and exits; the stopped one's last report said "ready", a
+    // few seconds ago. The gateway is closing: not ready, whatever that report said.
+    await until(() => !workerPidsOf(primary.pid ?? 0).includes(healthy), "the healthy worker exited", 50);
+    const ready = await fetch(`${ops}/readyz`);
+    expect(ready.status).toBe(503);
+    expect(((await ready.json()) as { status: string }).status).toBe("not_ready");
+    // Without the watchdog during the close, the primary would wait for the stopped worker past
+    // the hour of the shutdown's own limit.
+    expect(await exited).toBe(1);
+    expect(workerPidsOf(primary.pid ?? 0)).toEqual([]);
   });
 });
