@@ -244,7 +244,7 @@ async function main(): Promise<void> {
   // the ops port on a listening socket of its own.
   if (worker) worker.reportReadiness(ops.readiness);
   if (!worker && config.opsPort !== undefined) {
-    const { listenOps } = await import("./server/ops-server.js");
+    const { listenOps, opsListenRefusal } = await import("./server/ops-server.js");
     try {
       const served = await listenOps(ops, { host: config.host, port: config.opsPort, logger });
       logger.info(
@@ -252,12 +252,7 @@ async function main(): Promise<void> {
         `ops routes (/healthz, /readyz, /metrics) on ${served.url}`,
       );
     } catch (err) {
-      const code = (err as { code?: unknown }).code;
-      if (code === "EADDRINUSE")
-        refuse(`ACS_OPS_PORT=${config.opsPort}: the port is in use on ${config.host}`);
-      if (code === "EACCES")
-        refuse(`ACS_OPS_PORT=${config.opsPort}: no permission to bind it on ${config.host}`);
-      refuse(`ACS_OPS_PORT=${config.opsPort}: ${String(err)}`);
+      refuse(opsListenRefusal(err, config.opsPort, config.host));
     }
   }
 

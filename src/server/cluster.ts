@@ -24,7 +24,7 @@ import {
   rateLimited,
 } from "../service/admission.js";
 import type { GatewayMetrics } from "./metrics.js";
-import { listenOps, type Readiness } from "./ops-server.js";
+import { listenOps, opsListenRefusal, type Readiness } from "./ops-server.js";
 
 /** One registry's metrics as JSON (`Registry.getMetricsAsJSON`), what a worker sends the primary. */
 type MetricsJson = Awaited<ReturnType<Registry["getMetricsAsJSON"]>>;
@@ -410,8 +410,9 @@ interface Slot {
  * again in its slot (same instance id, so it releases the Holds its predecessor left), after 0.1 s,
  * doubling up to 10 s while workers die young. A listening worker not heard from for
  * `config.workerTimeoutMs` (ACS_WORKER_TIMEOUT_MS; its event loop stalled) is SIGKILLed and so
- * started again (`acs_cluster_worker_timeouts_total`); not while the primary's own loop was held
- * up (its reports waited unread), nor once closing. SIGTERM or SIGINT: SIGTERM to every worker (each
+ * started again (`acs_cluster_worker_timeouts_total`), one at a time (the last one holding the
+ * port waits for another's replacement to listen), and while closing too (not started again then);
+ * the time the primary's own loop was held up is not counted (its reports waited unread). SIGTERM or SIGINT: SIGTERM to every worker (each
  * closes as the single process does), then the engine is stopped and the primary exits 0 (1 if a
  * worker did not end cleanly).
  */
@@ -714,7 +715,7 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
         // resetting the connections waiting in its queue; a stalled worker still holds it. So the
         // last worker standing waits for another's replacement to listen. (Closing: none comes.)
         const another = slots.some((o) => o !== slot && o.listening && !o.timedOut);
-        if (!closing && !another && slots.length > 1) continue;
+        if (!closing && !another) continue;
         slot.timedOut = true;
         timeouts++;
         logger.error(
@@ -747,14 +748,7 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
       );
       logger.info({ url: ops.url, port: ops.port }, `ops routes (/healthz, /readyz, /metrics) on ${ops.url}`);
     } catch (err) {
-      const code = (err as { code?: unknown }).code;
-      const why =
-        code === "EADDRINUSE"
-          ? `the port is in use on ${config.host}`
-          : code === "EACCES"
-            ? `no permission to bind it on ${config.host}`
-            : String(err);
-      process.stderr.write(`acs-gateway: ACS_OPS_PORT=${config.opsPort}: ${why}\n`);
+      process.stderr.write(`acs-gateway: ${opsListenRefusal(err, config.opsPort, config.host)}\n`);
       return exitAll(USAGE_EXIT);
     }
   }

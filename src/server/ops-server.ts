@@ -41,6 +41,22 @@ export function readyzAnswer(readiness: Readiness): {
 }
 
 /**
+ * Why the ops port could not listen, as the one stderr line says it (exit code 2): `ACS_OPS_PORT=N:
+ * the port is in use on HOST` (EADDRINUSE), `… no permission to bind it on HOST` (EACCES), else
+ * the error itself. The single process and the cluster's primary both say it so.
+ */
+export function opsListenRefusal(err: unknown, opsPort: number, host: string): string {
+  const code = (err as { code?: unknown }).code;
+  const why =
+    code === "EADDRINUSE"
+      ? `the port is in use on ${host}`
+      : code === "EACCES"
+        ? `no permission to bind it on ${host}`
+        : String(err);
+  return `ACS_OPS_PORT=${opsPort}: ${why}`;
+}
+
+/**
  * Registers GET (and HEAD) /healthz, /readyz and /metrics on `app`, answered from `handlers`: the
  * main port and the ops port serve the same bodies. /healthz 200 `{"status":"ok"}` or 503
  * `{"status":"not_ok"}`; /readyz as {@link readyzAnswer}; /metrics the Prometheus text with its
