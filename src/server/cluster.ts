@@ -2,9 +2,10 @@
 // embedded reference engine once (when there is one), releases the Holds an earlier run left on a
 // SQLite file, forks the workers (the first alone, so that a port in use is one line and exit code
 // 2), restarts a worker that dies or whose event loop stalled (ACS_WORKER_TIMEOUT_MS), aggregates
-// /metrics for the worker a scrape reaches, and on SIGTERM/SIGINT has every worker run its normal
-// close path before it exits. Each worker is the
-// single-process gateway of src/main.ts with a stable instance id of its own in the Budget store.
+// /metrics for the worker a scrape reaches (src/server/worker-metrics.ts: no counter goes back when
+// a worker dies or misses a scrape), and on SIGTERM/SIGINT has every worker run its normal close
+// path before it exits. Each worker is the single-process gateway of src/main.ts with a stable
+// instance id of its own in the Budget store.
 // The per-key caps (proto/API.md §9) are counted by the primary for every worker: a worker asks it
 // for each keyed request's place and gives the place back when the request ends.
 import cluster, { type Worker } from "node:cluster";
@@ -25,9 +26,7 @@ import {
 } from "../service/admission.js";
 import type { GatewayMetrics } from "./metrics.js";
 import { listenOps, opsListenRefusal, type Readiness } from "./ops-server.js";
-
-/** One registry's metrics as JSON (`Registry.getMetricsAsJSON`), what a worker sends the primary. */
-type MetricsJson = Awaited<ReturnType<Registry["getMetricsAsJSON"]>>;
+import { type MetricsJson, WorkerMetricsMemory } from "./worker-metrics.js";
 
 /** The environment variable that carries a worker's settings from the primary (JSON). */
 const WORKER_ENV = "ACS_CLUSTER_WORKER";
@@ -460,8 +459,13 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
   let timeouts = 0;
   let first: ListeningInfo | undefined;
   let announced = false;
-  const pendingScrapes = new Map<number, { got: MetricsJson[]; waiting: Set<number>; done: () => void }>();
+  /** Scrapes waiting for workers' answers: the answers by slot, the slots still waiting. */
+  const pendingScrapes = new Map<
+    number,
+    { got: Map<number, MetricsJson>; waiting: Set<number>; done: () => void }
+  >();
   let nextScrape = 0;
+  const workerMetrics = new WorkerMetricsMemory();
 
   const primaryRegistry = new Registry();
   new Gauge({
@@ -492,24 +496,29 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     },
   });
 
-  /** Every listening worker's metrics, aggregated, plus the primary's own. */
+  /**
+   * Every listening worker's metrics, aggregated, plus the primary's own; the counters and
+   * histograms of workers that did not answer in time or have exited as they last answered
+   * (WorkerMetricsMemory: no counter of the aggregate goes back).
+   */
   const aggregate = (): Promise<string> =>
     new Promise((resolve, reject) => {
       const id = nextScrape++;
       const live = slots.filter((s) => s.listening && s.worker?.isConnected());
       const entry = {
-        got: [] as MetricsJson[],
+        got: new Map<number, MetricsJson>(),
         waiting: new Set(live.map((s) => s.n)),
         done: () => {
           clearTimeout(timer);
           pendingScrapes.delete(id);
-          Promise.all([AggregatorRegistry.aggregate(entry.got).metrics(), primaryRegistry.metrics()]).then(
+          const parts = workerMetrics.forScrape(entry.got.values(), entry.waiting);
+          Promise.all([AggregatorRegistry.aggregate(parts).metrics(), primaryRegistry.metrics()]).then(
             ([workers, own]) => resolve(`${workers}${own}`),
             reject,
           );
         },
       };
-      // A worker that does not answer within 5 s (stuck, or closing) is left out of this scrape.
+      // A worker that does not answer within 5 s (stuck, or closing) is read as it last answered.
       const timer = setTimeout(() => {
         logger.warn({ workers: [...entry.waiting] }, "workers did not answer a metrics scrape in 5 s");
         entry.done();
@@ -555,9 +564,13 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
         );
       }
     } else if (msg.acs === "metrics") {
+      // A dead worker's late answer (its 'exit' can come first) is not its slot's.
+      if (slot.worker !== worker) return;
+      // Also a late answer, after its scrape went on without it: the newest this worker counted.
+      workerMetrics.answered(slot.n, msg.id, msg.metrics);
       const entry = pendingScrapes.get(msg.id);
       if (entry === undefined || !entry.waiting.delete(slot.n)) return;
-      entry.got.push(msg.metrics);
+      entry.got.set(slot.n, msg.metrics);
       if (entry.waiting.size === 0) entry.done();
     } else if (msg.acs === "admit") {
       // A worker that has exited (its 'exit' can come before the last messages it wrote) or whose
@@ -621,8 +634,13 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     // Its requests ended with it: their places go back.
     for (const place of slot.places.values()) place.release();
     slot.places.clear();
-    for (const entry of pendingScrapes.values())
+    // Its last answer is kept for the scrapes to come; a scrape still waiting drops the answer it
+    // got from it, which that memory now counts (else twice).
+    workerMetrics.workerExited(slot.n);
+    for (const entry of pendingScrapes.values()) {
+      entry.got.delete(slot.n);
       if (entry.waiting.delete(slot.n) && entry.waiting.size === 0) entry.done();
+    }
     if (closing) {
       // A worker still starting has no handler yet: SIGTERM ends it at once, which is clean.
       if (code !== 0 && !(signal === "SIGTERM" && !wasListening)) unclean = true;

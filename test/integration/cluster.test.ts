@@ -1,7 +1,8 @@
 // ACS_WORKERS=2: a real primary (src/main.ts) with two workers on one port, the embedded engine
 // started once by the primary, keys on in one SQLite file. Requests reach both workers; a small
 // Budget is never overspent across them and no Hold is left open; /metrics sums both; a worker
-// that dies is started again; SIGTERM to the primary ends every process.
+// that dies is started again, its counts kept in /metrics; SIGTERM to the primary ends every
+// process.
 import type { ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { request } from "node:http";
@@ -12,6 +13,7 @@ import { Agent, fetch as undiciFetch } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type BudgetLedger, createBudgetLedger } from "../../src/budget/index.js";
 import { until } from "../helpers/hang-guard.js";
+import { metricSeries } from "../helpers/metrics.js";
 import { childrenOf, tcpSocketsOnPort, workerPidsOf } from "../helpers/proc.js";
 import { freePort, startTs, waitForOk } from "../helpers/processes.js";
 import { holdsByWorker } from "../helpers/sqlite-holds.js";
@@ -37,15 +39,7 @@ function alive(pid: number): boolean {
 }
 
 /** The value of each series of `name` on /metrics, by its label text (`""` without labels). */
-async function series(name: string): Promise<Map<string, number>> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const out = new Map<string, number>();
-  for (const line of text.split("\n")) {
-    const m = /^([a-zA-Z_:][\w:]*)(\{[^}]*\})? (\S+)$/.exec(line);
-    if (m?.[1] === name) out.set(m[2] ?? "", Number(m[3]));
-  }
-  return out;
-}
+const series = (name: string) => metricSeries(url, name);
 
 /** acs_cluster_worker_restarts_total; a scrape on a kept-alive connection to a dead worker: -1. */
 async function restarts(): Promise<number> {
@@ -208,7 +202,21 @@ describe("ACS_WORKERS=2", () => {
     expect(held.filter((s) => s.state !== "0A")).toEqual([]);
   });
 
-  it("starts a worker again when one dies", async () => {
+  it("starts a worker again when one dies; no counter on /metrics goes back", async () => {
+    // Both workers have answered requests (new connections: either worker may take each), so
+    // whichever dies takes counts with it.
+    await until(async () => {
+      await Promise.all(
+        Array.from({ length: 4 }, () =>
+          fetch(`${url}/v1/models`, { headers: { connection: "close" } }).then((r) => r.arrayBuffer()),
+        ),
+      );
+      const perWorker = [...(await series("acs_worker_requests_total")).values()];
+      return perWorker.length === 2 && perWorker.every((n) => n > 0);
+    }, "both workers have answered requests");
+    // This scrape is the last the primary reads from the worker that dies.
+    const requestsBefore = await series("acs_requests_total");
+    const perWorkerBefore = await series("acs_worker_requests_total");
     const [victim] = workerPids();
     expect(victim).toBeDefined();
     const restartsBefore = await restarts();
@@ -219,6 +227,14 @@ describe("ACS_WORKERS=2", () => {
     expect(now).toHaveLength(2);
     expect(now).not.toContain(victim);
     expect((await fetch(`${url}/readyz`)).status).toBe(200);
+    // The dead worker's counts stay in the sums (a drop would read as a counter reset in
+    // Prometheus): every series is at least what it was, each worker's too.
+    const requestsAfter = await series("acs_requests_total");
+    for (const [labels, n] of requestsBefore)
+      expect(requestsAfter.get(labels), labels).toBeGreaterThanOrEqual(n);
+    const perWorkerAfter = await series("acs_worker_requests_total");
+    for (const [labels, n] of perWorkerBefore)
+      expect(perWorkerAfter.get(labels), labels).toBeGreaterThanOrEqual(n);
   });
 
   it("SIGTERM to the primary: every worker closes, the engine stops, the primary exits 0", async () => {

@@ -7,7 +7,7 @@ import type { ChildProcess } from "node:child_process";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { until } from "../helpers/hang-guard.js";
-import { metricTotal } from "../helpers/metrics.js";
+import { metricSeries, metricTotal } from "../helpers/metrics.js";
 import { workerPidsOf } from "../helpers/proc.js";
 import { freePort, startTs, waitForOk } from "../helpers/processes.js";
 
@@ -63,12 +63,24 @@ describe("ACS_WORKER_TIMEOUT_MS with ACS_WORKERS=2", () => {
     primary?.kill("SIGKILL");
   });
 
-  it("a worker whose event loop stopped is killed and started again in its slot; the other is untouched", async () => {
+  it("a worker whose event loop stopped is killed and started again in its slot; the other is untouched; no counter on /metrics goes back", async () => {
+    // Both workers have answered completions, so that the stopped one's counts are missed if lost.
+    await until(async () => {
+      await Promise.all(Array.from({ length: 4 }, () => complete(url)));
+      const perWorker = [...(await metricSeries(ops, "acs_worker_requests_total")).values()];
+      return perWorker.length === 2 && perWorker.every((n) => n > 0);
+    }, "both workers have answered requests");
+    const requestsBefore = await metricSeries(ops, "acs_requests_total");
     const [victim, other] = workerPidsOf(primary.pid ?? 0) as [number, number];
     const restartsBefore = await metricTotal(ops, "acs_cluster_worker_restarts_total");
     expect(await metricTotal(ops, "acs_cluster_worker_timeouts_total")).toBe(0);
     process.kill(victim, "SIGSTOP");
     stopped.push(victim);
+    // A scrape while it is stopped: the primary waits 5 s for its answer, then reads its counters
+    // as it last answered (without them the sums would drop: a counter reset to Prometheus).
+    const requestsStopped = await metricSeries(ops, "acs_requests_total");
+    for (const [labels, n] of requestsBefore)
+      expect(requestsStopped.get(labels), labels).toBeGreaterThanOrEqual(n);
     // Killed (gone from the primary's children), and a new worker in its place.
     await until(
       () => {
@@ -86,6 +98,10 @@ describe("ACS_WORKER_TIMEOUT_MS with ACS_WORKERS=2", () => {
     );
     expect(await metricTotal(ops, "acs_cluster_worker_timeouts_total")).toBe(1);
     expect(await metricTotal(ops, "acs_cluster_worker_restarts_total")).toBe(restartsBefore + 1);
+    // Replaced, it is counted as it last answered.
+    const requestsReplaced = await metricSeries(ops, "acs_requests_total");
+    for (const [labels, n] of requestsBefore)
+      expect(requestsReplaced.get(labels), labels).toBeGreaterThanOrEqual(n);
     // Both serve: new connections, whichever worker takes each.
     const statuses = await Promise.all(Array.from({ length: 6 }, () => complete(url)));
     expect(statuses).toEqual([200, 200, 200, 200, 200, 200]);
