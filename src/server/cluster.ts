@@ -56,7 +56,8 @@ type ToPrimary =
   | { readonly acs: "metrics"; readonly id: number; readonly metrics: MetricsJson }
   | { readonly acs: "admit"; readonly id: number; readonly keyId: string; readonly demand: AdmissionDemand }
   | { readonly acs: "release"; readonly ticket: number }
-  | { readonly acs: "readiness"; readonly readiness: Readiness };
+  | { readonly acs: "readiness"; readonly readiness: Readiness }
+  | { readonly acs: "starting" };
 
 /**
  * The primary's answer to an `admit`: a ticket and its Inference requests, or the refusal's
@@ -135,6 +136,9 @@ export const READINESS_CHECK_MS = 250;
  */
 export const WORKER_SILENT_MS = 10_000;
 
+/** How often a worker that does not listen yet tells the primary it is alive, ms. */
+const STARTING_REPORT_MS = 1000;
+
 /** How often the primary checks its workers' silence against ACS_WORKER_TIMEOUT_MS, ms. */
 const WATCHDOG_TICK_MS = 1000;
 
@@ -156,6 +160,12 @@ export function joinCluster(logger: Logger): ClusterWorker | undefined {
   let admitAnswered = (m: AdmitAnswer): void => {
     if (m.ticket !== undefined) send({ acs: "release", ticket: m.ticket });
   };
+  // Until it listens, the worker tells the primary once a second that its event loop turns: the
+  // primary replaces a worker silent for ACS_WORKER_TIMEOUT_MS while starting too (a wait on the
+  // store is not silence; a loop stalled is).
+  send({ acs: "starting" });
+  const starting = setInterval(() => send({ acs: "starting" }), STARTING_REPORT_MS);
+  starting.unref();
   process.on("message", (m: unknown) => {
     if (!isAcsMessage(m)) return;
     const msg = m as ToWorker;
@@ -218,6 +228,7 @@ export function joinCluster(logger: Logger): ClusterWorker | undefined {
       });
     },
     listening(info) {
+      clearInterval(starting);
       send({ acs: "listening", info });
     },
     reportReadiness(read) {
@@ -394,7 +405,10 @@ interface Slot {
   readonly places: Map<number, AdmissionTicket>;
   /** What its worker last reported of its readiness; undefined until then. */
   readiness: Readiness | undefined;
-  /** When that report (or its "listening") came: performance.now(), which no wall-clock step moves. */
+  /**
+   * When its worker was last heard from (forked, "starting", "listening", a readiness report):
+   * performance.now(), which no wall-clock step moves.
+   */
   heardAt: number;
   /** Killed for its silence (ACS_WORKER_TIMEOUT_MS); its 'exit' has not come yet. */
   timedOut: boolean;
@@ -407,10 +421,11 @@ interface Slot {
  * it cannot — a port in use), then the others, all accepting on one shared socket (SCHED_NONE);
  * logs `acs-gateway listening on URL …` once all listen. A worker that dies is logged and started
  * again in its slot (same instance id, so it releases the Holds its predecessor left), after 0.1 s,
- * doubling up to 10 s while workers die young. A listening worker not heard from for
- * `config.workerTimeoutMs` (ACS_WORKER_TIMEOUT_MS; its event loop stalled) is SIGKILLed and so
- * started again (`acs_cluster_worker_timeouts_total`), one at a time (the last one holding the
- * port waits for another's replacement to listen), and while closing too (not started again then);
+ * doubling up to 10 s while workers die young. A worker, listening or still starting, not heard
+ * from for `config.workerTimeoutMs` (ACS_WORKER_TIMEOUT_MS; its event loop stalled) is SIGKILLed
+ * and so started again (`acs_cluster_worker_timeouts_total`; worker 1 at the start: the start
+ * fails), listening ones one at a time (the last one holding the port waits for another's
+ * replacement to listen), and while closing too (not started again then);
  * the time the primary's own loop was held up is not counted (its reports waited unread). SIGTERM or SIGINT: SIGTERM to every worker (each
  * closes as the single process does), then the engine is stopped and the primary exits 0 (1 if a
  * worker did not end cleanly).
@@ -584,6 +599,8 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
         slot.places.get(answer.ticket)?.release();
         slot.places.delete(answer.ticket);
       });
+    } else if (msg.acs === "starting") {
+      if (slot.worker === worker) slot.heardAt = performance.now();
     } else if (msg.acs === "readiness") {
       if (slot.worker === worker) {
         slot.readiness = msg.readiness;
@@ -615,6 +632,8 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     slot.listening = false;
     slot.timedOut = false;
     slot.startedAt = Date.now();
+    // Its silence counts from now: one that never reports is replaced too.
+    slot.heardAt = performance.now();
     worker.on("message", (m: unknown) => onMessage(slot, worker, m));
     // A send to a worker that just died fails with EPIPE, emitted as 'error' on the Worker: without
     // a listener that would throw in the primary and end the gateway. Its 'exit' follows.
@@ -714,7 +733,8 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
   process.on("SIGTERM", () => shutdown("SIGTERM"));
   process.on("SIGINT", () => shutdown("SIGINT"));
 
-  // ACS_WORKER_TIMEOUT_MS: a listening worker silent that long is killed; its 'exit' starts another.
+  // ACS_WORKER_TIMEOUT_MS: a worker silent that long, listening or still starting, is killed; its
+  // 'exit' starts another (or, for worker 1 at the gateway's start, ends the start with exit 1).
   if (config.workerTimeoutMs > 0) {
     const timeoutMs = config.workerTimeoutMs;
     let tickedAt = performance.now();
@@ -728,20 +748,33 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
       for (const slot of slots) {
         if (lateMs > WATCHDOG_TICK_MS) slot.heardAt += lateMs;
         const silentMs = now - slot.heardAt;
-        if (!slot.listening || slot.timedOut || slot.worker === undefined || silentMs < timeoutMs) continue;
+        if (slot.timedOut || slot.worker === undefined || silentMs < timeoutMs) continue;
         // One at a time: the shared listening socket closes once no worker holds it (node:cluster),
         // resetting the connections waiting in its queue; a stalled worker still holds it. So the
         // last worker standing waits for another's replacement to listen. (Closing: none comes.)
+        // A worker still starting holds no connection.
         const another = slots.some((o) => o !== slot && o.listening && !o.timedOut);
-        if (!closing && !another) continue;
+        if (slot.listening && !closing && !another) continue;
         slot.timedOut = true;
         timeouts++;
-        logger.error(
-          { worker: slot.n, workerPid: slot.worker.process.pid, silentMs: Math.round(silentMs), timeoutMs },
-          closing
-            ? "worker not heard from within ACS_WORKER_TIMEOUT_MS while the gateway closes (its event loop stalled); killing it"
-            : "worker not heard from within ACS_WORKER_TIMEOUT_MS (its event loop stalled); killing it and starting another in its place",
-        );
+        const fields = {
+          worker: slot.n,
+          workerPid: slot.worker.process.pid,
+          silentMs: Math.round(silentMs),
+          timeoutMs,
+        };
+        if (!slot.listening)
+          logger.error(
+            fields,
+            "worker not heard from within ACS_WORKER_TIMEOUT_MS while starting (its event loop stalled); killing it",
+          );
+        else
+          logger.error(
+            fields,
+            closing
+              ? "worker not heard from within ACS_WORKER_TIMEOUT_MS while the gateway closes (its event loop stalled); killing it"
+              : "worker not heard from within ACS_WORKER_TIMEOUT_MS (its event loop stalled); killing it and starting another in its place",
+          );
         slot.worker.process.kill("SIGKILL");
       }
     }, WATCHDOG_TICK_MS).unref();

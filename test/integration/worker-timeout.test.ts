@@ -1,7 +1,7 @@
-// ACS_WORKER_TIMEOUT_MS: the cluster's primary kills a listening worker it has not heard from for
-// that long (its event loop stalled; here stopped with SIGSTOP) and starts another in its slot, as
-// gunicorn's worker timeout does; a primary that was itself held up kills nobody, since the
-// workers' reports waited unread in its channels. A real gateway (src/main.ts, ACS_WORKERS=2) with
+// ACS_WORKER_TIMEOUT_MS: the cluster's primary kills a worker, listening or still starting, it has
+// not heard from for that long (its event loop stalled; here stopped with SIGSTOP) and starts
+// another in its slot, as gunicorn's worker timeout does; a primary that was itself held up kills
+// nobody, since the workers' reports waited unread in its channels. A real gateway (src/main.ts, ACS_WORKERS=2) with
 // the embedded engine, keys off; the primary's counters read on its ops port.
 import type { ChildProcess } from "node:child_process";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -163,6 +163,40 @@ describe("ACS_WORKER_TIMEOUT_MS with ACS_WORKERS=2", () => {
       "two workers listen again",
       50,
     );
+  });
+
+  it("a worker stopped while starting, before it listens, is killed and started again", async () => {
+    const before = workerPidsOf(primary.pid ?? 0);
+    expect(before).toHaveLength(2);
+    const timeoutsBefore = await metricTotal(ops, "acs_cluster_worker_timeouts_total");
+    process.kill(before[0] as number, "SIGKILL");
+    // Its replacement, stopped as soon as it appears (a worker takes a second or more to listen).
+    let starting = 0;
+    await until(
+      () => {
+        starting = workerPidsOf(primary.pid ?? 0).find((p) => !before.includes(p)) ?? 0;
+        return starting !== 0;
+      },
+      "a replacement forked",
+      5,
+    );
+    process.kill(starting, "SIGSTOP");
+    stopped.push(starting);
+    // It stopped before it listened: one worker listens.
+    expect(await metricTotal(ops, "acs_cluster_workers")).toBe(1);
+    await until(
+      () => !workerPidsOf(primary.pid ?? 0).includes(starting),
+      "the worker stopped while starting is killed",
+      50,
+    );
+    await until(
+      async () => (await metricTotal(ops, "acs_cluster_workers")) === 2,
+      "two workers listen again",
+      50,
+    );
+    expect(await metricTotal(ops, "acs_cluster_worker_timeouts_total")).toBe(timeoutsBefore + 1);
+    const statuses = await Promise.all(Array.from({ length: 4 }, () => complete(url)));
+    expect(statuses).toEqual([200, 200, 200, 200]);
   });
 
   it("SIGTERM with a worker stopped: /readyz there is 503 at once, the watchdog kills the stalled worker, the primary exits 1", async () => {
