@@ -51,9 +51,35 @@ describe("ChoiceTextOffsets", () => {
       offsets: [[0, 0, 1, 2]],
     },
     {
-      name: "three split characters then text (the run's bytes decide where the text resumes)",
+      name: "three split characters then text: each token starts in the character of its first byte",
       chunks: [["éééx", [R, `${R}${R}`, `${R}${R}`, R, "x"]]],
-      offsets: [[0, 0, 0, 0, 3]],
+      offsets: [[0, 0, 1, 2, 3]],
+    },
+    {
+      name: "two split characters side by side, a byte a token: the second's bytes start at 1",
+      chunks: [["😀😀", ["<|begin_of_text|>", R, R, R, R, R, R, R, R], true]],
+      offsets: [[0, 0, 0, 0, 0, 1, 1, 1, 1]],
+    },
+    {
+      name: "two split characters side by side, Llama 3's tokens (3 bytes and 1 each)",
+      chunks: [["😀😀x", [R, R, R, R, "x"]]],
+      offsets: [[0, 0, 1, 1, 2]],
+    },
+    {
+      name: "strings that two splits fit: a token gets the earliest character it may start in",
+      // 🙂🙃 as Llama 3 cuts them (f0 9f | 99 82 | f0 9f | 99 | 83) fits f0 | 9f 99 | 82 | f0 9f 99 | 83 too.
+      chunks: [["🙂🙃x", [R, `${R}${R}`, R, R, R, "x"]]],
+      offsets: [[0, 0, 0, 1, 1, 2]],
+    },
+    {
+      name: "split characters at the end of a whole answer",
+      chunks: [["a中文", ["a", R, R, R, R, R, R], true]],
+      offsets: [[0, 1, 1, 1, 2, 2, 2]],
+    },
+    {
+      name: "split characters at the end of a chunk that is not the last: where they end is not known yet",
+      chunks: [["a中文", ["a", R, R, R, R, R, R]]],
+      offsets: [[0, 1, 1, 1, 1, 1, 1]],
     },
     {
       name: "empty token strings (partial bytes in older vLLM) have zero width",

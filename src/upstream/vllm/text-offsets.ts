@@ -62,6 +62,11 @@ const holdsBytes = (token: string): boolean => token.includes(replacementChar);
  * the offset a stream gives it, up to the end of the text the stream had (a token it cannot place
  * may get an earlier offset).
  * Tokens are looked for at most 4096 code units ahead of the position.
+ * A run of tokens holding bytes, all put at its start, whose text is known within one call (from
+ * after a token that holds no bytes, or the choice's first token, to the next token or the end of
+ * a `final` text) is then split over its characters ({@link splitRun}): each token gets the
+ * character its first byte belongs to, or the earliest one it may belong to when the strings
+ * allow several readings.
  */
 export class ChoiceTextOffsets {
   /** The choice's text from `pos` on (what came before it is never looked at again). */
@@ -76,6 +81,8 @@ export class ChoiceTextOffsets {
   private empties = 0;
   /** The last offset given (code points). */
   private lastOffset = 0;
+  /** Tokens given so far (all calls). */
+  private tokensSeen = 0;
 
   /**
    * Appends `textDelta` (the choice's next text) and returns one offset per token of that text.
@@ -88,6 +95,11 @@ export class ChoiceTextOffsets {
   next(textDelta: string, tokens: readonly string[], final = false): number[] {
     const chunkStart = this.text.length;
     this.text += textDelta;
+    // This call's text from the position on, and the position's code point (for splitRuns).
+    const callText = this.text;
+    const callStart = this.posCodePoints;
+    const firstCall = this.tokensSeen === 0;
+    this.tokensSeen += tokens.length;
     // With nothing waiting, text of earlier chunks after the position is empty strings' U+FEFFs
     // (or text without tokens): the position moves past it.
     if (this.pos < chunkStart && this.waiting.length === 0) {
@@ -132,6 +144,8 @@ export class ChoiceTextOffsets {
       this.lastOffset = Math.max(this.lastOffset, offset);
       offsets[i] = this.lastOffset;
     }
+    splitRuns(tokens, offsets, callText, callStart, firstCall, final);
+    for (const offset of offsets) this.lastOffset = Math.max(this.lastOffset, offset);
     // Nothing before the position is read again: only the text from it on is kept (a long stream
     // would otherwise hold its whole text).
     if (this.pos > 0) {
@@ -297,6 +311,104 @@ export class ChoiceTextOffsets {
     this.posCodePoints += codePoints(this.text, this.pos, to);
     this.pos = to;
   }
+}
+
+/**
+ * Gives the tokens of a run of tokens holding bytes (U+FFFD in their strings) that the tracker put
+ * all at the run's start the characters their first bytes belong to, where the strings allow one
+ * reading: a run of one call whose text is known from its start (after a token that holds no
+ * bytes, or the choice's first token) to its end (the next token's offset, or the end of the
+ * text with `final`). `offsets` (code points; `callText` starts at code point `callStart`) is
+ * changed in place, only to later offsets within the run, so it stays never decreasing.
+ */
+function splitRuns(
+  tokens: readonly string[],
+  offsets: number[],
+  callText: string,
+  callStart: number,
+  firstCall: boolean,
+  final: boolean,
+): void {
+  let chars: string[] | undefined;
+  for (let i = 0; i < tokens.length; i++) {
+    if (!holdsBytes(tokens[i] as string)) continue;
+    let j = i;
+    while (j < tokens.length && holdsBytes(tokens[j] as string)) j++;
+    const from = i;
+    i = j;
+    // Known from its start: after a token of this call that holds no bytes, or the first token.
+    if (from === 0 && !firstCall) continue;
+    const start = offsets[from] as number;
+    if (offsets.slice(from, j).some((o) => o !== start)) continue;
+    chars ??= [...callText];
+    const end = j < tokens.length ? (offsets[j] as number) : final ? callStart + chars.length : -1;
+    if (end <= start || start < callStart) continue;
+    const run = chars.slice(start - callStart, end - callStart);
+    const split = splitRun(tokens.slice(from, j), run);
+    if (split === undefined) continue;
+    for (const [k, o] of split.entries()) offsets[from + k] = start + o;
+  }
+}
+
+/**
+ * The character (index into `chars`) each of `tokens` starts in, when the tokens' bytes are
+ * exactly the bytes of `chars` and each token's string is its bytes decoded alone (WHATWG /
+ * Python "replace": each lone continuation byte one U+FFFD, a character cut at the token's end
+ * one U+FFFD). Where the strings allow several readings, a token gets the earliest character it
+ * may start in; undefined when none fits (or `chars` holds a U+FFFD: the text's own, ambiguous).
+ */
+export function splitRun(tokens: readonly string[], chars: readonly string[]): number[] | undefined {
+  if (chars.includes(replacementChar) || tokens.length > maxLookahead || chars.length > maxLookahead) {
+    return undefined;
+  }
+  const lengths = chars.map((ch) => utf8Length(ch, 3));
+  /** A state between tokens: `c` characters done and `b` bytes of the next (key c * 4 + b). */
+  const key = (c: number, b: number) => c * 4 + b;
+  const step = (token: string, c0: number, b0: number): number[] => {
+    let c = c0;
+    let b = b0;
+    const units = [...token];
+    let k = 0;
+    // Bytes that continue a character begun in an earlier token: one U+FFFD each.
+    for (; k < units.length && b > 0; k++) {
+      if (units[k] !== replacementChar) return [];
+      b++;
+      if (b === lengths[c]) {
+        c++;
+        b = 0;
+      }
+    }
+    // Whole characters, as themselves.
+    for (; k < units.length && units[k] !== replacementChar; k++) {
+      if (chars[c] !== units[k]) return [];
+      c++;
+    }
+    if (k === units.length) return [key(c, b)];
+    // The start of a character cut at the token's end: its last unit, 1 to length − 1 bytes.
+    const length = lengths[c] ?? 0;
+    if (k !== units.length - 1 || length < 2) return [];
+    return Array.from({ length: length - 1 }, (_, n) => key(c, n + 1));
+  };
+  // Forward: the states each token may start in.
+  const forward: Set<number>[] = [new Set([key(0, 0)])];
+  for (const [t, token] of tokens.entries()) {
+    const next = new Set<number>();
+    for (const s of forward[t] as Set<number>) for (const e of step(token, s >> 2, s & 3)) next.add(e);
+    forward.push(next);
+  }
+  const last = key(chars.length, 0);
+  if (!(forward[tokens.length] as Set<number>).has(last)) return undefined;
+  // Backward: keep the states that lead to the end; a token starts in the earliest character left.
+  const out = new Array<number>(tokens.length);
+  let live = new Set([last]);
+  for (let t = tokens.length - 1; t >= 0; t--) {
+    const before = new Set<number>();
+    for (const s of forward[t] as Set<number>)
+      if (step(tokens[t] as string, s >> 2, s & 3).some((e) => live.has(e))) before.add(s);
+    out[t] = Math.min(...[...before].map((s) => s >> 2));
+    live = before;
+  }
+  return out;
 }
 
 /** True when `text` is the strings of some of `tokens` from the `from`th on, in order (the others not in it). */
