@@ -97,10 +97,11 @@ export interface ClusterWorker {
   /**
    * The Prometheus text of every worker's metrics aggregated by the primary (prom-client
    * AggregatorRegistry: counters and histograms summed, per-worker series kept apart by their
-   * `worker` label), plus the primary's `acs_cluster_*`. Falls back to this worker's own metrics
-   * when the primary does not answer.
+   * `worker` label), plus the primary's `acs_cluster_*`. Rejects with ApiError 503
+   * `upstream_unavailable` when the primary does not answer within 10 s (or fails): this worker's
+   * own counters alone would read as counter resets.
    */
-  scrape(local: Registry): Promise<string>;
+  scrape(): Promise<string>;
   /** Tells the primary this worker listens (the primary logs the one "listening" line). */
   listening(info: ListeningInfo): void;
   /**
@@ -206,24 +207,31 @@ export function joinCluster(logger: Logger): ClusterWorker | undefined {
         },
       });
     },
-    scrape(local) {
+    scrape() {
       const id = nextId++;
-      return new Promise<string>((resolve) => {
-        const fallback = (why: string) => {
+      return new Promise<string>((resolve, reject) => {
+        // Not this worker's own metrics instead: its counters alone are lower than the sums the
+        // scrapes before had (a counter reset to Prometheus). A failed scrape is only a gap.
+        const fail = (why: string) => {
           scrapes.delete(id);
-          logger.warn({ why }, "metrics of the other workers unavailable; answering this worker's own");
-          local.metrics().then(resolve, () => resolve(""));
+          logger.warn({ why }, "the workers' metrics are unavailable: /metrics answers 503");
+          reject(
+            new ApiError(
+              "upstream_unavailable",
+              `The gateway's metrics are unavailable: ${why}. Retry the scrape.`,
+            ),
+          );
         };
-        const timer = setTimeout(() => fallback("the primary did not answer in 10 s"), 10_000);
+        const timer = setTimeout(() => fail("the cluster's primary did not answer within 10 s"), 10_000);
         scrapes.set(id, (reply) => {
           clearTimeout(timer);
           scrapes.delete(id);
           if (reply.text !== undefined) resolve(reply.text);
-          else fallback(reply.error ?? "no answer");
+          else fail(`the cluster's primary failed to aggregate them (${reply.error ?? "no answer"})`);
         });
         if (!process.send?.({ acs: "scrape", id } satisfies ToPrimary)) {
           clearTimeout(timer);
-          fallback("no channel to the primary");
+          fail("this worker has no channel to the cluster's primary");
         }
       });
     },
@@ -412,6 +420,12 @@ interface Slot {
   heardAt: number;
   /** Killed for its silence (ACS_WORKER_TIMEOUT_MS); its 'exit' has not come yet. */
   timedOut: boolean;
+  /**
+   * Its worker has reported (a "starting" report, or "listening"): from then on its silence counts
+   * (ACS_WORKER_TIMEOUT_MS). Not before: Node's own start, with no event loop turning yet to
+   * report, takes ~0.4 s to the first report, and 10 s and more on a starved CPU.
+   */
+  reported: boolean;
 }
 
 /**
@@ -421,8 +435,9 @@ interface Slot {
  * it cannot — a port in use), then the others, all accepting on one shared socket (SCHED_NONE);
  * logs `acs-gateway listening on URL …` once all listen. A worker that dies is logged and started
  * again in its slot (same instance id, so it releases the Holds its predecessor left), after 0.1 s,
- * doubling up to 10 s while workers die young. A worker, listening or still starting, not heard
- * from for `config.workerTimeoutMs` (ACS_WORKER_TIMEOUT_MS; its event loop stalled) is SIGKILLed
+ * doubling up to 10 s while workers die young or before they listen. A worker, listening or still
+ * starting, not heard from for `config.workerTimeoutMs` (ACS_WORKER_TIMEOUT_MS; its event loop
+ * stalled; counted from its first report, not from its fork) is SIGKILLed
  * and so started again (`acs_cluster_worker_timeouts_total`; worker 1 at the start: the start
  * fails), listening ones one at a time (the last one holding the port waits for another's
  * replacement to listen), and while closing too (not started again then);
@@ -464,6 +479,7 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     readiness: undefined,
     heardAt: 0,
     timedOut: false,
+    reported: false,
   }));
   // The per-key caps of every worker (see ClusterWorker.admission).
   const admission = createAdmission(admissionLimitsFrom(config));
@@ -477,7 +493,7 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
   /** Scrapes waiting for workers' answers: the answers by slot, the slots still waiting. */
   const pendingScrapes = new Map<
     number,
-    { got: Map<number, MetricsJson>; waiting: Set<number>; done: () => void }
+    { got: Map<number, MetricsJson>; waiting: Set<number>; silent: Set<number>; done: () => void }
   >();
   let nextScrape = 0;
   const workerMetrics = new WorkerMetricsMemory();
@@ -523,10 +539,13 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
       const entry = {
         got: new Map<number, MetricsJson>(),
         waiting: new Set(live.map((s) => s.n)),
+        // Read as they last answered: a worker whose channel closed before its 'exit' came, and
+        // one that answered nothing (it failed to read its registry).
+        silent: new Set(slots.filter((s) => s.listening && !s.worker?.isConnected()).map((s) => s.n)),
         done: () => {
           clearTimeout(timer);
           pendingScrapes.delete(id);
-          const parts = workerMetrics.forScrape(entry.got.values(), entry.waiting);
+          const parts = workerMetrics.forScrape(entry.got.values(), [...entry.waiting, ...entry.silent]);
           Promise.all([AggregatorRegistry.aggregate(parts).metrics(), primaryRegistry.metrics()]).then(
             ([workers, own]) => resolve(`${workers}${own}`),
             reject,
@@ -567,6 +586,7 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     const msg = m as ToPrimary;
     if (msg.acs === "listening") {
       slot.listening = true;
+      slot.reported = true;
       slot.heardAt = performance.now();
       slot.delayMs = 100;
       first ??= msg.info;
@@ -585,7 +605,8 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
       workerMetrics.answered(slot.n, msg.id, msg.metrics);
       const entry = pendingScrapes.get(msg.id);
       if (entry === undefined || !entry.waiting.delete(slot.n)) return;
-      entry.got.set(slot.n, msg.metrics);
+      if (msg.metrics.length > 0) entry.got.set(slot.n, msg.metrics);
+      else entry.silent.add(slot.n);
       if (entry.waiting.size === 0) entry.done();
     } else if (msg.acs === "admit") {
       // A worker that has exited (its 'exit' can come before the last messages it wrote) or whose
@@ -600,7 +621,10 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
         slot.places.delete(answer.ticket);
       });
     } else if (msg.acs === "starting") {
-      if (slot.worker === worker) slot.heardAt = performance.now();
+      if (slot.worker !== worker) return;
+      if (!slot.reported) logger.debug({ worker: slot.n, workerPid: worker.process.pid }, "worker starting");
+      slot.reported = true;
+      slot.heardAt = performance.now();
     } else if (msg.acs === "readiness") {
       if (slot.worker === worker) {
         slot.readiness = msg.readiness;
@@ -632,8 +656,7 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     slot.listening = false;
     slot.timedOut = false;
     slot.startedAt = Date.now();
-    // Its silence counts from now: one that never reports is replaced too.
-    slot.heardAt = performance.now();
+    slot.reported = false;
     worker.on("message", (m: unknown) => onMessage(slot, worker, m));
     // A send to a worker that just died fails with EPIPE, emitted as 'error' on the Worker: without
     // a listener that would throw in the primary and end the gateway. Its 'exit' follows.
@@ -671,9 +694,11 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
       startFailed(code ?? 1);
       return;
     }
-    const lived = Date.now() - slot.startedAt;
-    const delay = lived < minUptimeMs ? slot.delayMs : 100;
-    slot.delayMs = lived < minUptimeMs ? Math.min(slot.delayMs * 2, 10_000) : 100;
+    // A worker that died young, or before it listened, is started again after a delay that doubles
+    // (a store that refuses it, a CPU too starved to start it: not all of them at once, in a loop).
+    const young = !wasListening || Date.now() - slot.startedAt < minUptimeMs;
+    const delay = young ? slot.delayMs : 100;
+    slot.delayMs = young ? Math.min(slot.delayMs * 2, 10_000) : 100;
     restarts++;
     logger.error(
       { worker: slot.n, workerPid: worker.process.pid, code, signal, restartInMs: delay },
@@ -748,7 +773,7 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
       for (const slot of slots) {
         if (lateMs > WATCHDOG_TICK_MS) slot.heardAt += lateMs;
         const silentMs = now - slot.heardAt;
-        if (slot.timedOut || slot.worker === undefined || silentMs < timeoutMs) continue;
+        if (!slot.reported || slot.timedOut || slot.worker === undefined || silentMs < timeoutMs) continue;
         // One at a time: the shared listening socket closes once no worker holds it (node:cluster),
         // resetting the connections waiting in its queue; a stalled worker still holds it. So the
         // last worker standing waits for another's replacement to listen. (Closing: none comes.)
@@ -766,7 +791,9 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
         if (!slot.listening)
           logger.error(
             fields,
-            "worker not heard from within ACS_WORKER_TIMEOUT_MS while starting (its event loop stalled); killing it",
+            startFailed !== undefined
+              ? "worker not heard from within ACS_WORKER_TIMEOUT_MS while starting (its event loop stalled); killing it: the gateway's start fails"
+              : "worker not heard from within ACS_WORKER_TIMEOUT_MS while starting (its event loop stalled); killing it and starting another in its place",
           );
         else
           logger.error(

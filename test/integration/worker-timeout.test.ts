@@ -3,13 +3,14 @@
 // another in its slot, as gunicorn's worker timeout does; a primary that was itself held up kills
 // nobody, since the workers' reports waited unread in its channels. A real gateway (src/main.ts, ACS_WORKERS=2) with
 // the embedded engine, keys off; the primary's counters read on its ops port.
-import type { ChildProcess } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
+import { createInterface } from "node:readline";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { until } from "../helpers/hang-guard.js";
 import { metricSeries, metricTotal } from "../helpers/metrics.js";
 import { workerPidsOf } from "../helpers/proc.js";
-import { freePort, startTs, waitForOk } from "../helpers/processes.js";
+import { freePort, waitForOk } from "../helpers/processes.js";
 
 /** The shortest ACS_WORKER_TIMEOUT_MS: far above an idle worker's gap between reports (≤ 1.25 s). */
 const TIMEOUT_MS = 10_000;
@@ -30,22 +31,36 @@ describe("ACS_WORKER_TIMEOUT_MS with ACS_WORKERS=2", () => {
   let url: string;
   let ops: string;
   const stopped: number[] = [];
+  /** The gateway's log lines (every process's: the primary's and the workers'), parsed. */
+  const logs: { msg?: string; workerPid?: number }[] = [];
 
   beforeAll(async () => {
     const [port, opsPort] = [await freePort(), await freePort()];
     url = `http://127.0.0.1:${port}`;
     ops = `http://127.0.0.1:${opsPort}`;
-    primary = startTs(["src/main.ts"], {
-      ACS_WORKERS: "2",
-      ACS_WORKER_TIMEOUT_MS: String(TIMEOUT_MS),
-      ACS_ENGINE_PRESET: "tiny",
-      PORT: String(port),
-      ACS_OPS_PORT: String(opsPort),
-      ACS_LOG_LEVEL: "warn",
-      // SIGTERM (the last case): a healthy worker drains for 1 s; the shutdown's own time limit
-      // (drain + grace + 15 s) is over an hour, so that only the watchdog can end a stalled one.
-      ACS_DRAIN_DELAY_MS: "1000",
-      ACS_SHUTDOWN_GRACE_MS: "3600000",
+    primary = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
+      env: {
+        ...process.env,
+        ACS_WORKERS: "2",
+        ACS_WORKER_TIMEOUT_MS: String(TIMEOUT_MS),
+        ACS_ENGINE_PRESET: "tiny",
+        PORT: String(port),
+        ACS_OPS_PORT: String(opsPort),
+        // The primary's "worker starting" line (debug) says when a worker has reported.
+        ACS_LOG_LEVEL: "debug",
+        // SIGTERM (the last case): a healthy worker drains for 1 s; the shutdown's own time limit
+        // (drain + grace + 15 s) is over an hour, so that only the watchdog can end a stalled one.
+        ACS_DRAIN_DELAY_MS: "1000",
+        ACS_SHUTDOWN_GRACE_MS: "3600000",
+      },
+      stdio: ["ignore", "pipe", "ignore"],
+    });
+    createInterface({ input: primary.stdout as NodeJS.ReadableStream }).on("line", (line) => {
+      try {
+        logs.push(JSON.parse(line));
+      } catch {
+        // not a log line
+      }
     });
     await waitForOk(`${url}/readyz`);
     await until(async () => (await metricTotal(ops, "acs_cluster_workers")) === 2, "both workers listen", 50);
@@ -131,16 +146,26 @@ describe("ACS_WORKER_TIMEOUT_MS with ACS_WORKERS=2", () => {
     expect(await metricTotal(ops, "acs_cluster_worker_timeouts_total")).toBe(timeoutsBefore + 1);
   });
 
-  it("a primary held up past the timeout kills no worker: their reports waited in its channels", async () => {
+  it("a primary held up past the timeout kills no worker: their reports waited in its channels; /metrics on the main port is 503 meanwhile", async () => {
     const before = workerPidsOf(primary.pid ?? 0);
     expect(before).toHaveLength(2);
     const timeoutsBefore = await metricTotal(ops, "acs_cluster_worker_timeouts_total");
     process.kill(primary.pid ?? 0, "SIGSTOP");
+    let scrape: Promise<Response> | undefined;
     try {
+      // A worker asks the primary for every worker's metrics and waits 10 s: not its own alone
+      // instead (lower than the sums before: counter resets to Prometheus).
+      scrape = fetch(`${url}/metrics`);
       await sleep(TIMEOUT_MS + 2000);
     } finally {
       process.kill(primary.pid ?? 0, "SIGCONT");
     }
+    const res = await scrape;
+    expect(res.status).toBe(503);
+    const body = (await res.json()) as { error: { code: string; type: string }; request_id: string };
+    expect(body.error.code).toBe("upstream_unavailable");
+    expect(body.error.type).toBe("server_error");
+    expect(body.request_id).toBe(res.headers.get("x-request-id"));
     // Its watchdog runs every second: give it several turns to (wrongly) act.
     await sleep(3000);
     expect(workerPidsOf(primary.pid ?? 0)).toEqual(before);
@@ -165,12 +190,11 @@ describe("ACS_WORKER_TIMEOUT_MS with ACS_WORKERS=2", () => {
     );
   });
 
-  it("a worker stopped while starting, before it listens, is killed and started again", async () => {
+  /** Kills a worker; resolves with its replacement's pid as soon as that is forked. */
+  async function replaceOne(): Promise<number> {
     const before = workerPidsOf(primary.pid ?? 0);
     expect(before).toHaveLength(2);
-    const timeoutsBefore = await metricTotal(ops, "acs_cluster_worker_timeouts_total");
     process.kill(before[0] as number, "SIGKILL");
-    // Its replacement, stopped as soon as it appears (a worker takes a second or more to listen).
     let starting = 0;
     await until(
       () => {
@@ -180,10 +204,28 @@ describe("ACS_WORKER_TIMEOUT_MS with ACS_WORKERS=2", () => {
       "a replacement forked",
       5,
     );
-    process.kill(starting, "SIGSTOP");
-    stopped.push(starting);
-    // It stopped before it listened: one worker listens.
-    expect(await metricTotal(ops, "acs_cluster_workers")).toBe(1);
+    return starting;
+  }
+
+  it("a worker stopped while starting, after its first report, before it listens, is killed and started again", async () => {
+    const timeoutsBefore = await metricTotal(ops, "acs_cluster_worker_timeouts_total");
+    // Stopped between its first report and its listening (a second or more under tsx); if it
+    // listened first, it is let go and another one tried.
+    let starting = 0;
+    for (let attempt = 1; ; attempt++) {
+      starting = await replaceOne();
+      await until(
+        () => logs.some((l) => l.msg === "worker starting" && l.workerPid === starting),
+        "the replacement reports",
+        5,
+      );
+      process.kill(starting, "SIGSTOP");
+      stopped.push(starting);
+      await sleep(200); // a "listening" it sent before it stopped is read by then
+      if ((await metricTotal(ops, "acs_cluster_workers")) === 1) break;
+      process.kill(starting, "SIGCONT");
+      expect(attempt, "a replacement stopped before it listened").toBeLessThan(5);
+    }
     await until(
       () => !workerPidsOf(primary.pid ?? 0).includes(starting),
       "the worker stopped while starting is killed",
@@ -197,6 +239,26 @@ describe("ACS_WORKER_TIMEOUT_MS with ACS_WORKERS=2", () => {
     expect(await metricTotal(ops, "acs_cluster_worker_timeouts_total")).toBe(timeoutsBefore + 1);
     const statuses = await Promise.all(Array.from({ length: 4 }, () => complete(url)));
     expect(statuses).toEqual([200, 200, 200, 200]);
+  });
+
+  it("a worker held up before its first report (Node still starting: a starved CPU) is not killed, however long", async () => {
+    const timeoutsBefore = await metricTotal(ops, "acs_cluster_worker_timeouts_total");
+    const starting = await replaceOne();
+    // Stopped at once: Node has not loaded the gateway yet (its first report comes ~0.8 s after
+    // the fork under tsx). Counted from the fork, its silence would pass the timeout.
+    process.kill(starting, "SIGSTOP");
+    stopped.push(starting);
+    expect(logs.some((l) => l.msg === "worker starting" && l.workerPid === starting)).toBe(false);
+    await sleep(TIMEOUT_MS + 3000);
+    expect(workerPidsOf(primary.pid ?? 0)).toContain(starting);
+    process.kill(starting, "SIGCONT");
+    await until(
+      async () => (await metricTotal(ops, "acs_cluster_workers")) === 2,
+      "it starts and listens",
+      50,
+    );
+    expect(workerPidsOf(primary.pid ?? 0)).toContain(starting);
+    expect(await metricTotal(ops, "acs_cluster_worker_timeouts_total")).toBe(timeoutsBefore);
   });
 
   it("SIGTERM with a worker stopped: /readyz there is 503 at once, the watchdog kills the stalled worker, the primary exits 1", async () => {
