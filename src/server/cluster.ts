@@ -137,6 +137,9 @@ export const READINESS_CHECK_MS = 250;
  */
 export const WORKER_SILENT_MS = 10_000;
 
+/** A worker still starting is killed after this many times ACS_WORKER_TIMEOUT_MS of silence. */
+const STARTING_TIMEOUT_FACTOR = 2;
+
 /** How often a worker that does not listen yet tells the primary it is alive, ms. */
 const STARTING_REPORT_MS = 1000;
 
@@ -437,7 +440,7 @@ interface Slot {
  * again in its slot (same instance id, so it releases the Holds its predecessor left), after 0.1 s,
  * doubling up to 10 s while workers die young or before they listen. A worker, listening or still
  * starting, not heard from for `config.workerTimeoutMs` (ACS_WORKER_TIMEOUT_MS; its event loop
- * stalled; counted from its first report, not from its fork) is SIGKILLed
+ * stalled; starting: twice that, counted from its first report, not from its fork) is SIGKILLed
  * and so started again (`acs_cluster_worker_timeouts_total`; worker 1 at the start: the start
  * fails), listening ones one at a time (the last one holding the port waits for another's
  * replacement to listen), and while closing too (not started again then);
@@ -773,7 +776,10 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
       for (const slot of slots) {
         if (lateMs > WATCHDOG_TICK_MS) slot.heardAt += lateMs;
         const silentMs = now - slot.heardAt;
-        if (!slot.reported || slot.timedOut || slot.worker === undefined || silentMs < timeoutMs) continue;
+        // A worker still starting gets twice the time: its modules are evaluated in long
+        // synchronous steps, which a starved CPU stretches to seconds.
+        const limitMs = slot.listening ? timeoutMs : STARTING_TIMEOUT_FACTOR * timeoutMs;
+        if (!slot.reported || slot.timedOut || slot.worker === undefined || silentMs < limitMs) continue;
         // One at a time: the shared listening socket closes once no worker holds it (node:cluster),
         // resetting the connections waiting in its queue; a stalled worker still holds it. So the
         // last worker standing waits for another's replacement to listen. (Closing: none comes.)
@@ -786,14 +792,14 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
           worker: slot.n,
           workerPid: slot.worker.process.pid,
           silentMs: Math.round(silentMs),
-          timeoutMs,
+          timeoutMs: limitMs,
         };
         if (!slot.listening)
           logger.error(
             fields,
             startFailed !== undefined
-              ? "worker not heard from within ACS_WORKER_TIMEOUT_MS while starting (its event loop stalled); killing it: the gateway's start fails"
-              : "worker not heard from within ACS_WORKER_TIMEOUT_MS while starting (its event loop stalled); killing it and starting another in its place",
+              ? "worker not heard from within twice ACS_WORKER_TIMEOUT_MS while starting (its event loop stalled); killing it: the gateway's start fails"
+              : "worker not heard from within twice ACS_WORKER_TIMEOUT_MS while starting (its event loop stalled); killing it and starting another in its place",
           );
         else
           logger.error(

@@ -226,6 +226,10 @@ describe("ACS_WORKER_TIMEOUT_MS with ACS_WORKERS=2", () => {
       process.kill(starting, "SIGCONT");
       expect(attempt, "a replacement stopped before it listened").toBeLessThan(5);
     }
+    // A starting worker gets twice the timeout (its modules are evaluated in long synchronous
+    // steps): still there past one.
+    await sleep(TIMEOUT_MS + 2000);
+    expect(workerPidsOf(primary.pid ?? 0)).toContain(starting);
     await until(
       () => !workerPidsOf(primary.pid ?? 0).includes(starting),
       "the worker stopped while starting is killed",
