@@ -99,7 +99,8 @@ export interface ServerDeps {
   readonly tracing?: Tracing;
   /**
    * The text GET /metrics answers, given this server's registry (a cluster worker asks the
-   * primary for every worker's, src/server/cluster.ts). @default the registry's own metrics
+   * primary for every worker's, src/server/cluster.ts; it rejects with an ApiError, answered as its
+   * envelope, when the primary does not answer). @default the registry's own metrics
    */
   readonly scrapeMetrics?: (local: Registry) => Promise<string>;
 }
