@@ -168,10 +168,10 @@ export interface Config {
    */
   readonly workers: number;
   /**
-   * With ACS_WORKERS > 1: a listening worker the primary has not heard from for this long (twice
-   * this long for one still starting, since its first report) is killed (SIGKILL) and started
-   * again, its event loop stalled (a report comes at least once a second), as gunicorn's worker
-   * `timeout` does; 0: never, ms. @default 30000 (env ACS_WORKER_TIMEOUT_MS)
+   * With ACS_WORKERS > 1: a listening worker the primary has not heard from for this long (one
+   * still starting: twice this long since its last report, four times since its fork before its
+   * first) is killed (SIGKILL) and started again, its event loop stalled (a report comes at least
+   * once a second), as gunicorn's worker `timeout` does; 0: never, ms. @default 30000 (env ACS_WORKER_TIMEOUT_MS)
    */
   readonly workerTimeoutMs: number;
 }

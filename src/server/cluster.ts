@@ -140,6 +140,9 @@ export const WORKER_SILENT_MS = 10_000;
 /** A worker still starting is killed after this many times ACS_WORKER_TIMEOUT_MS of silence. */
 const STARTING_TIMEOUT_FACTOR = 2;
 
+/** A worker that has not reported since its fork is killed after this many times ACS_WORKER_TIMEOUT_MS. */
+const FIRST_REPORT_TIMEOUT_FACTOR = 4;
+
 /** How often a worker that does not listen yet tells the primary it is alive, ms. */
 const STARTING_REPORT_MS = 1000;
 
@@ -424,9 +427,9 @@ interface Slot {
   /** Killed for its silence (ACS_WORKER_TIMEOUT_MS); its 'exit' has not come yet. */
   timedOut: boolean;
   /**
-   * Its worker has reported (a "starting" report, or "listening"): from then on its silence counts
-   * (ACS_WORKER_TIMEOUT_MS). Not before: Node's own start, with no event loop turning yet to
-   * report, takes ~0.4 s to the first report, and 10 s and more on a starved CPU.
+   * Its worker has reported (a "starting" report, or "listening"). Before that, its silence since
+   * its fork is allowed four times ACS_WORKER_TIMEOUT_MS: Node's own start, with no event loop
+   * turning yet to report, takes ~0.4 s to the first report, and 10 s and more on a starved CPU.
    */
   reported: boolean;
 }
@@ -440,10 +443,10 @@ interface Slot {
  * again in its slot (same instance id, so it releases the Holds its predecessor left), after 0.1 s,
  * doubling up to 10 s while workers die young or before they listen. A worker, listening or still
  * starting, not heard from for `config.workerTimeoutMs` (ACS_WORKER_TIMEOUT_MS; its event loop
- * stalled; starting: twice that, counted from its first report, not from its fork) is SIGKILLed
- * and so started again (`acs_cluster_worker_timeouts_total`; worker 1 at the start: the start
- * fails), listening ones one at a time (the last one holding the port waits for another's
- * replacement to listen), and while closing too (not started again then);
+ * stalled; starting: twice that since its last report, four times since its fork before its
+ * first) is SIGKILLed and so started again (`acs_cluster_worker_timeouts_total`; worker 1 at the
+ * start: the start fails), listening ones one at a time (the last one holding the port waits for
+ * another's replacement to listen), and while closing too (not started again then);
  * the time the primary's own loop was held up is not counted (its reports waited unread). SIGTERM or SIGINT: SIGTERM to every worker (each
  * closes as the single process does), then the engine is stopped and the primary exits 0 (1 if a
  * worker did not end cleanly).
@@ -588,10 +591,12 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     if (!isAcsMessage(m)) return;
     const msg = m as ToPrimary;
     if (msg.acs === "listening") {
+      // A dead worker's late message (its 'exit' can come first) is not its slot's.
+      if (slot.worker !== worker) return;
       slot.listening = true;
       slot.reported = true;
       slot.heardAt = performance.now();
-      slot.delayMs = 100;
+      // (Its restart delay stays: it goes back to 0.1 s once a worker has lived minUptimeMs.)
       first ??= msg.info;
       logger.debug({ worker: slot.n, workerPid: slot.worker?.process.pid }, "worker listening");
       if (!announced && slots.every((s) => s.listening)) {
@@ -660,6 +665,7 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     slot.timedOut = false;
     slot.startedAt = Date.now();
     slot.reported = false;
+    slot.heardAt = performance.now();
     worker.on("message", (m: unknown) => onMessage(slot, worker, m));
     // A send to a worker that just died fails with EPIPE, emitted as 'error' on the Worker: without
     // a listener that would throw in the primary and end the gateway. Its 'exit' follows.
@@ -699,12 +705,21 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     }
     // A worker that died young, or before it listened, is started again after a delay that doubles
     // (a store that refuses it, a CPU too starved to start it: not all of them at once, in a loop).
-    const young = !wasListening || Date.now() - slot.startedAt < minUptimeMs;
+    const livedMs = Date.now() - slot.startedAt;
+    const young = !wasListening || livedMs < minUptimeMs;
     const delay = young ? slot.delayMs : 100;
     slot.delayMs = young ? Math.min(slot.delayMs * 2, 10_000) : 100;
     restarts++;
     logger.error(
-      { worker: slot.n, workerPid: worker.process.pid, code, signal, restartInMs: delay },
+      {
+        worker: slot.n,
+        workerPid: worker.process.pid,
+        code,
+        signal,
+        livedMs,
+        listened: wasListening,
+        restartInMs: delay,
+      },
       "worker exited; starting another in its place",
     );
     // Not unref()ed: with every worker dead (and no engine child) it is what keeps the primary
@@ -775,11 +790,17 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
       tickedAt = now;
       for (const slot of slots) {
         if (lateMs > WATCHDOG_TICK_MS) slot.heardAt += lateMs;
+        const worker = slot.worker;
+        if (worker === undefined || slot.timedOut) continue;
+        // Silent since its last report, or since its fork before its first. A worker still
+        // starting gets twice the time (its modules are evaluated in long synchronous steps,
+        // which a starved CPU stretches to seconds), one that has not reported yet four times
+        // (Node's own start, 0.4 s alone, 10 s and more on a starved CPU).
         const silentMs = now - slot.heardAt;
-        // A worker still starting gets twice the time: its modules are evaluated in long
-        // synchronous steps, which a starved CPU stretches to seconds.
-        const limitMs = slot.listening ? timeoutMs : STARTING_TIMEOUT_FACTOR * timeoutMs;
-        if (!slot.reported || slot.timedOut || slot.worker === undefined || silentMs < limitMs) continue;
+        const limitMs = slot.listening
+          ? timeoutMs
+          : (slot.reported ? STARTING_TIMEOUT_FACTOR : FIRST_REPORT_TIMEOUT_FACTOR) * timeoutMs;
+        if (silentMs < limitMs) continue;
         // One at a time: the shared listening socket closes once no worker holds it (node:cluster),
         // resetting the connections waiting in its queue; a stalled worker still holds it. So the
         // last worker standing waits for another's replacement to listen. (Closing: none comes.)
@@ -788,27 +809,27 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
         if (slot.listening && !closing && !another) continue;
         slot.timedOut = true;
         timeouts++;
-        const fields = {
-          worker: slot.n,
-          workerPid: slot.worker.process.pid,
-          silentMs: Math.round(silentMs),
-          timeoutMs: limitMs,
-        };
-        if (!slot.listening)
-          logger.error(
-            fields,
-            startFailed !== undefined
-              ? "worker not heard from within twice ACS_WORKER_TIMEOUT_MS while starting (its event loop stalled); killing it: the gateway's start fails"
-              : "worker not heard from within twice ACS_WORKER_TIMEOUT_MS while starting (its event loop stalled); killing it and starting another in its place",
-          );
-        else
-          logger.error(
-            fields,
-            closing
-              ? "worker not heard from within ACS_WORKER_TIMEOUT_MS while the gateway closes (its event loop stalled); killing it"
-              : "worker not heard from within ACS_WORKER_TIMEOUT_MS (its event loop stalled); killing it and starting another in its place",
-          );
-        slot.worker.process.kill("SIGKILL");
+        const what = slot.listening
+          ? "worker not heard from within ACS_WORKER_TIMEOUT_MS (its event loop stalled)"
+          : slot.reported
+            ? "worker not heard from within twice ACS_WORKER_TIMEOUT_MS while starting (its event loop stalled)"
+            : "worker sent no report within four times ACS_WORKER_TIMEOUT_MS of its fork (stuck before the gateway's code ran)";
+        const then = closing
+          ? "killing it"
+          : !slot.listening && startFailed !== undefined
+            ? "killing it: the gateway's start fails"
+            : "killing it and starting another in its place";
+        logger.error(
+          {
+            worker: slot.n,
+            workerPid: worker.process.pid,
+            silentMs: Math.round(silentMs),
+            limitMs,
+            timeoutMs,
+          },
+          `${what}${closing && slot.listening ? " while the gateway closes" : ""}; ${then}`,
+        );
+        worker.process.kill("SIGKILL");
       }
     }, WATCHDOG_TICK_MS).unref();
   }

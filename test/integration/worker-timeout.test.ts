@@ -4,6 +4,7 @@
 // nobody, since the workers' reports waited unread in its channels. A real gateway (src/main.ts, ACS_WORKERS=2) with
 // the embedded engine, keys off; the primary's counters read on its ops port.
 import { type ChildProcess, spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -190,18 +191,29 @@ describe("ACS_WORKER_TIMEOUT_MS with ACS_WORKERS=2", () => {
     );
   });
 
-  /** Kills a worker; resolves with its replacement's pid as soon as that is forked. */
-  async function replaceOne(): Promise<number> {
+  /**
+   * Kills a worker; resolves with its replacement's pid as soon as that runs Node (exec'd: its
+   * environment has the worker's settings). Stopped between its fork and its exec, it would hold
+   * the primary in uv_spawn.
+   */
+  async function replaceOne(victim?: number): Promise<number> {
     const before = workerPidsOf(primary.pid ?? 0);
     expect(before).toHaveLength(2);
-    process.kill(before[0] as number, "SIGKILL");
+    process.kill(victim ?? (before[0] as number), "SIGKILL");
     let starting = 0;
+    const execed = (pid: number) => {
+      try {
+        return readFileSync(`/proc/${pid}/environ`, "latin1").includes("ACS_CLUSTER_WORKER=");
+      } catch {
+        return false;
+      }
+    };
     await until(
       () => {
-        starting = workerPidsOf(primary.pid ?? 0).find((p) => !before.includes(p)) ?? 0;
+        starting = workerPidsOf(primary.pid ?? 0).find((p) => !before.includes(p) && execed(p)) ?? 0;
         return starting !== 0;
       },
-      "a replacement forked",
+      "a replacement started",
       5,
     );
     return starting;
@@ -245,24 +257,71 @@ describe("ACS_WORKER_TIMEOUT_MS with ACS_WORKERS=2", () => {
     expect(statuses).toEqual([200, 200, 200, 200]);
   });
 
-  it("a worker held up before its first report (Node still starting: a starved CPU) is not killed, however long", async () => {
+  it("a worker held up before its first report (Node still starting: a starved CPU) gets four times the timeout", async () => {
     const timeoutsBefore = await metricTotal(ops, "acs_cluster_worker_timeouts_total");
     const starting = await replaceOne();
     // Stopped at once: Node has not loaded the gateway yet (its first report comes ~0.8 s after
-    // the fork under tsx). Counted from the fork, its silence would pass the timeout.
+    // the fork under tsx).
     process.kill(starting, "SIGSTOP");
     stopped.push(starting);
     expect(logs.some((l) => l.msg === "worker starting" && l.workerPid === starting)).toBe(false);
-    await sleep(TIMEOUT_MS + 3000);
+    // Past the limit of a worker that has reported (twice the timeout): still there.
+    await sleep(2 * TIMEOUT_MS + 2000);
     expect(workerPidsOf(primary.pid ?? 0)).toContain(starting);
-    process.kill(starting, "SIGCONT");
     await until(
-      async () => (await metricTotal(ops, "acs_cluster_workers")) === 2,
-      "it starts and listens",
+      () => !workerPidsOf(primary.pid ?? 0).includes(starting),
+      "killed after four times the timeout",
       50,
     );
-    expect(workerPidsOf(primary.pid ?? 0)).toContain(starting);
-    expect(await metricTotal(ops, "acs_cluster_worker_timeouts_total")).toBe(timeoutsBefore);
+    await until(
+      async () => (await metricTotal(ops, "acs_cluster_workers")) === 2,
+      "two workers listen again",
+      50,
+    );
+    expect(await metricTotal(ops, "acs_cluster_worker_timeouts_total")).toBe(timeoutsBefore + 1);
+    const line = logs.find((l) => l.workerPid === starting && l.msg?.startsWith("worker sent no report"));
+    expect(line?.msg).toBe(
+      "worker sent no report within four times ACS_WORKER_TIMEOUT_MS of its fork (stuck before the gateway's code ran); killing it and starting another in its place",
+    );
+  });
+
+  it("a worker that dies young, even after it listened, is started again after a delay that doubles", async () => {
+    /** The primary's line for the worker `pid` that died: how long it lived, the delay it chose. */
+    const exitOf = (pid: number) =>
+      logs.find((l) => l.workerPid === pid && l.msg === "worker exited; starting another in its place") as
+        | { livedMs: number; listened: boolean; restartInMs: number }
+        | undefined;
+    const exits: { livedMs: number; listened: boolean; restartInMs: number }[] = [];
+    let victim = await replaceOne();
+    for (let i = 0; i < 3; i++) {
+      const young = victim;
+      await until(
+        () => logs.some((l) => l.msg === "worker listening" && l.workerPid === young),
+        "the replacement listens",
+        5,
+      );
+      // Killed at once after it listens: within 5 s of its start on an idle machine.
+      victim = await replaceOne(young);
+      await until(() => exitOf(young) !== undefined, "its restart is logged", 5);
+      exits.push(exitOf(young) as (typeof exits)[number]);
+    }
+    expect(exits.every((e) => e.listened)).toBe(true);
+    // The delay doubles from 0.1 s while the workers die within 5 s of their start (a worker that
+    // lived longer, on a loaded machine, takes it back to 0.1 s); it was 0.1 s each time once.
+    // (The first one's delay depends on the deaths before it.)
+    const expected = exits.map((e, k) => {
+      const before = exits[k - 1];
+      if (before === undefined) return e.restartInMs;
+      if (e.livedMs >= 5000) return 100;
+      return before.livedMs < 5000 ? Math.min(before.restartInMs * 2, 10_000) : 100;
+    });
+    expect(exits.map((e) => e.restartInMs)).toEqual(expected);
+    expect(exits.filter((e) => e.livedMs < 5000).length, "workers killed young").toBeGreaterThanOrEqual(2);
+    await until(
+      async () => (await metricTotal(ops, "acs_cluster_workers")) === 2,
+      "two workers listen again",
+      50,
+    );
   });
 
   it("SIGTERM with a worker stopped: /readyz there is 503 at once, the watchdog kills the stalled worker, the primary exits 1", async () => {
