@@ -168,7 +168,7 @@ export function joinCluster(logger: Logger): ClusterWorker | undefined {
     if (m.ticket !== undefined) send({ acs: "release", ticket: m.ticket });
   };
   // Until it listens, the worker tells the primary once a second that its event loop turns: the
-  // primary replaces a worker silent for ACS_WORKER_TIMEOUT_MS while starting too (a wait on the
+  // primary replaces a starting worker silent for twice ACS_WORKER_TIMEOUT_MS too (a wait on the
   // store is not silence; a loop stalled is).
   send({ acs: "starting" });
   const starting = setInterval(() => send({ acs: "starting" }), STARTING_REPORT_MS);
@@ -446,9 +446,9 @@ interface Slot {
  * stalled; starting: twice that since its last report, four times since its fork before its
  * first) is SIGKILLed and so started again (`acs_cluster_worker_timeouts_total`; worker 1 at the
  * start: the start fails), listening ones one at a time (the last one holding the port waits for
- * another's replacement to listen), and while closing too (not started again then);
- * the time the primary's own loop was held up is not counted (its reports waited unread). SIGTERM or SIGINT: SIGTERM to every worker (each
- * closes as the single process does), then the engine is stopped and the primary exits 0 (1 if a
+ * another's replacement to listen), and while closing too (not started again then); the time
+ * the primary's own loop was held up is not counted (its reports waited unread). SIGTERM or
+ * SIGINT: SIGTERM to every worker (each closes as the single process does), then the engine is stopped and the primary exits 0 (1 if a
  * worker did not end cleanly).
  */
 export async function runPrimary(options: PrimaryOptions): Promise<never> {

@@ -219,6 +219,17 @@ describe("ACS_WORKER_TIMEOUT_MS with ACS_WORKERS=2", () => {
     return starting;
   }
 
+  /** Waits until the watchdog has killed `pid` (`what`) and two workers listen again: one timeout more. */
+  async function killedAndReplaced(pid: number, what: string, timeoutsBefore: number): Promise<void> {
+    await until(() => !workerPidsOf(primary.pid ?? 0).includes(pid), what, 50);
+    await until(
+      async () => (await metricTotal(ops, "acs_cluster_workers")) === 2,
+      "two workers listen again",
+      50,
+    );
+    expect(await metricTotal(ops, "acs_cluster_worker_timeouts_total")).toBe(timeoutsBefore + 1);
+  }
+
   it("a worker stopped while starting, after its first report, before it listens, is killed and started again", async () => {
     const timeoutsBefore = await metricTotal(ops, "acs_cluster_worker_timeouts_total");
     // Stopped between its first report and its listening (a second or more under tsx); if it
@@ -242,17 +253,7 @@ describe("ACS_WORKER_TIMEOUT_MS with ACS_WORKERS=2", () => {
     // steps): still there past one.
     await sleep(TIMEOUT_MS + 2000);
     expect(workerPidsOf(primary.pid ?? 0)).toContain(starting);
-    await until(
-      () => !workerPidsOf(primary.pid ?? 0).includes(starting),
-      "the worker stopped while starting is killed",
-      50,
-    );
-    await until(
-      async () => (await metricTotal(ops, "acs_cluster_workers")) === 2,
-      "two workers listen again",
-      50,
-    );
-    expect(await metricTotal(ops, "acs_cluster_worker_timeouts_total")).toBe(timeoutsBefore + 1);
+    await killedAndReplaced(starting, "the worker stopped while starting is killed", timeoutsBefore);
     const statuses = await Promise.all(Array.from({ length: 4 }, () => complete(url)));
     expect(statuses).toEqual([200, 200, 200, 200]);
   });
@@ -268,17 +269,7 @@ describe("ACS_WORKER_TIMEOUT_MS with ACS_WORKERS=2", () => {
     // Past the limit of a worker that has reported (twice the timeout): still there.
     await sleep(2 * TIMEOUT_MS + 2000);
     expect(workerPidsOf(primary.pid ?? 0)).toContain(starting);
-    await until(
-      () => !workerPidsOf(primary.pid ?? 0).includes(starting),
-      "killed after four times the timeout",
-      50,
-    );
-    await until(
-      async () => (await metricTotal(ops, "acs_cluster_workers")) === 2,
-      "two workers listen again",
-      50,
-    );
-    expect(await metricTotal(ops, "acs_cluster_worker_timeouts_total")).toBe(timeoutsBefore + 1);
+    await killedAndReplaced(starting, "killed after four times the timeout", timeoutsBefore);
     const line = logs.find((l) => l.workerPid === starting && l.msg?.startsWith("worker sent no report"));
     expect(line?.msg).toBe(
       "worker sent no report within four times ACS_WORKER_TIMEOUT_MS of its fork (stuck before the gateway's code ran); killing it and starting another in its place",
