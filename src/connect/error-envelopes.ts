@@ -104,6 +104,16 @@ function envelopeCode(err: ConnectError): ErrorCode | undefined {
   return code !== undefined && code in errorCatalogue ? (code as ErrorCode) : undefined;
 }
 
+/**
+ * False when a Connect end-stream message (JSON, as connect-es writes it) surely has no `error`
+ * member: no `error` in its bytes, and no escape that could spell one. A complete stream's
+ * end-stream message (`{}`, or its trailers as `metadata`) is then passed on unparsed.
+ */
+function mayHoldError(json: Uint8Array): boolean {
+  const bytes = Buffer.from(json.buffer, json.byteOffset, json.byteLength);
+  return bytes.includes("error") || bytes.includes(0x5c);
+}
+
 /** `api` as a ConnectError with the envelope, keeping the metadata of the error it replaces. */
 function replacement(api: ApiError, requestId: string, replaced: ConnectError | undefined): ConnectError {
   const err = toConnectError(api, requestId);
@@ -334,10 +344,11 @@ function wrap(handler: UniversalHandler, opts: ErrorEnvelopeOptions): UniversalH
           res.body,
           (flags) => (flags & endStreamFlag) === endStreamFlag,
           async (flags, data) => {
-            const json =
-              (flags & 0b1) === 0 || responseEncoding === null
-                ? data
-                : await decodeContentEncoding(data, responseEncoding, 16 * 1024 * 1024);
+            const compressed = (flags & 0b1) !== 0 && responseEncoding !== null;
+            if (!compressed && !mayHoldError(data)) return undefined;
+            const json = compressed
+              ? await decodeContentEncoding(data, responseEncoding, 16 * 1024 * 1024)
+              : data;
             const end = endStreamFromJson(json);
             if (end.error === undefined || hasEnvelope(end.error)) return undefined;
             const err = await explain(end.error);

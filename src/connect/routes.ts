@@ -88,7 +88,10 @@ export async function* endWhenStalled<T>(
  * shutdown's reason when the server's grace is over (`controller` is tied to the shutdown link by
  * the caller).
  */
-function callSignal(ctx: HandlerContext, controller: AbortController): AbortSignal {
+function callSignal(
+  ctx: HandlerContext,
+  controller: AbortController,
+): { signal: AbortSignal; detach: () => void } {
   const onAbort = (): void => {
     const reason: unknown = ctx.signal.reason;
     controller.abort(
@@ -99,10 +102,16 @@ function callSignal(ctx: HandlerContext, controller: AbortController): AbortSign
   };
   if (ctx.signal.aborted) onAbort();
   else ctx.signal.addEventListener("abort", onAbort, { once: true });
-  return controller.signal;
+  // connect-es aborts ctx.signal at the end of every call, a complete one too: once the handler
+  // has returned, nothing listens to the call's signal, so no `canceled` ApiError is built then.
+  return { signal: controller.signal, detach: () => ctx.signal.removeEventListener("abort", onAbort) };
 }
 
-function callContext(ctx: HandlerContext, controller: AbortController): CallContext {
+/** The service's context of a call, and the function that detaches it from connect-es's signal. */
+function callContext(
+  ctx: HandlerContext,
+  controller: AbortController,
+): { call: CallContext; detach: () => void } {
   let requestId = ctx.values.get(requestIdKey);
   // The server sends its id as X-Request-Id; a router used without it names and sends its own.
   if (requestId === undefined) {
@@ -110,13 +119,15 @@ function callContext(ctx: HandlerContext, controller: AbortController): CallCont
     ctx.responseHeader.set("x-request-id", requestId);
   }
   const record = ctx.values.get(callRecordKey);
-  return {
+  const { signal, detach } = callSignal(ctx, controller);
+  const call: CallContext = {
     ...(record === undefined ? {} : { record }),
     requestId,
-    signal: callSignal(ctx, controller),
+    signal,
     authorization: ctx.requestHeader.get("authorization") ?? undefined,
     setResponseHeader: (name, value) => ctx.responseHeader.set(name, value),
   };
+  return { call, detach };
 }
 
 /**
@@ -133,11 +144,16 @@ export function createConnectRoutes(
   options: ConnectRoutesOptions = {},
 ): (router: ConnectRouter) => void {
   const stallMs = options.streamStallMs ?? limits.streamStallMs;
-  /** The call's context, and the function that unties it from the shutdown link. */
+  /** The call's context, and the function that unties it from the shutdown link and from connect-es's signal. */
   const open = (ctx: HandlerContext): { call: CallContext; untie: () => void } => {
     const controller = new AbortController();
-    const untie = shutdown?.tie(controller) ?? (() => {});
-    return { call: callContext(ctx, controller), untie };
+    const unlink = shutdown?.tie(controller);
+    const { call, detach } = callContext(ctx, controller);
+    const untie = (): void => {
+      detach();
+      unlink?.();
+    };
+    return { call, untie };
   };
   /**
    * The error as the caller sees it: a call cut short by the shutdown gets the shutdown's, and its
