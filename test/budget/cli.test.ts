@@ -1,5 +1,4 @@
 import { execFile } from "node:child_process";
-import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { createBudgetLedger, isPostgresUrl } from "../../src/budget/index.js";
@@ -7,7 +6,6 @@ import { ApiError } from "../../src/errors/index.js";
 import { ROOT, storesUnderTest, tempDb } from "./helpers.js";
 
 const run = promisify(execFile);
-const TSX = join(ROOT, "node_modules/.bin/tsx");
 
 interface CliResult {
   code: number;
@@ -15,24 +13,14 @@ interface CliResult {
   stderr: string;
 }
 
-/**
- * Runs the CLI in a child process with the given ACS_DB: through the `tsx` binary, as
- * `npm run keys` does, or (faster: one process, not two) through `node --import tsx`.
- */
-async function keys(
-  args: readonly string[],
-  acsDb: string | undefined,
-  via: "tsx" | "node" = "node",
-): Promise<CliResult> {
+/** Runs the CLI in a child process with the given ACS_DB, as `npm run keys` does (`node --import tsx`). */
+async function keys(args: readonly string[], acsDb: string | undefined): Promise<CliResult> {
   const env: NodeJS.ProcessEnv = { ...process.env };
   delete env.ACS_DB;
   if (acsDb !== undefined) env.ACS_DB = acsDb;
   try {
-    const [file, argv] =
-      via === "tsx"
-        ? [TSX, ["src/budget/cli.ts", ...args]]
-        : [process.execPath, ["--import", "tsx", "src/budget/cli.ts", ...args]];
-    const { stdout, stderr } = await run(file, argv, { cwd: ROOT, env });
+    const argv = ["--import", "tsx", "src/budget/cli.ts", ...args];
+    const { stdout, stderr } = await run(process.execPath, argv, { cwd: ROOT, env });
     return { code: 0, stdout, stderr };
   } catch (err) {
     const e = err as { code: number; stdout: string; stderr: string };
