@@ -68,7 +68,8 @@ function fromTotals(): (counter: Counter<string>, labels: Record<string, string>
 
 /**
  * The replicas' metrics, read from the pools at each scrape: `acs_upstream_replica_up` and
- * `acs_upstream_replica_state` (starting, up, down), `acs_upstream_replica_outstanding_requests`,
+ * `acs_upstream_replica_state` (starting, up, down; with ACS_WORKERS > 1 the most of the workers'
+ * values, each worker having its own view of the replica, where every other series is summed), `acs_upstream_replica_outstanding_requests`,
  * `acs_upstream_replica_requests_total`, `acs_upstream_replica_errors_total` by kind (unreachable,
  * broken, unavailable, rejected, server_error, health) and `acs_upstream_failovers_total` per
  * model. Labels: `model` (the model's id) and `replica` (its base URL).
@@ -77,11 +78,14 @@ export function registerUpstreamMetrics(registry: Registry, sources: readonly Po
   const each = (fn: (model: string, r: ReplicaStatus) => void) => {
     for (const { model, pool } of sources) for (const r of pool.replicas()) fn(model, r);
   };
+  // Every worker of ACS_WORKERS > 1 keeps its own view of each replica: the aggregated /metrics
+  // reads 1 where any worker does (the replica gets that worker's requests), not the workers' count.
   new Gauge({
     name: "acs_upstream_replica_up",
-    help: "1 while the replica is up (gets requests), else 0.",
+    help: "1 while the replica is up (gets requests), else 0. With several workers: 1 while any worker sees it up.",
     labelNames: ["model", "replica"],
     registers: [registry],
+    aggregator: "max",
     collect() {
       this.reset();
       each((model, r) => this.set({ model, replica: r.url }, r.state === "up" ? 1 : 0));
@@ -89,9 +93,10 @@ export function registerUpstreamMetrics(registry: Registry, sources: readonly Po
   });
   new Gauge({
     name: "acs_upstream_replica_state",
-    help: "1 for the replica's current state (starting, up, down), 0 for the others.",
+    help: "1 for the replica's current state (starting, up, down), 0 for the others. With several workers: 1 for each state some worker sees.",
     labelNames: ["model", "replica", "state"],
     registers: [registry],
+    aggregator: "max",
     collect() {
       this.reset();
       each((model, r) => {

@@ -119,6 +119,14 @@ describe("ACS_WORKERS=2", () => {
     const perWorker = await series("acs_worker_requests_total");
     expect([...perWorker.keys()].sort()).toEqual(['{worker="1"}', '{worker="2"}']);
     for (const n of perWorker.values()) expect(n).toBeGreaterThan(0);
+    // A replica's state is each worker's view of one thing: 1 (up), not one per worker.
+    const up = await series("acs_upstream_replica_up");
+    expect(up.size).toBe(1);
+    expect([...up.values()]).toEqual([1]);
+    const state = await series("acs_upstream_replica_state");
+    expect(
+      [...state.entries()].filter(([labels]) => labels.includes('state="up"')).map(([, v]) => v),
+    ).toEqual([1]);
   });
 
   it("a small Budget is never overspent across the workers; no Hold left open", async () => {
