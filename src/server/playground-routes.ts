@@ -40,22 +40,22 @@ function withPageHeaders(reply: FastifyReply): FastifyReply {
 
 /**
  * Serves the built page of `dir`: GET /playground and /playground/ answer its index.html, GET
- * /playground/<file> its assets (vite's hashed names). A folder without index.html (the page was
- * never built) answers 404 `unknown_route` with the command that builds it; a missing asset is
+ * /playground/<file> its assets (vite's hashed names). A folder without index.html answers 404
+ * `unknown_route` saying what to do: the command that builds the default folder (dist/playground),
+ * or, for another folder (ACS_PLAYGROUND_DIR), to point it at a built copy. A missing asset is
  * the gateway's usual 404 envelope.
  */
 export async function playgroundRoutes(app: FastifyInstance, options: { dir: string }): Promise<void> {
   const { dir } = options;
   if (!existsSync(join(dir, "index.html"))) {
+    // `npm run build:playground` writes the default folder only: a folder of ACS_PLAYGROUND_DIR
+    // must be a built copy.
+    const message =
+      dir === defaultPlaygroundDir()
+        ? `The playground page is not built: run \`npm run build:playground\` (it writes ${dir}), or set ACS_PLAYGROUND_DIR to a built copy.`
+        : `The playground page is not in ACS_PLAYGROUND_DIR (${dir} has no index.html): point it at a built copy (\`npm run build:playground\` writes ${defaultPlaygroundDir()}).`;
     const notBuilt = (_request: unknown, reply: FastifyReply) =>
-      sendError(
-        reply,
-        new ApiError(
-          "unknown_route",
-          `The playground page is not built: run \`npm run build:playground\` (it writes ${dir}), or set ACS_PLAYGROUND_DIR to a built copy.`,
-        ),
-        requestIdOf(reply),
-      );
+      sendError(reply, new ApiError("unknown_route", message), requestIdOf(reply));
     app.get(PLAYGROUND_PATH, notBuilt);
     app.get(`${PLAYGROUND_PATH}/*`, notBuilt);
     return;

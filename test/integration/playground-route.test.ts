@@ -1,11 +1,12 @@
 // GET /playground over HTTP (no browser): the built page and its assets with their types and a
 // CSP of 'self' only, the gateway's 404 envelope for anything else under /playground/, and a
-// 404 naming the build command when the page was never built.
+// 404 saying that ACS_PLAYGROUND_DIR's folder holds no page.
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { request as httpRequest } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { defaultPlaygroundDir } from "../../src/server/playground-routes.js";
 import { buildPlayground } from "../helpers/build-playground.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 
@@ -130,14 +131,14 @@ describe("GET /playground", () => {
     }
   });
 
-  it("says how to build the page when it was never built", async () => {
+  it("says that ACS_PLAYGROUND_DIR holds no page when its folder has none", async () => {
     for (const path of ["/playground", "/playground/assets/index.js"]) {
       const response = await fetch(`${unbuilt.url}${path}`);
       expect(response.status).toBe(404);
       const body = (await response.json()) as { error: { message: string; code: string } };
       expect(body.error.code).toBe("unknown_route");
       expect(body.error.message).toBe(
-        `The playground page is not built: run \`npm run build:playground\` (it writes ${empty}), or set ACS_PLAYGROUND_DIR to a built copy.`,
+        `The playground page is not in ACS_PLAYGROUND_DIR (${empty} has no index.html): point it at a built copy (\`npm run build:playground\` writes ${defaultPlaygroundDir()}).`,
       );
     }
   });
