@@ -202,10 +202,26 @@ function checkField(field: DescField, value: unknown, param: string): ApiError |
 }
 
 /**
+ * A fault inside a member of a top-level oneof, named by the oneof as REST names it: REST's
+ * `prompt` is the oneof `prompt` (`text`, `texts`, `token_ids`, `token_ids_list`), and a bad token
+ * id is `prompt` on every surface (as the service's own checks of a prompt name it), not
+ * `token_ids.values[1]`.
+ */
+function inOneofTerms(fault: ApiError | undefined, path: string, field: DescField): ApiError | undefined {
+  if (fault === undefined || path !== "" || field.oneof === undefined || fault.param === null) return fault;
+  const name = field.oneof.name;
+  const renamed = new ApiError(fault.code, fault.message.replace(`'${fault.param}'`, `'${name}'`), {
+    param: name,
+  });
+  return isRangeRefusal(fault) ? rangeRefusal(renamed) : renamed;
+}
+
+/**
  * The first fault of `value` as the JSON of `desc`, in the REST decoder's words: unknown keys
  * first (all of an object's keys before any of its values, as REST does), then each field's type,
  * depth first, and only then the first range fault (an integer outside its type, a number too
- * large), as REST orders them (proto/API.md §3: types, then ranges). Params are proto field names with `.` and `[i]` (REST's names).
+ * large), as REST orders them (proto/API.md §3: types, then ranges). Params are proto field names with `.` and `[i]` (REST's names);
+ * a fault inside the prompt oneof is `prompt`, as on REST.
  */
 function checkMessage(desc: DescMessage, value: unknown, path: string): ApiError | undefined {
   // Well-known types have JSON forms of their own; protobuf-es explains those (fallback below).
@@ -244,7 +260,7 @@ function checkMessage(desc: DescMessage, value: unknown, path: string): ApiError
       }
       oneofs.set(field.oneof, field);
     }
-    const err = checkField(field, item, param);
+    const err = inOneofTerms(checkField(field, item, param), path, field);
     if (err === undefined) continue;
     if (!isRangeRefusal(err)) return err;
     range ??= err;

@@ -77,6 +77,17 @@ describe("the same words as REST", () => {
       '{"model":"tiny","text":"Hi","stream_options":{"x":1}}',
     ],
     ["invalid UTF-8", '{"model":"\xff"}', '{"model":"\xff"}'],
+    // A fault inside the prompt oneof is `prompt`, REST's name for all of its members.
+    [
+      "a token id out of range",
+      '{"model":"tiny","prompt":[1,4294967296]}',
+      '{"model":"tiny","tokenIds":{"values":[1,4294967296]}}',
+    ],
+    [
+      "a token id out of range in a list of prompts",
+      '{"model":"tiny","prompt":[[1],[2,-2147483649]]}',
+      '{"model":"tiny","token_ids_list":{"values":[{"values":[1]},{"values":[2,-2147483649]}]}}',
+    ],
   ])("%s", (_name, restBody, connectBody) => {
     const bytes = (s: string) => Uint8Array.from(s, (c) => c.charCodeAt(0) & 0xff);
     const rest = (() => {
@@ -112,9 +123,15 @@ describe("protobuf JSON's own rules", () => {
     ],
     [
       '{"model":"tiny","tokenIds":{"values":[1,null]}}',
-      "token_ids.values[1]",
-      "Invalid value for 'token_ids.values[1]': a list item cannot be null.",
+      "prompt",
+      "Invalid value for 'prompt': a list item cannot be null.",
     ],
+    [
+      '{"model":"tiny","texts":{"values":["a",1]}}',
+      "prompt",
+      "Invalid type for 'prompt': expected a string.",
+    ],
+    ['{"model":"tiny","text":1}', "prompt", "Invalid type for 'prompt': expected a string."],
     [
       '{"model":"tiny","text":"Hi","applySteeringVectors":[{"scale":"x"}]}',
       "apply_steering_vectors[0].scale",

@@ -131,7 +131,7 @@ describe("Connect JSON: an integer field's string holds an integer as REST reads
     // A decimal numeral is not an integer's string (BigInt refused "1e2" with no param before).
     ['"seed":"1e2"', "seed", "an integer"],
     ['"seed":"2.0"', "seed", "an integer"],
-    ['"token_ids":{"values":[1,"0x10"]}', "token_ids.values[1]", "a number"],
+    ['"token_ids":{"values":[1,"0x10"]}', "prompt", "a number"], // inside the prompt oneof: REST's name
   ])("%s → 400 invalid_request, param %s; Inference never sees it", async (field, param, expected) => {
     const before = received();
     const body = field.startsWith('"token_ids"')
