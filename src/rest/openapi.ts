@@ -185,7 +185,8 @@ const schemas: Record<string, JsonSchema> = {
           }),
           continuous_usage_stats: orNull({
             type: "boolean",
-            description: "With include_usage: every chunk carries the usage so far (vLLM).",
+            description:
+              "With include_usage: every chunk carries the usage so far of its choice (vLLM: its prompt's tokens and what it generated so far).",
           }),
         },
       }),
@@ -400,7 +401,7 @@ const schemas: Record<string, JsonSchema> = {
       activations: {
         ...ref("Activations"),
         description:
-          "A lens fan-out's capture: only in the choice's activations chunk (`text: \"\"`, every other key null), right after its last text chunk.",
+          "A lens fan-out's capture: only in the choice's activations chunk (`text: \"\"`, every other key null), after its last text chunk once its replay is done.",
       },
     },
   },

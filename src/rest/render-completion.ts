@@ -282,7 +282,7 @@ export function renderCompletion(res: CreateCompletionResponse, opts: RenderOpti
  * One chunk of a stream in OpenAI's JSON (proto/API.md §5), with every key vLLM writes: the next text of
  * one choice (finish_reason/stop_reason null until its last chunk; `usage` null, or the usage so
  * far with continuous_usage_stats), the usage chunk (`choices: []`), or the activations chunk
- * (`choices: []`, `activations`; `usage` null, or the usage so far with continuous_usage_stats).
+ * (`choices: []`, `activations`; `usage` null, or the usage so far of the choice with continuous_usage_stats).
  */
 export function renderChunk(chunk: StreamCompletionResponse, opts: RenderOptions): CompletionChunkJson {
   const usageChunk = chunk.choices.length === 0 && chunk.activations === undefined;

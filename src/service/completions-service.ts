@@ -1070,10 +1070,13 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
   /**
    * A lens fan-out's chunks (proto/API.md §6): the parts stream at most `fanOutConcurrency` at
    * once and their chunks interleave as they come, each choice renumbered to its part's index; a
-   * capture's activations for a choice come in a chunk of their own right after that choice's last
-   * text chunk (`choices: [{index, text: "", activations}]`); with include_usage, the usage chunk
-   * (summed over the parts) comes last. With continuous_usage_stats every text chunk carries the
-   * sum of the parts' usage so far. The first failing part aborts the others.
+   * capture's activations for a choice come in a chunk of their own after that choice's last text
+   * chunk, once its replay is done (`choices: [{index, text: "", activations}]`; other parts' chunks
+   * may come in between); with include_usage, the usage chunk
+   * (summed over the parts) comes last. With continuous_usage_stats every chunk of a choice
+   * carries that choice's usage so far, as vLLM's chunks of a request of several prompts or n > 1
+   * do (its prompt's tokens, the tokens it generated so far). The first failing part aborts the
+   * others.
    */
   async function* streamFanOut(
     prepared: Prepared,
@@ -1087,8 +1090,9 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const returnTokenIds = request.returnTokenIds === true;
     const ids = completionIds(request.model);
     const renew = holdRenewer(prepared.hold, meter);
+    /** Each part's last usage from Inference (with continuous_usage_stats: that choice's so far). */
     const latest: (Usage | undefined)[] = parts.map(() => undefined);
-    const usageSoFar = (): Usage => sumUsage(latest.filter((u): u is Usage => u !== undefined));
+    const usageOfAll = (): Usage => sumUsage(latest.filter((u): u is Usage => u !== undefined));
     const sources = parts.map(
       (part, i) =>
         async function* (signal: AbortSignal): AsyncGenerator<StreamCompletionResponse> {
@@ -1111,7 +1115,9 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
                 if (choice.promptTokenIds.length > 0) choice.promptTokenIds = [];
               }
             }
-            chunk.usage = continuousUsage ? usageSoFar() : undefined;
+            // As vLLM for a request of several prompts or n > 1: the usage so far of this chunk's
+            // choice (its prompt's tokens, what it generated so far).
+            chunk.usage = continuousUsage ? latest[i] : undefined;
             yield chunk;
           }
           if (prepared.capture) {
@@ -1127,7 +1133,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
             yield create(StreamCompletionResponseSchema, {
               ...ids,
               choices: [create(CompletionChoiceSchema, { index: part.index, activations })],
-              ...(continuousUsage ? { usage: usageSoFar() } : {}),
+              ...(continuousUsage && latest[i] !== undefined ? { usage: latest[i] } : {}),
             });
           }
         },
@@ -1139,7 +1145,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       yield chunk;
     }
     if (includeUsage)
-      yield create(StreamCompletionResponseSchema, { ...ids, choices: [], usage: usageSoFar() });
+      yield create(StreamCompletionResponseSchema, { ...ids, choices: [], usage: usageOfAll() });
   }
 
   async function listModels(ctx: CallContext): Promise<ListModelsResponse> {

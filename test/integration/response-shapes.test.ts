@@ -215,6 +215,42 @@ describe("response shapes: every key vLLM writes, null when not asked for", () =
     for (const chunk of chunks) expect(chunk.usage, JSON.stringify(chunk)).not.toBeNull();
   });
 
+  it.each([
+    ["one request to Inference", {}],
+    ["a lens fan-out", { output_residual_stream: [0] }],
+  ])(
+    "SSE, several prompts and n = 2 with continuous_usage_stats, %s: each chunk carries its own choice's usage so far, as vLLM's",
+    async (_name, extra) => {
+      const prompts = ["Hi", "Hello there"];
+      const chunks = await stream({
+        ...extra,
+        prompt: prompts,
+        n: 2,
+        max_tokens: 3,
+        temperature: 1,
+        seed: 7,
+        return_token_ids: true,
+        stream_options: { include_usage: true, continuous_usage_stats: true },
+      });
+      const generated = new Map<number, number>();
+      for (const chunk of chunks) {
+        const choice = chunk.choices[0];
+        if (choice === undefined || choice.activations !== undefined) continue; // usage, activations
+        const index = choice.index;
+        generated.set(index, (generated.get(index) ?? 0) + (choice.token_ids?.length ?? 0));
+        const promptTokens = stack.engine?.model.tokenize(prompts[Math.floor(index / 2)] as string).length;
+        expect(chunk.usage, JSON.stringify(chunk)).toStrictEqual({
+          prompt_tokens: promptTokens,
+          completion_tokens: generated.get(index),
+          total_tokens: (promptTokens as number) + (generated.get(index) as number),
+          prompt_tokens_details: null,
+        });
+      }
+      expect([...generated.values()]).toStrictEqual([3, 3, 3, 3]);
+      expect(chunks.at(-1)?.usage?.completion_tokens).toBe(12);
+    },
+  );
+
   it("SSE, several prompts and n = 2: every chunk of every choice has every key", async () => {
     const chunks = await stream({ prompt: ["Hi", "Yo"], n: 2, temperature: 1, seed: 1 });
     expect(chunks).toHaveLength(8);

@@ -95,7 +95,8 @@ export type StreamOptions = Message<"acs.v1.StreamOptions"> & {
   includeUsage?: boolean | undefined;
 
   /**
-   * vLLM: with include_usage, every chunk also carries the usage so far. Default false.
+   * vLLM: with include_usage, every chunk also carries the usage so far of its choice (the
+   * choice's prompt tokens and the tokens it generated so far). Default false.
    *
    * @generated from field: optional bool continuous_usage_stats = 2;
    */
@@ -706,7 +707,8 @@ export type Usage = Message<"acs.v1.Usage"> & {
   completionTokens: number;
 
   /**
-   * prompt_tokens + completion_tokens: what the key's Budget is charged.
+   * prompt_tokens + completion_tokens: what the key's Budget is charged (a streamed capture is
+   * charged its replay's prefill on top: proto/API.md, "Changes").
    *
    * @generated from field: int32 total_tokens = 3;
    */
@@ -817,8 +819,8 @@ export type StreamCompletionResponse = Message<"acs.v1.StreamCompletionResponse"
   choices: CompletionChoice[];
 
   /**
-   * The usage of the whole request in the usage chunk (include_usage); the usage so far on every
-   * chunk with include_usage and continuous_usage_stats; unset otherwise.
+   * The usage of the whole request in the usage chunk (include_usage); the usage so far of the
+   * chunk's choice on every chunk with include_usage and continuous_usage_stats; unset otherwise.
    *
    * @generated from field: acs.v1.Usage usage = 5;
    */
