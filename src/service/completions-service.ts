@@ -1148,11 +1148,27 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       yield create(StreamCompletionResponseSchema, { ...ids, choices: [], usage: usageOfAll() });
   }
 
+  /** Whether `key` may use `model` (keys off: every model); other ledger errors are thrown. */
+  async function mayUse(key: KeyInfo | undefined, model: ServedModel<VllmClient>): Promise<boolean> {
+    if (key === undefined || ledger === undefined) return true;
+    try {
+      await ledger.checkModel(key, model.id, model.aliases);
+      return true;
+    } catch (err) {
+      if (err instanceof ApiError && err.code === "model_not_allowed") return false;
+      throw err;
+    }
+  }
+
   async function listModels(ctx: CallContext): Promise<ListModelsResponse> {
     const key = await recorded(ctx, authenticate(ctx));
     if (key !== undefined && ctx.record !== undefined) ctx.record.keyName = key.name ?? key.id;
+    // A key with an allow-list sees the models it may use (by id or alias), as OpenAI lists a
+    // key's models; `GET /v1/models/{id}` of another is then 404 `model_not_found`.
+    const visible: ServedModel<VllmClient>[] = [];
+    for (const m of models.list()) if (await mayUse(key, m)) visible.push(m);
     return create(ListModelsResponseSchema, {
-      data: models.list().map((m) =>
+      data: visible.map((m) =>
         create(ModelSchema, {
           id: m.id,
           created: BigInt(m.created),

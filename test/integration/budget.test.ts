@@ -234,6 +234,27 @@ describe("model allow-lists", () => {
     const byAlias = await ledger().createKey({ budgetTokens: 1000, models: ["tiny"] });
     expect((await rest(small, `Bearer ${byAlias.key}`)).status).toBe(200);
   });
+
+  it("a key lists the models it may use: GET /v1/models through the openai SDK, and /v1/models/{id} of another is 404", async () => {
+    const sdk = (apiKey: string) => new OpenAI({ apiKey, baseURL: `${stack.url}/v1`, maxRetries: 0 });
+    const ids = async (apiKey: string) => (await sdk(apiKey).models.list()).data.map((m) => m.id);
+    const open = await ledger().createKey({ budgetTokens: 1000 });
+    const other = await ledger().createKey({ budgetTokens: 1000, models: ["some/other-model"] });
+    const byAlias = await ledger().createKey({ budgetTokens: 1000, models: ["tiny"] });
+    const all = await ids(open.key);
+    expect(all.length).toBeGreaterThan(0);
+    expect(await ids(other.key)).toEqual([]);
+    expect(await ids(byAlias.key)).toEqual(all);
+    const res = await checkedFetch(`${stack.url}/v1/models/tiny`, {
+      headers: { authorization: `Bearer ${other.key}` },
+    });
+    expect(res.status).toBe(404);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe("model_not_found");
+    const allowed = await checkedFetch(`${stack.url}/v1/models/tiny`, {
+      headers: { authorization: `Bearer ${byAlias.key}` },
+    });
+    expect(allowed.status).toBe(200);
+  });
 });
 
 describe("settle of a non-streamed request cut short", () => {
