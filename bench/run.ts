@@ -6,7 +6,9 @@
  * sections that take them, e.g. `npm run bench -- hotpath --quick` (see bench/hotpath/hotpath.ts).
  * `npm run bench -- streams` runs 10,000 concurrent streams (bench/streams/streams.ts; smaller
  * counts through its BENCH_STREAMS* environment variables). `npm run bench -- ab --a CMD --b CMD`
- * compares two builds of the gateway (bench/hotpath/ab.ts); a full run leaves it out.
+ * compares two builds of the gateway (bench/hotpath/ab.ts); a full run leaves it out. `npm run
+ * bench -- surfaces` puts a stream's cost on REST, Connect and gRPC side by side
+ * (bench/hotpath/surfaces.ts).
  */
 import { appendFileSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
@@ -16,6 +18,7 @@ import { benchEngine } from "./engine.js";
 import { benchCapture, benchGateway, benchHoldOnRequest } from "./gateway.js";
 import { benchAb } from "./hotpath/ab.js";
 import { benchHotpath, type SectionOptions } from "./hotpath/hotpath.js";
+import { benchSurfaces } from "./hotpath/surfaces.js";
 import { benchLens } from "./lens.js";
 import { benchStreams } from "./streams/streams.js";
 import { benchStrictJson } from "./strict-json.js";
@@ -30,6 +33,7 @@ const sections: Record<string, (options: SectionOptions) => Promise<string>> = {
   budget: benchBudget,
   hotpath: benchHotpath,
   streams: benchStreams,
+  surfaces: benchSurfaces,
   ab: benchAb,
 };
 /** Sections a full run (no names) leaves out: they need options. */
