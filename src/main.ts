@@ -152,31 +152,6 @@ function warnKeysOff(logger: pino.Logger, host: string): void {
   logger.warn({ host }, "ACS_DB is not set: authentication and Budgets are OFF (loopback only)");
 }
 
-/**
- * Binds HOST:PORT alone (not shared) and closes it again; rejects with the listen error
- * (EADDRINUSE, EACCES, EADDRNOTAVAIL …) when the gateway could not listen there now.
- */
-async function probeListen(host: string, port: number): Promise<void> {
-  const { createServer } = await import("node:net");
-  await new Promise<void>((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen({ host, port, exclusive: true }, () => server.close(() => resolve()));
-  });
-}
-
-/** The one line and exit code 2 of a listen error an operator can fix; other errors are thrown. */
-function refuseListen(config: Pick<Config, "host" | "port">): (err: unknown) => never {
-  return (err) => {
-    const code = (err as { code?: unknown }).code;
-    if (code === "EADDRINUSE") refuse(`PORT=${config.port}: the port is in use on ${config.host}`);
-    if (code === "EACCES") refuse(`PORT=${config.port}: no permission to bind it on ${config.host}`);
-    if (code === "EADDRNOTAVAIL" || code === "ENOTFOUND")
-      refuse(`HOST=${config.host}: not an address of this machine`);
-    throw err;
-  };
-}
-
 async function main(): Promise<void> {
   let config: Config;
   try {
@@ -189,9 +164,6 @@ async function main(): Promise<void> {
   // ACS_WORKERS > 1: this process is the cluster's primary, or one of its workers (src/server/cluster.ts).
   const cluster = config.workers > 1 ? await import("./server/cluster.js") : undefined;
   const worker = cluster?.joinCluster(logger);
-  // A port in use is found before the slow part of the start (the engine's weights, the replicas'
-  // checks), so that it is the one line and nothing else.
-  if (!worker && config.port !== 0) await probeListen(config.host, config.port).catch(refuseListen(config));
   if (worker) {
     // The primary started the engine and logged the start; it logs the one "listening" line too.
   } else if (config.embeddedEngine) {
@@ -247,7 +219,12 @@ async function main(): Promise<void> {
     // ACS_WORKERS) is busy, rather than overflowing it and being reset.
     await app.listen({ host: config.host, port: config.port, backlog: 65_535 });
   } catch (err) {
-    refuseListen(config)(err);
+    const code = (err as { code?: unknown }).code;
+    if (code === "EADDRINUSE") refuse(`PORT=${config.port}: the port is in use on ${config.host}`);
+    if (code === "EACCES") refuse(`PORT=${config.port}: no permission to bind it on ${config.host}`);
+    if (code === "EADDRNOTAVAIL" || code === "ENOTFOUND")
+      refuse(`HOST=${config.host}: not an address of this machine`);
+    throw err;
   }
   // The port bound (PORT=0 takes any free one).
   const { address, port, family } = app.server.address() as AddressInfo;

@@ -109,35 +109,6 @@ describe("an operator's mistake: one line, exit code 2", () => {
   });
 });
 
-describe("a port in use with the reference engine", () => {
-  it("is the one line, before the engine starts: nothing on stdout, exit code 2", async () => {
-    const busy = createServer();
-    await new Promise<void>((r) => busy.listen(0, "127.0.0.1", r));
-    try {
-      const child = startGateway({
-        PORT: String((busy.address() as { port: number }).port),
-        ACS_ENGINE_PRESET: "tiny",
-        ACS_LOG_LEVEL: "info",
-      });
-      let stdout = "";
-      let stderr = "";
-      child.stdout?.setEncoding("utf8").on("data", (d: string) => {
-        stdout += d;
-      });
-      child.stderr?.setEncoding("utf8").on("data", (d: string) => {
-        stderr += d;
-      });
-      const code = await new Promise<number | null>((resolve) => child.once("exit", resolve));
-      expect([code, stdout]).toEqual([2, ""]);
-      expect(stderr.trimEnd().split("\n")).toEqual([
-        expect.stringMatching(/^acs-gateway: PORT=\d+: the port is in use on 127\.0\.0\.1$/),
-      ]);
-    } finally {
-      busy.close();
-    }
-  });
-});
-
 describe("start-up log", () => {
   it("says it starts the reference engine before the engine is up, then the port PORT=0 bound", async () => {
     const child = startGateway({ ACS_ENGINE_PRESET: "tiny", PORT: "0", ACS_LOG_LEVEL: "info" });
