@@ -202,17 +202,18 @@ function checkField(field: DescField, value: unknown, param: string): ApiError |
 }
 
 /**
- * A fault inside a member of a top-level oneof, named by the oneof as REST names it: REST's
- * `prompt` is the oneof `prompt` (`text`, `texts`, `token_ids`, `token_ids_list`), and a bad token
- * id is `prompt` on every surface (as the service's own checks of a prompt name it), not
- * `token_ids.values[1]`.
+ * A fault of a value inside a member of a top-level oneof, named by the oneof as REST names it:
+ * REST's `prompt` is the oneof `prompt` (`text`, `texts`, `token_ids`, `token_ids_list`), and a bad
+ * token id is `prompt` on every surface (as the service's own checks of a prompt name it), not
+ * `token_ids.values[1]`. An unknown key inside a member (`texts.valuez`) keeps its path.
  */
 function inOneofTerms(fault: ApiError | undefined, path: string, field: DescField): ApiError | undefined {
   if (fault === undefined || path !== "" || field.oneof === undefined || fault.param === null) return fault;
+  // A fault of a value (its type, its range); an unknown key inside a member keeps its own path.
+  const quoted = `'${fault.param}'`;
+  if (!fault.message.includes(quoted)) return fault;
   const name = field.oneof.name;
-  const renamed = new ApiError(fault.code, fault.message.replace(`'${fault.param}'`, `'${name}'`), {
-    param: name,
-  });
+  const renamed = new ApiError(fault.code, fault.message.replace(quoted, `'${name}'`), { param: name });
   return isRangeRefusal(fault) ? rangeRefusal(renamed) : renamed;
 }
 

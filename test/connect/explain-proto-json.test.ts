@@ -133,6 +133,11 @@ describe("protobuf JSON's own rules", () => {
     ],
     ['{"model":"tiny","text":1}', "prompt", "Invalid type for 'prompt': expected a string."],
     [
+      '{"model":"tiny","texts":{"valuez":["a"]}}',
+      "texts.valuez",
+      "Unrecognized request argument supplied: texts.valuez",
+    ],
+    [
       '{"model":"tiny","text":"Hi","applySteeringVectors":[{"scale":"x"}]}',
       "apply_steering_vectors[0].scale",
       "Invalid type for 'apply_steering_vectors[0].scale': expected a number.",
