@@ -23,6 +23,7 @@ import {
   type KeyInfo,
 } from "../src/budget/index.js";
 import { testDatabase } from "../test/helpers/postgres.js";
+import { track } from "./hotpath/processes.js";
 
 const SELF = fileURLToPath(import.meta.url);
 const WORKER_FLAG = "--budget-bench-worker";
@@ -163,10 +164,23 @@ async function runWorkers(
   arg: number,
 ): Promise<string[]> {
   const children = Array.from({ length: processes }, (_, i) =>
-    spawn(
-      process.execPath,
-      ["--import", "tsx", SELF, WORKER_FLAG, s.db, key, mode, String(arg), JSON.stringify(s.extra), `w${i}`],
-      { stdio: ["pipe", "pipe", "inherit"] },
+    track(
+      spawn(
+        process.execPath,
+        [
+          "--import",
+          "tsx",
+          SELF,
+          WORKER_FLAG,
+          s.db,
+          key,
+          mode,
+          String(arg),
+          JSON.stringify(s.extra),
+          `w${i}`,
+        ],
+        { stdio: ["pipe", "pipe", "inherit"] },
+      ),
     ),
   );
   const readers = children.map((child) => createInterface({ input: child.stdout })[Symbol.asyncIterator]());

@@ -15,6 +15,7 @@ import autocannon from "autocannon";
 import { createBudgetLedger } from "../src/budget/index.js";
 import { testDatabase } from "../test/helpers/postgres.js";
 import { freePort, startTs, waitForOk } from "../test/helpers/processes.js";
+import { track } from "./hotpath/processes.js";
 
 const durationS = Number(process.env.BENCH_DURATION_S ?? 5);
 
@@ -39,13 +40,23 @@ async function startStack(preset: "tiny" | "llama-8b", gateways: Array<Record<st
       ],
     }),
   );
-  const children = [startTs(["src/engine/main.ts", "--preset", preset, "--port", String(enginePort)], {})];
+  // Tracked: killed when the bench exits, however it exits (a SIGTERM to `npm run bench` too).
+  const children = [
+    track(startTs(["src/engine/main.ts", "--preset", preset, "--port", String(enginePort)], {})),
+  ];
   const urls: string[] = [];
   for (const env of gateways) {
     const port = await freePort();
     urls.push(`http://127.0.0.1:${port}`);
     children.push(
-      startTs(["src/main.ts"], { ACS_MODELS: modelsFile, PORT: String(port), ACS_LOG_LEVEL: "warn", ...env }),
+      track(
+        startTs(["src/main.ts"], {
+          ACS_MODELS: modelsFile,
+          PORT: String(port),
+          ACS_LOG_LEVEL: "warn",
+          ...env,
+        }),
+      ),
     );
   }
   await waitForOk(`${engineUrl}/health`, 60_000, 200);

@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { freePort, waitForOk } from "../test/helpers/processes.js";
 import type { HeapReading } from "./heap-probe.js";
+import { track } from "./hotpath/processes.js";
 
 export type { HeapReading };
 
@@ -57,10 +58,9 @@ export async function startGatewayChild(upstreamUrl: string, env: Record<string,
     }),
   );
   const port = await freePort();
-  const child = spawn(
-    process.execPath,
-    ["--expose-gc", "--import", "tsx", "--import", probeModule, "src/main.ts"],
-    {
+  // Tracked: killed when the soak exits, however it exits (a SIGTERM to `npm run soak` too).
+  const child = track(
+    spawn(process.execPath, ["--expose-gc", "--import", "tsx", "--import", probeModule, "src/main.ts"], {
       cwd: repoRoot,
       env: {
         ...process.env,
@@ -71,7 +71,7 @@ export async function startGatewayChild(upstreamUrl: string, env: Record<string,
         ...env,
       },
       stdio: ["ignore", "ignore", "inherit", "ipc"],
-    },
+    }),
   );
   let exited = false;
   child.once("exit", () => {

@@ -36,7 +36,7 @@ function hookExit(): void {
 }
 
 /** Registers a child for cleanup at exit (used for forked workers too). */
-export function track(child: ChildProcess): ChildProcess {
+export function track<C extends ChildProcess>(child: C): C {
   hookExit();
   live.add(child);
   child.once("exit", () => live.delete(child));
