@@ -17,13 +17,17 @@ export interface ReplicaSetup {
 
 /**
  * A gateway process (src/main.ts, one worker: its Holds and leases carry exactly `instanceId`) on
- * the test database, its models file pointing at `upstreamUrl`. Short lease TTL (2 s) and Hold
- * renewals every 100 ms, so that expiries and reclaims happen within a test.
+ * the test database, its models file pointing at `upstreamUrl`. Short lease TTL (`leaseTtlMs`,
+ * 2 s by default) and Hold renewals every 100 ms, so that expiries and reclaims happen within a
+ * test. A replica whose store answers a lease's step later than the lease's margin (an eighth of
+ * the TTL at least) fails the request closed (500), as it should: a test that does not wait for
+ * expiries passes a longer TTL, so that a loaded machine does not turn its requests into 500s.
  */
 export async function startReplica(
   setup: ReplicaSetup,
   upstreamUrl: string,
   instanceId: string,
+  leaseTtlMs = 2000,
 ): Promise<{ url: string; child: ChildProcess }> {
   const modelsFile = join(setup.dir, `models-${instanceId}.json`);
   writeFileSync(
@@ -46,7 +50,7 @@ export async function startReplica(
     ACS_MODELS: modelsFile,
     ACS_INSTANCE_ID: instanceId,
     ACS_WORKERS: "1",
-    ACS_LEASE_TTL_MS: "2000",
+    ACS_LEASE_TTL_MS: String(leaseTtlMs),
     ACS_HOLD_RENEW_MS: "100",
     PORT: String(port),
     ACS_LOG_LEVEL: "warn",

@@ -100,8 +100,10 @@ async function sql<R extends pg.QueryResultRow>(text: string, values: unknown[] 
 describe("two gateway replicas on one PostgreSQL database", () => {
   it("500 concurrent requests over both, a Budget that fits exactly 100: exactly 100 served, never overspent", async (ctx) => {
     if (database.skipReason !== undefined) ctx.skip(database.skipReason);
-    const a = await startReplica(replicas, engine!.url, "gw-a");
-    const b = await startReplica(replicas, engine!.url, "gw-b");
+    // No expiry is waited for here: a 20 s lease TTL, so that a loaded machine's late steps do not
+    // fail requests closed (500) within the 2 s TTL's 250 ms margin.
+    const a = await startReplica(replicas, engine!.url, "gw-a", 20_000);
+    const b = await startReplica(replicas, engine!.url, "gw-b", 20_000);
     // "Hi" is 3 prompt tokens (BOS + 2 bytes) with the tiny preset: each request holds and uses 3 + 7.
     const { id, key } = await admin!.createKey({ budgetTokens: 100 * 10 });
 
