@@ -31,12 +31,14 @@ import { type ServerProcess, spawnServer } from "./processes.js";
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const MODEL = "bench-model";
 
-function option(o: SectionOptions, key: string): string | undefined {
+/** An option's text, trimmed; undefined when absent or blank. */
+export function option(o: SectionOptions, key: string): string | undefined {
   const v = o[key];
   return typeof v === "string" && v.trim() !== "" ? v.trim() : undefined;
 }
 
-function positive(o: SectionOptions, key: string, fallback: number): number {
+/** A positive number option (`fallback` when absent); throws on anything else. */
+export function positive(o: SectionOptions, key: string, fallback: number): number {
   const v = option(o, key);
   if (v === undefined) return fallback;
   const n = Number(v);
@@ -44,7 +46,8 @@ function positive(o: SectionOptions, key: string, fallback: number): number {
   return n;
 }
 
-const median = (xs: number[]): number => {
+/** The median of `xs` (non-empty). */
+export const median = (xs: readonly number[]): number => {
   const s = [...xs].sort((p, q) => p - q);
   const mid = Math.floor(s.length / 2);
   return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;

@@ -21,25 +21,12 @@ import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect
 import { Agent, request } from "undici";
 import { CompletionsService } from "../../gen/acs/v1/completions_pb.js";
 import { freePort } from "../../test/helpers/processes.js";
+import { median, positive } from "./ab.js";
 import { createFakeVllm } from "./fake-vllm.js";
 import { gatewayCommand, type SectionOptions } from "./hotpath.js";
 import { processCpuSeconds, spawnServer } from "./processes.js";
 
 const MODEL = "bench-model";
-
-function positive(o: SectionOptions, key: string, fallback: number): number {
-  const v = o[key];
-  if (typeof v !== "string" || v.trim() === "") return fallback;
-  const n = Number(v);
-  if (!Number.isFinite(n) || n <= 0) throw new Error(`--${key} must be a positive number, got ${v}`);
-  return n;
-}
-
-const median = (xs: readonly number[]): number => {
-  const s = [...xs].sort((p, q) => p - q);
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
-};
 
 /** A surface: one stream of `tokens` tokens, resolving with the chunks of text it got. */
 type Surface = (tokens: number) => Promise<number>;
@@ -90,22 +77,20 @@ function surfaces(url: string): {
   return { names: Object.keys(run), run, close: () => agent.close() };
 }
 
-/** `connections` loops of streams for `seconds`: streams and chunks completed. */
+/** `connections` loops of streams for `seconds`: streams completed (each checked whole). */
 async function load(surface: Surface, tokens: number, seconds: number, connections: number) {
   const end = performance.now() + seconds * 1000;
   let streams = 0;
-  let chunks = 0;
   await Promise.all(
     Array.from({ length: connections }, async () => {
       while (performance.now() < end) {
         const got = await surface(tokens);
         if (got !== tokens) throw new Error(`a stream of ${tokens} tokens gave ${got} chunks`);
-        chunks += got;
         streams++;
       }
     }),
   );
-  return { streams, chunks };
+  return { streams };
 }
 
 export async function benchSurfaces(options: SectionOptions = {}): Promise<string> {
