@@ -221,8 +221,9 @@ function inOneofTerms(fault: ApiError | undefined, path: string, field: DescFiel
  * The first fault of `value` as the JSON of `desc`, in the REST decoder's words: unknown keys
  * first (all of an object's keys before any of its values, as REST does), then each field's type,
  * depth first, and only then the first range fault (an integer outside its type, a number too
- * large), as REST orders them (proto/API.md §3: types, then ranges). Params are proto field names with `.` and `[i]` (REST's names);
- * a fault inside the prompt oneof is `prompt`, as on REST.
+ * large), as REST orders them (proto/API.md §3: types, then ranges). Params are proto field names
+ * with `.` and `[i]` (REST's names); a fault of a value inside the prompt oneof is `prompt`, as on
+ * REST ({@link inOneofTerms}).
  */
 function checkMessage(desc: DescMessage, value: unknown, path: string): ApiError | undefined {
   // Well-known types have JSON forms of their own; protobuf-es explains those (fallback below).

@@ -1072,11 +1072,10 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
    * once and their chunks interleave as they come, each choice renumbered to its part's index; a
    * capture's activations for a choice come in a chunk of their own after that choice's last text
    * chunk, once its replay is done (`choices: [{index, text: "", activations}]`; other parts' chunks
-   * may come in between); with include_usage, the usage chunk
-   * (summed over the parts) comes last. With continuous_usage_stats every chunk of a choice
-   * carries that choice's usage so far, as vLLM's chunks of a request of several prompts or n > 1
-   * do (its prompt's tokens, the tokens it generated so far). The first failing part aborts the
-   * others.
+   * may come in between); with include_usage, the usage chunk (summed over the parts) comes last.
+   * With continuous_usage_stats every chunk of a choice carries that choice's usage so far, as
+   * vLLM's chunks of a request of several prompts or n > 1 do (its prompt's tokens, the tokens it
+   * generated so far). The first failing part aborts the others.
    */
   async function* streamFanOut(
     prepared: Prepared,
