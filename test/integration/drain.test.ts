@@ -165,11 +165,12 @@ function startCalls(url: string, key: string, h2: Http2SessionManager) {
     headers: { ...headers, ...id("restUnary") },
     body: body(false),
   }).then(async (res) => ({ status: res.status, json: (await res.json()) as Record<string, unknown> }));
-  const sse = fetch(`${url}/v1/completions`, {
+  const sseResponse = fetch(`${url}/v1/completions`, {
     method: "POST",
     headers: { ...headers, ...id("sse") },
     body: body(true),
-  }).then(async (res) => {
+  });
+  const sse = sseResponse.then(async (res) => {
     const text = await res.text();
     // A refusal before the stream started is a JSON envelope with its status, not SSE.
     return { status: res.status, events: res.status === 200 ? parseSse(text) : [], text };
@@ -196,6 +197,12 @@ function startCalls(url: string, key: string, h2: Http2SessionManager) {
   return {
     restUnary,
     sse,
+    /**
+     * The SSE call's status line arrived: the gateway wrote it once it had Inference's first chunk,
+     * which comes after Inference holds the call (`held`), so a test that needs the stream started
+     * waits for this too.
+     */
+    sseStarted: sseResponse.then(() => undefined),
     grpcStream: settle(collect(grpc.streamCompletion(request(), { headers: id("grpcStream") }))),
     connectUnary: settle(connectH1.createCompletion(request(), { headers: id("connectUnary") })),
     grpcWebUnary: settle(grpcWeb.createCompletion(request(), { headers: id("grpcWebUnary") })),
@@ -334,6 +341,7 @@ describe("past the grace: what is left ends with the in-band shutdown error", ()
     const h2 = new Http2SessionManager(stack.url);
     const calls = startCalls(stack.url, key, h2);
     await until(() => upstream.held === CALLS, "every call is held at Inference");
+    await calls.sseStarted;
     // Inference never answers: the grace passes and the gateway ends every call itself.
     await drainAndClose(stack.app, lifecycle, { drainDelayMs: 0, logger: pino({ level: "silent" }) });
     expect(lifecycle.phase).toBe("ending");
@@ -373,6 +381,7 @@ describe("past the grace: the access log and the metrics", () => {
     const h2 = new Http2SessionManager(stack.url);
     const calls = startCalls(stack.url, key, h2);
     await until(() => upstream.held === CALLS, "every call is held at Inference");
+    await calls.sseStarted;
     await drainAndClose(stack.app, lifecycle, { drainDelayMs: 0, logger: pino({ level: "silent" }) });
     expect((await calls.restUnary).status).toBe(503);
     for (const call of [await calls.grpcStream, await calls.connectUnary, await calls.grpcWebUnary]) {
