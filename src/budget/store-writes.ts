@@ -205,20 +205,27 @@ export function watchStoreWrites(inner: BudgetStore, options: StoreWritesOptions
       return queue.length >= maxPending;
     },
     async settle(holdId, usedTokens) {
+      let error: unknown;
       if (queue.length === 0) {
         const t = options.now();
         try {
-          return await store.settleHold(holdId, usedTokens, t, options.dayOf(t));
-        } catch {
+          const result = await inner.settleHold(holdId, usedTokens, t, options.dayOf(t));
+          wrote();
+          return result;
+        } catch (err) {
           // Kept below and written again; the Hold stays open (reserved) in the store meanwhile.
+          error = err;
         }
       }
       if (!queued.has(holdId)) {
         queued.add(holdId);
         queue.push({ holdId, usedTokens });
       }
-      report();
-      schedule();
+      if (error !== undefined) failed(error);
+      else {
+        report();
+        schedule();
+      }
       return { outcome: "pending", chargedTokens: 0, releasedTokens: 0 };
     },
     async close() {
