@@ -8,8 +8,11 @@ import { closeSync, mkdtempSync, openSync, rmSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Health, HealthCheckResponse_ServingStatus as Status } from "../../gen/grpc/health/v1/health_pb.js";
 import { type BudgetLedger, createBudgetLedger } from "../../src/budget/index.js";
 import { ApiError } from "../../src/errors/index.js";
 import { until } from "../helpers/hang-guard.js";
@@ -24,11 +27,13 @@ type Answer = { status: number; usage?: number; code?: string | null; type?: str
 
 /**
  * Unary requests from `workers` callers, one after another each, until `stop()`; and GET /readyz
- * every 20 ms meanwhile. `sample()` is called with each readiness answer (the ledger's state).
+ * and gRPC health's Check every 20 ms meanwhile, with the ledger's pending settles.
  */
 function traffic(stack: Stack, key: string, workers = 4) {
   const answers: Answer[] = [];
-  const readiness: Array<{ status: number; pending: number }> = [];
+  const readiness: Array<{ status: number; grpc: Status; pending: number }> = [];
+  const h2 = new Http2SessionManager(stack.url);
+  const health = createClient(Health, createGrpcTransport({ baseUrl: stack.url, sessionManager: h2 }));
   let stopping = false;
   let maxPending = 0;
   const one = async (): Promise<void> => {
@@ -54,9 +59,10 @@ function traffic(stack: Stack, key: string, workers = 4) {
     while (!stopping) {
       const res = await fetch(`${stack.url}/readyz`);
       await res.arrayBuffer();
+      const grpc = (await health.check({ service: "" })).status;
       const pending = stack.ledger?.pendingSettles ?? 0;
       maxPending = Math.max(maxPending, pending);
-      readiness.push({ status: res.status, pending });
+      readiness.push({ status: res.status, grpc, pending });
       await sleep(20);
     }
   })();
@@ -68,7 +74,11 @@ function traffic(stack: Stack, key: string, workers = 4) {
     },
     async stop() {
       stopping = true;
-      await Promise.all([...loops, poller]);
+      try {
+        await Promise.all([...loops, poller]);
+      } finally {
+        h2.abort();
+      }
     },
   };
 }
@@ -134,7 +144,10 @@ describe("SQLite: ACS_DB on a tmpfs that fills up during traffic", () => {
         } finally {
           closeSync(fd);
         }
-        await within(() => load.readiness.some((r) => r.status === 503), "/readyz 503 once writes fail");
+        await within(
+          () => load.readiness.some((r) => r.status === 503 && r.grpc === Status.NOT_SERVING),
+          "/readyz 503 and gRPC health NOT_SERVING once writes fail",
+        );
         await sleep(1000); // traffic on a full disk
         rmSync(filler);
         await within(() => ledger.writable && ledger.pendingSettles === 0, "the pending settles written");
@@ -163,7 +176,7 @@ describe("SQLite: ACS_DB on a tmpfs that fills up during traffic", () => {
       } finally {
         db.close();
       }
-      expect(load.readiness.at(-1)?.status).toBe(200);
+      expect(load.readiness.at(-1)).toMatchObject({ status: 200, grpc: Status.SERVING });
       // The issue's case happened: answers served while their settles could not be written.
       expect(load.maxPending).toBeGreaterThan(0);
     } finally {
@@ -239,7 +252,7 @@ describe("PostgreSQL stopped, then started again", () => {
       const ledger = stack.ledger as BudgetLedger;
       const { id, key } = await ledger.createKey({ budgetTokens: 10_000_000 });
       const load = traffic(stack, key);
-      let outage: Array<{ status: number }> = [];
+      let outage: Array<{ status: number; grpc: Status }> = [];
       try {
         await until(() => load.answers.length >= 20, "traffic flowing");
         const from = load.readiness.length;
@@ -257,7 +270,7 @@ describe("PostgreSQL stopped, then started again", () => {
         await load.stop();
       }
       await ledger.syncLeases(); // the charges of the last lease sync interval
-      expect(outage.some((r) => r.status === 503)).toBe(true);
+      expect(outage.some((r) => r.status === 503 && r.grpc === Status.NOT_SERVING)).toBe(true);
       expect((await fetch(`${stack.url}/readyz`)).status).toBe(200);
 
       const served = expectServedOrUnavailable(load.answers);
