@@ -18,7 +18,6 @@ import type {
   PlaceHoldInput,
   PlaceHoldOutcome,
   ReclaimCount,
-  SettleResult,
 } from "./budget-store.js";
 import {
   answeredWithin,
@@ -30,6 +29,7 @@ import {
 import { createPostgresBudgetStore } from "./pg-budget-store.js";
 import { checkDemand, type HoldDemand } from "./plan-hold.js";
 import { createSqliteBudgetStore } from "./sqlite-budget-store.js";
+import { type LedgerSettleResult, type WritableChange, watchStoreWrites } from "./store-writes.js";
 
 /**
  * The longest a request may run without renewing its Hold: the API's 14-minute wait for a
@@ -99,6 +99,16 @@ export interface BudgetLedgerCommonOptions {
   readonly leases?: boolean | LeaseOptions;
   /** Closed Holds are kept this long (for a repeated or late settle), then deleted, ms. @default holdTtlMs */
   readonly closedHoldRetentionMs?: number;
+  /**
+   * Told when the ledger turns not writable (a write of the store failed) and writable again
+   * (a write succeeded and every pending settle is written): see {@link BudgetLedger.writable}.
+   */
+  readonly onWritableChange?: (change: WritableChange) => void;
+  /**
+   * Most settles kept waiting for the store; past it no Hold is placed in the store (503).
+   * @default 10,000 (`MAX_PENDING_SETTLES`)
+   */
+  readonly maxPendingSettles?: number;
 }
 
 /** Options of {@link createBudgetLedger}: a SQLite file, a PostgreSQL URL, or a store of your own. */
@@ -218,6 +228,15 @@ export interface BudgetLedger {
   /** Whether Holds are placed from leases (src/budget/README.md, "Leases"). */
   readonly leased: boolean;
   /**
+   * False while the store cannot write: from a write that failed (a full disk, a lock held past
+   * the busy timeout, PostgreSQL unreachable) until a write succeeds again and every pending
+   * settle is written. The gateway is not ready meanwhile (`/readyz` 503, gRPC health
+   * NOT_SERVING). src/budget/README.md, "When the store fails".
+   */
+  readonly writable: boolean;
+  /** Settles the store failed to write, kept and written again in order until it takes them. */
+  readonly pendingSettles: number;
+  /**
    * The key of an `Authorization` header value (`Bearer <key>`, scheme case-insensitive). Throws
    * ApiError `invalid_api_key` (401, param null) for a missing header, another scheme, an unknown
    * key or a revoked key. A key read from the store is reused for authCacheTtlMs.
@@ -234,7 +253,9 @@ export interface BudgetLedger {
    * when it has room, else in one transaction — lowering maxTokens to what the Budget can hold
    * when it cannot hold it all. Throws ApiError `insufficient_quota` (429) when not one generated
    * token per choice fits (after asking other replicas to give back their leases' free tokens),
-   * `invalid_api_key` when the key was revoked meanwhile, RangeError for numbers out of range.
+   * `invalid_api_key` when the key was revoked meanwhile, `upstream_unavailable` (503, retry
+   * after 1 s) when the store fails (nothing is placed: the request must not run), RangeError for
+   * numbers out of range.
    */
   placeHold(key: KeyInfo, demand: HoldDemand & { readonly promptTokensBound?: false }): Promise<PlacedHold>;
   /**
@@ -272,10 +293,12 @@ export interface BudgetLedger {
   /**
    * Ends a Hold: charges the tokens actually used, at most the tokens held, and gives the rest
    * back to the Budget. Exactly once: a repeated settle charges nothing (`already_settled`). A
-   * Hold already reclaimed as stale is charged what the Budget still has free. Throws
-   * UnknownIdError for an unknown Hold id, RangeError for a usedTokens that is not an integer ≥ 0.
+   * Hold already reclaimed as stale is charged what the Budget still has free. A settle the store
+   * fails to write (or asked while others wait) is `pending`: kept and written again, in order,
+   * until the store takes it; its Hold stays open (reserved) meanwhile. Throws UnknownIdError for
+   * an unknown Hold id, RangeError for a usedTokens that is not an integer ≥ 0.
    */
-  settle(holdId: string, usedTokens: number): Promise<SettleResult>;
+  settle(holdId: string, usedTokens: number): Promise<LedgerSettleResult>;
   /**
    * Releases every open Hold and lease past its expiry (each charged what its last renewal
    * recorded), and deletes closed Holds older than the retention; returns how many were released.
@@ -291,8 +314,9 @@ export interface BudgetLedger {
   /** Flushes every lease now (charges, renewals, free tokens of idle leases). */
   syncLeases(): Promise<void>;
   /**
-   * Stops the timers, flushes the leases (giving back their free tokens, ending the empty ones)
-   * and closes the store. Idempotent.
+   * Stops the timers, flushes the leases (giving back their free tokens, ending the empty ones),
+   * tries the pending settles once more (those still not written are reported to onReclaimError:
+   * their Holds are reclaimed later, charged their last renewal) and closes the store. Idempotent.
    */
   close(): Promise<void>;
 
@@ -333,6 +357,21 @@ const WRONG_SCHEME_MESSAGE =
   "Unsupported authorization scheme. You need to provide your API key in an Authorization header using " +
   "Bearer auth (i.e. Authorization: Bearer YOUR_KEY).";
 
+/**
+ * 503 `upstream_unavailable` (retry after 1 s) for a request the ledger could not serve because
+ * its store failed (`cause`, kept for the logs): `what` says what could not be done. An ApiError
+ * (a refusal meant for the caller) passes unchanged.
+ */
+function storeUnavailable(cause: unknown, what: string): ApiError {
+  if (cause instanceof ApiError) return cause;
+  return new ApiError(
+    "upstream_unavailable",
+    `The Budget ledger is unavailable (its store cannot be read or written right now), so ${what}; ` +
+      "the request was not run. Retry the request.",
+    { cause, retry: { retry: true, afterSeconds: HOLD_RETRY_AFTER_SECONDS } },
+  );
+}
+
 /** Keys kept by the authentication cache at most. */
 const AUTH_CACHE_ENTRIES = 10_000;
 
@@ -360,7 +399,7 @@ export function utcDay(ms: number): string {
 export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<BudgetLedger> {
   const holdTtlMs = options.holdTtlMs ?? DEFAULT_HOLD_TTL_MS;
   checkInt("holdTtlMs", holdTtlMs, 1);
-  const store =
+  const rawStore =
     "store" in options
       ? options.store
       : "postgresUrl" in options
@@ -376,12 +415,20 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
             ...(options.commit === undefined ? {} : { commit: options.commit }),
           });
   const now = options.now ?? Date.now;
-  const instanceId = options.instanceId ?? `${hostname()}:${process.pid}:${generateKeyId().slice(4)}`;
-  const authCacheTtlMs = options.authCacheTtlMs ?? DEFAULT_AUTH_CACHE_TTL_MS;
-  const retentionMs = options.closedHoldRetentionMs ?? holdTtlMs;
   const onError =
     options.onReclaimError ??
     ((err: unknown) => process.emitWarning(`Budget ledger: a background task failed: ${String(err)}`));
+  const writes = watchStoreWrites(rawStore, {
+    now,
+    dayOf: utcDay,
+    onError,
+    ...(options.onWritableChange === undefined ? {} : { onWritableChange: options.onWritableChange }),
+    ...(options.maxPendingSettles === undefined ? {} : { maxPendingSettles: options.maxPendingSettles }),
+  });
+  const { store } = writes;
+  const instanceId = options.instanceId ?? `${hostname()}:${process.pid}:${generateKeyId().slice(4)}`;
+  const authCacheTtlMs = options.authCacheTtlMs ?? DEFAULT_AUTH_CACHE_TTL_MS;
+  const retentionMs = options.closedHoldRetentionMs ?? holdTtlMs;
   const leaseOption = options.leases ?? store.kind === "postgres";
   const settings = {
     ...DEFAULT_LEASE_SETTINGS,
@@ -567,6 +614,12 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
     instanceId,
     storeKind: store.kind,
     leased: leases !== undefined,
+    get writable() {
+      return writes.writable;
+    },
+    get pendingSettles() {
+      return writes.pendingSettles;
+    },
 
     async authenticate(authorization) {
       const parsed = parseAuthorization(authorization);
@@ -584,7 +637,11 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
       } else {
         if (cached !== undefined) authCache.delete(parsed.token);
         const hash = hashApiKey(parsed.token);
-        record = await store.findKeyByHash(hash);
+        try {
+          record = await store.findKeyByHash(hash);
+        } catch (err) {
+          throw storeUnavailable(err, "the API key could not be checked");
+        }
         if (record !== undefined && !hashesEqual(record.keyHash, hash)) record = undefined;
         if (record !== undefined && authCacheTtlMs > 0) {
           authCache.set(parsed.token, { record, at: t });
@@ -621,7 +678,12 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
     placeHold: (async (key: KeyInfo, demand: HoldDemand): Promise<PlacedHold | CountNeeded> => {
       checkDemand(demand);
       if (leases !== undefined) {
-        const placed = await leases.place(key.id, demand);
+        let placed: Awaited<ReturnType<Leases["place"]>>;
+        try {
+          placed = await leases.place(key.id, demand);
+        } catch (err) {
+          throw storeUnavailable(err, "no Hold could be placed on the key's Budget");
+        }
         if (placed.kind === "held") {
           return {
             holdId: placed.holdId,
@@ -632,7 +694,19 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
         }
         if (placed.kind === "revoked") throw revokedKey(key.hint);
       }
-      const { holdId, outcome, expiresAt } = await placeInStore(key.id, demand);
+      if (writes.full) {
+        throw storeUnavailable(
+          new Error(`${writes.pendingSettles} settles wait for the Budget store`),
+          "no Hold could be placed on the key's Budget",
+        );
+      }
+      let placedInStore: Awaited<ReturnType<typeof placeInStore>>;
+      try {
+        placedInStore = await placeInStore(key.id, demand);
+      } catch (err) {
+        throw storeUnavailable(err, "no Hold could be placed on the key's Budget");
+      }
+      const { holdId, outcome, expiresAt } = placedInStore;
       switch (outcome.kind) {
         case "held":
           storeHolds.set(holdId, { expiresAt, ttlMs: holdTtlMs, lost: false });
@@ -682,8 +756,7 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
       checkInt("usedTokens", usedTokens, 0);
       storeHolds.delete(holdId);
       if (leases?.owns(holdId) === true) return leases.settle(holdId, usedTokens);
-      const t = now();
-      const result = await store.settleHold(holdId, usedTokens, t, utcDay(t));
+      const result = await writes.settle(holdId, usedTokens);
       if (result === undefined) throw new UnknownIdError("hold", holdId);
       return result;
     },
@@ -705,6 +778,7 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
       if (timer !== undefined) clearInterval(timer);
       try {
         await leases?.close();
+        await writes.close();
       } finally {
         await store.close();
       }

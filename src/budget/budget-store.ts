@@ -263,6 +263,12 @@ export interface BudgetStore {
   reclaimOpen(now: number, day: string, instanceId?: string): Promise<ReclaimCount>;
   /** Deletes Holds and leases closed (settled, reclaimed) before `before`; returns how many. */
   purgeClosed(before: number): Promise<number>;
+  /**
+   * Commits a write that changes nothing the ledger reads (SQLite: rewrites the schema version, one
+   * page to the WAL; PostgreSQL: a transaction that takes a transaction id, one commit record), to
+   * learn whether the store can write again after a write failed. Throws what the store throws.
+   */
+  probeWrite(): Promise<void>;
   /** Closes the store; later calls throw. */
   close(): Promise<void>;
 }

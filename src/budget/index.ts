@@ -50,3 +50,9 @@ export {
   createSqliteBudgetStore,
   type SqliteBudgetStoreOptions,
 } from "./sqlite-budget-store.js";
+export {
+  type LedgerSettleResult,
+  MAX_PENDING_SETTLES,
+  type PendingSettleResult,
+  type WritableChange,
+} from "./store-writes.js";

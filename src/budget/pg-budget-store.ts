@@ -486,6 +486,12 @@ export async function createPostgresBudgetStore(options: PostgresBudgetStoreOpti
       );
       return (holds.rowCount ?? 0) + (leases.rowCount ?? 0);
     },
+    async probeWrite() {
+      // A transaction id makes COMMIT write (and flush) a commit record: a write of no table.
+      await inTransaction("BEGIN", async (c) => {
+        await c.query("SELECT txid_current()");
+      });
+    },
     async close() {
       await pool.end();
     },

@@ -326,6 +326,8 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
     purgeHolds: db.prepare<[number]>(
       "DELETE FROM holds WHERE id IN (SELECT id FROM holds WHERE state != 'open' AND closed_at < ? LIMIT 10000)",
     ),
+    // A write of the page it is on (page 1) that changes nothing: the probe of a store that failed to write.
+    probe: db.prepare(`PRAGMA user_version = ${BUDGET_SCHEMA_VERSION}`),
     purgeLeases: db.prepare<[number]>(
       "DELETE FROM leases WHERE id IN (SELECT id FROM leases WHERE state != 'open' AND closed_at < ? LIMIT 10000)",
     ),
@@ -532,6 +534,10 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
         beginImmediate,
         async () => stmt.purgeHolds.run(before).changes + stmt.purgeLeases.run(before).changes,
       ),
+    probeWrite: () =>
+      writeTransaction(async () => {
+        stmt.probe.run();
+      }),
     close: () => {
       group?.flush(); // the transactions asked for before the close run before it
       return serial(async () => {

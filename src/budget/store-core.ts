@@ -176,6 +176,8 @@ export interface StoreBackend {
   drainRequests(instanceId: string): Promise<string[]>;
   drainsPending(keyId: string, now: number, exceptInstanceId: string): Promise<number>;
   purgeClosed(before: number): Promise<number>;
+  /** See {@link BudgetStore.probeWrite}. */
+  probeWrite(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -542,6 +544,7 @@ export function createBudgetStoreOn(backend: StoreBackend): BudgetStore {
     },
 
     purgeClosed: (before) => backend.purgeClosed(before),
+    probeWrite: () => backend.probeWrite(),
     close: () => backend.close(),
   };
 }

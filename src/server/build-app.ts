@@ -119,7 +119,7 @@ export interface App {
  * Resolves once every replica has had its first check: a model none of whose replicas answers (or
  * that serve another model) is logged and served when one does; the others serve at once.
  * Readiness (`/readyz`, gRPC health): a model serves while one of its replicas is up; the gateway
- * while one model serves and `options.isReady()`.
+ * while one model serves, `options.isReady()` and the ledger (if any) can write.
  */
 export async function buildApp(config: AppConfig, options: AppOptions): Promise<App> {
   const { logger } = options;
@@ -189,7 +189,9 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     config,
     api,
     logger,
-    isReady: () => isReady() && registry.status().some((m) => m.serving),
+    // Not ready while the ledger cannot write (a full disk, PostgreSQL unreachable): a load
+    // balancer sends the traffic elsewhere until its settles are written (src/budget/README.md).
+    isReady: () => isReady() && registry.status().some((m) => m.serving) && (ledger?.writable ?? true),
     modelStatus: () => registry.status(),
     steeringBudget,
     ...(config.playgroundDir === undefined ? {} : { playgroundDir: config.playgroundDir }),
@@ -236,6 +238,15 @@ async function openLedger(
     ...(config.instanceId === undefined ? {} : { instanceId: config.instanceId }),
     reclaimIntervalMs: reclaimEvery,
     onReclaimError: (err) => logger.error({ err }, "Budget ledger background task failed"),
+    onWritableChange: ({ writable, pendingSettles, pendingTokens, error }) => {
+      if (writable) logger.info("Budget ledger writes again: every pending settle is written; ready");
+      else {
+        logger.error(
+          { err: error, pendingSettles, pendingTokens },
+          "Budget ledger cannot write: not ready; failed settles are kept and written again",
+        );
+      }
+    },
   });
   try {
     const scope = config.instanceId !== undefined ? "instance" : db.kind === "sqlite" ? "all" : undefined;

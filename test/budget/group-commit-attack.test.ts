@@ -6,6 +6,7 @@ import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import { createBudgetLedger } from "../../src/budget/index.js";
 import { createSqliteBudgetStore } from "../../src/budget/sqlite-budget-store.js";
+import { until } from "../helpers/hang-guard.js";
 import { exited, spawnFixture, tempDb } from "./helpers.js";
 
 interface HoldSql {
@@ -247,7 +248,7 @@ describe("SQLite group commit under attack", () => {
     });
   });
 
-  it("a group that waits for another connection's write lock past the busy timeout: its Holds are not placed, the Holds it settled stay open, and the reclaim gives their tokens back", async () => {
+  it("a group that waits for another connection's write lock past the busy timeout: its Holds are refused (503), its settles kept and written once the lock is free, each once", async () => {
     tmp = tempDb();
     const { path } = tmp;
     const ledger = await createBudgetLedger({ path, reclaimIntervalMs: 0, leases: false, busyTimeoutMs: 20 });
@@ -264,16 +265,32 @@ describe("SQLite group commit under attack", () => {
         ...placed.map((h) => ledger.settle(h.holdId, 50)),
         ledger.placeHold(key, demand),
       ]);
-      other.prepare("COMMIT").run();
       expect(
-        answers.map((r) => (r.status === "rejected" ? (r.reason as { code?: string }).code : r.status)),
-      ).toEqual(["SQLITE_BUSY", "SQLITE_BUSY", "SQLITE_BUSY", "SQLITE_BUSY"]);
+        answers.map((r) =>
+          r.status === "rejected"
+            ? `${(r.reason as { code?: string }).code} (${((r.reason as Error).cause as { code?: string }).code})`
+            : (r.value as { outcome: string }).outcome,
+        ),
+      ).toEqual([
+        "upstream_unavailable (SQLITE_BUSY)",
+        "pending",
+        "pending",
+        "upstream_unavailable (SQLITE_BUSY)",
+      ]);
+      expect(ledger.writable).toBe(false);
+      // The Holds stay open (reserved) while their settles wait.
       expect(await ledger.usage(id)).toMatchObject({ spentTokens: 0, heldTokens: 200, openHolds: 2 });
-      expect(await ledger.reclaimOnStart()).toEqual({ holds: 2, leases: 0 });
-      expect(await ledger.usage(id)).toMatchObject({ spentTokens: 0, heldTokens: 0, openHolds: 0 });
-      // The store goes on: the same settles now find their Holds reclaimed (nothing twice).
+      other.prepare("COMMIT").run();
+      await until(() => ledger.writable, "the pending settles written");
+      expect(await ledger.usage(id)).toMatchObject({
+        spentTokens: 100,
+        heldTokens: 0,
+        openHolds: 0,
+        settledHolds: 2,
+      });
+      // Nothing twice: the same settles again change nothing.
       const again = await Promise.all(placed.map((h) => ledger.settle(h.holdId, 50)));
-      expect(again.map((s) => s.outcome)).toEqual(["settled_after_reclaim", "settled_after_reclaim"]);
+      expect(again.map((s) => s.outcome)).toEqual(["already_settled", "already_settled"]);
       expect(await ledger.usage(id)).toMatchObject({ spentTokens: 100, heldTokens: 0 });
     } finally {
       other.close();
