@@ -152,6 +152,8 @@ interface Prepared {
   readonly parts: readonly FanOutPart[] | undefined;
   /** Each prompt's bound of its tokens when they were not counted exactly (the Hold holds the bound; never with `parts`). */
   readonly promptBounds: readonly number[] | undefined;
+  /** Each prompt's tokens as the Hold counts them: exact, or `promptBounds`. */
+  readonly promptLengths: readonly number[];
   /** The call the request was prepared for (its upstream ids, trace and timings are recorded on it). */
   readonly ctx: CallContext;
   readonly capture: boolean;
@@ -201,6 +203,52 @@ function newMeter(prepared: Prepared, request: CreateCompletionRequest): UsageMe
   return prepared.promptBounds === undefined
     ? new UsageMeter(prepared.promptTokens)
     : new UsageMeter(prepared.promptTokens, { perPrompt: prepared.promptBounds, n: request.n ?? 1 });
+}
+
+/** A Usage of the gateway's own counts ({@link UsageMeter.countedUsage}). */
+function usageOf(counts: ReturnType<UsageMeter["countedUsage"]>): Usage | undefined {
+  return counts === undefined ? undefined : create(UsageSchema, counts);
+}
+
+/**
+ * Each choice's usage so far as the gateway counts it, for continuous_usage_stats when Inference
+ * sends none: as vLLM counts it, the choice's prompt tokens (its prompt token ids, else its
+ * prompt's exact count) and the tokens it generated so far (its token ids).
+ */
+class ChoiceCounts {
+  readonly #choices = new Map<number, { prompt: number | undefined; generated: number }>();
+  readonly #prepared: Prepared;
+  readonly #meter: UsageMeter;
+  readonly #n: number;
+
+  constructor(prepared: Prepared, meter: UsageMeter, n: number) {
+    this.#prepared = prepared;
+    this.#meter = meter;
+    this.#n = n;
+  }
+
+  /** Counts `choice` (a chunk's piece, token ids still on it); its usage so far, undefined while its prompt's tokens are a bound. */
+  add(choice: CompletionChoice): Usage | undefined {
+    let c = this.#choices.get(choice.index);
+    if (c === undefined) {
+      c = { prompt: undefined, generated: 0 };
+      this.#choices.set(choice.index, c);
+    }
+    if (choice.promptTokenIds.length > 0) c.prompt = choice.promptTokenIds.length;
+    c.generated += choice.tokenIds.length;
+    const p = Math.floor(choice.index / this.#n);
+    const prompt =
+      c.prompt ??
+      (this.#prepared.promptBounds === undefined
+        ? this.#prepared.promptLengths[p]
+        : this.#meter.exactPromptTokens(p));
+    if (prompt === undefined) return undefined;
+    return create(UsageSchema, {
+      promptTokens: prompt,
+      completionTokens: c.generated,
+      totalTokens: prompt + c.generated,
+    });
+  }
 }
 
 function completionIds(model: string): CompletionIds {
@@ -424,6 +472,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         body,
         promptTokens: parts === undefined ? [promptTokens] : parts.map((part) => lengths[part.prompt] ?? 0),
         promptBounds: bounds,
+        promptLengths: lengths,
         parts,
         capture,
         hold,
@@ -521,6 +570,30 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       }
     }
     return meter.charge(failure, prepared.hold?.tokens ?? 0);
+  }
+
+  /**
+   * The usage of meter part `part` as the gateway counted it ({@link UsageMeter.countedUsage}: what
+   * it is charged), for a response whose Inference request reported none. Prompt tokens that are
+   * still a bound are counted exactly first (`/tokenize`); undefined when that fails (no number is
+   * made up).
+   */
+  async function countedUsage(
+    prepared: Prepared,
+    request: CreateCompletionRequest,
+    meter: UsageMeter,
+    part: number,
+    signal: AbortSignal,
+  ): Promise<Usage | undefined> {
+    if (!meter.promptCounted) {
+      try {
+        const { client, servedModelName } = prepared.model;
+        meter.setPromptTokens(await countPromptTokens(client, servedModelName, request, signal));
+      } catch {
+        return undefined;
+      }
+    }
+    return usageOf(meter.countedUsage(part));
   }
 
   /**
@@ -769,6 +842,8 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       model: ids.model,
       choices: sorted,
     };
+    // Inference reported no usage: the gateway's own count, as charged.
+    usage ??= await countedUsage(prepared, request, meter, part, callerSignal);
     if (usage !== undefined) response.usage = usage;
     return response;
   }
@@ -801,6 +876,11 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     // No first-token time: the whole answer came at once (the time to first token would be the
     // request's, and the time per output token ~0).
     if (response.usage !== undefined) meter.report(response.usage.totalTokens, part);
+    // Inference reported no usage: the gateway's own count (its token ids), as charged.
+    else {
+      const usage = await countedUsage(prepared, request, meter, part, signal);
+      if (usage !== undefined) response.usage = usage;
+    }
     if (request.returnTokenIds !== true) {
       for (const c of response.choices) {
         c.tokenIds = [];
@@ -974,6 +1054,12 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
         } finally {
           if (open) await upstream.return?.();
         }
+        const usage = await single.countedUsageChunk();
+        if (usage !== undefined) {
+          const stands = holdStands(prepared.hold);
+          if (stands !== true) await stands;
+          yield usage;
+        }
         const activations = await single.activations();
         if (activations !== undefined) {
           const stands = holdStands(prepared.hold);
@@ -1015,6 +1101,11 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const generatedIds: number[] = [];
     /** The last usage Inference sent (continuous_usage_stats: the usage so far). */
     let usageSoFar: Usage | undefined;
+    /** Whether Inference sent its usage chunk (else, with include_usage, the gateway's count is sent). */
+    let usageChunkSent = false;
+    /** With continuous_usage_stats and no usage from Inference: each choice's counts, and the last chunk's usage. */
+    const counts = continuousUsage ? new ChoiceCounts(prepared, meter, request.n ?? 1) : undefined;
+    let countedSoFar: Usage | undefined;
     // Only a capture needs the upstream request again (its replay); otherwise it is not kept here.
     const replayBody = prepared.capture ? upstreamStreamBody(prepared.body, continuousUsage) : undefined;
     const offsets = new TextOffsets();
@@ -1030,8 +1121,13 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       callerChunk(upstreamChunk: VllmCompletionChunk): StreamCompletionResponse | undefined {
         const chunk = meteredChunk(prepared, upstreamChunk, ids, offsets, meter, 0);
         if (chunk.usage !== undefined) usageSoFar = chunk.usage;
-        if (chunk.choices.length === 0) return includeUsage && chunk.usage !== undefined ? chunk : undefined;
+        if (chunk.choices.length === 0) {
+          if (chunk.usage === undefined) return undefined;
+          usageChunkSent = true;
+          return includeUsage ? chunk : undefined;
+        }
         for (const choice of chunk.choices) {
+          if (counts !== undefined && usageSoFar === undefined) countedSoFar = counts.add(choice);
           if (prepared.capture && choice.index === 0) {
             if (choice.promptTokenIds.length > 0) promptIds = [...choice.promptTokenIds];
             generatedIds.push(...choice.tokenIds);
@@ -1041,10 +1137,19 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
             if (choice.promptTokenIds.length > 0) choice.promptTokenIds = [];
           }
         }
-        // Every chunk carries the usage so far (proto/API.md §5), also one Inference sent without.
-        chunk.usage = continuousUsage ? usageSoFar : undefined;
+        // Every chunk carries the usage so far (proto/API.md §5), also one Inference sent without;
+        // the gateway's count of its choice when Inference sends none.
+        chunk.usage = continuousUsage ? (usageSoFar ?? countedSoFar) : undefined;
         renew();
         return chunk;
+      },
+      /** With include_usage, when Inference sent no usage chunk: one of the gateway's count. */
+      async countedUsageChunk(): Promise<StreamCompletionResponse | undefined> {
+        if (!includeUsage || usageChunkSent) return undefined;
+        const usage = await countedUsage(prepared, request, meter, 0, ctx.signal);
+        if (usage === undefined) return undefined;
+        if (usageSoFar === undefined) countedSoFar = usage;
+        return create(StreamCompletionResponseSchema, { ...ids, choices: [], usage });
       },
       async activations(): Promise<StreamCompletionResponse | undefined> {
         if (replayBody === undefined) return undefined;
@@ -1061,7 +1166,9 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
           ...ids,
           choices: [],
           activations,
-          ...(continuousUsage && usageSoFar !== undefined ? { usage: usageSoFar } : {}),
+          ...(continuousUsage && (usageSoFar ?? countedSoFar) !== undefined
+            ? { usage: usageSoFar ?? countedSoFar }
+            : {}),
         });
       },
     };
@@ -1091,7 +1198,10 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const renew = holdRenewer(prepared.hold, meter);
     /** Each part's last usage from Inference (with continuous_usage_stats: that choice's so far). */
     const latest: (Usage | undefined)[] = parts.map(() => undefined);
-    const usageOfAll = (): Usage => sumUsage(latest.filter((u): u is Usage => u !== undefined));
+    /** Part i's usage so far: Inference's, else the gateway's count (a fan-out's prompts are exact). */
+    const usageOfPart = (i: number): Usage | undefined => latest[i] ?? usageOf(meter.countedUsage(i));
+    const usageOfAll = (): Usage =>
+      sumUsage(parts.map((_, i) => usageOfPart(i)).filter((u): u is Usage => u !== undefined));
     const sources = parts.map(
       (part, i) =>
         async function* (signal: AbortSignal): AsyncGenerator<StreamCompletionResponse> {
@@ -1116,7 +1226,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
             }
             // As vLLM for a request of several prompts or n > 1: the usage so far of this chunk's
             // choice (its prompt's tokens, what it generated so far).
-            chunk.usage = continuousUsage ? latest[i] : undefined;
+            chunk.usage = continuousUsage ? usageOfPart(i) : undefined;
             yield chunk;
           }
           if (prepared.capture) {
@@ -1132,7 +1242,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
             yield create(StreamCompletionResponseSchema, {
               ...ids,
               choices: [create(CompletionChoiceSchema, { index: part.index, activations })],
-              ...(continuousUsage && latest[i] !== undefined ? { usage: latest[i] } : {}),
+              ...(continuousUsage && usageOfPart(i) !== undefined ? { usage: usageOfPart(i) } : {}),
             });
           }
         },

@@ -146,6 +146,35 @@ export class UsageMeter {
     return sum;
   }
 
+  /**
+   * The usage of part `part` as the gateway counts it, for a response whose Inference request
+   * reported none: `prompt_tokens` as the Hold counted them (exact: Inference's prompt token ids,
+   * `/tokenize`, or token ids given), `completion_tokens` the generated token ids counted so far,
+   * `total_tokens` their sum — what {@link used} charges for the part, a streamed capture's replay
+   * aside (proto/API.md §9). Undefined while a prompt's tokens are still a bound: they are not
+   * known exactly yet ({@link setPromptTokens}).
+   */
+  countedUsage(
+    part = 0,
+  ): { promptTokens: number; completionTokens: number; totalTokens: number } | undefined {
+    if (!this.promptCounted) return undefined;
+    const p = this.#part(part);
+    return {
+      promptTokens: p.promptTokens,
+      completionTokens: p.generated,
+      totalTokens: p.promptTokens + p.generated,
+    };
+  }
+
+  /**
+   * Each prompt's tokens, exact, of a request whose prompts were bounded (`undefined` for a prompt
+   * still a bound, and for every prompt without bounds).
+   */
+  exactPromptTokens(prompt: number): number | undefined {
+    if (this.#prompts === undefined || this.#bound[prompt] !== false) return undefined;
+    return this.#prompts[prompt];
+  }
+
   /** Inference's usage of part `part` (its `usage.total_tokens`). */
   report(totalTokens: number, part = 0): void {
     this.#part(part).reported = totalTokens;

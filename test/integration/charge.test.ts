@@ -77,6 +77,32 @@ describe("charging without usage from Inference", () => {
     expect(usage.openHolds).toBe(0);
   });
 
+  // Inference streams tokens and [DONE] without a usage object: the response's usage is the
+  // gateway's own count, equal to the charge (issue 32), streamed (include_usage) or not.
+  it.each([false, true])("stream %s: the usage is the gateway's count, what was charged", async (stream) => {
+    const ledger = scripted.ledger!;
+    const { id, key } = await ledger.createKey({ budgetTokens: 1000 });
+    const res = await post(scripted, key, {
+      prompt: "no usage",
+      max_tokens: 8,
+      stream,
+      ...(stream ? { stream_options: { include_usage: true } } : {}),
+    });
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    type Usage = { prompt_tokens: number; completion_tokens: number; total_tokens: number } | null;
+    const usage = stream
+      ? sseChunks<{ choices: unknown[]; usage: Usage }>(text).at(-1)
+      : (JSON.parse(text) as { usage: Usage });
+    if (stream) expect(usage).toMatchObject({ choices: [] });
+    expect(usage?.usage).toMatchObject({
+      prompt_tokens: PROMPT_TOKENS,
+      completion_tokens: GENERATED,
+      total_tokens: PROMPT_TOKENS + GENERATED,
+    });
+    expect((await ledger.usage(id)).spentTokens).toBe(usage?.usage?.total_tokens);
+  });
+
   it.each([false, true])("stream %s: Inference's usage when it reports one", async (stream) => {
     const ledger = scripted.ledger!;
     const { id, key } = await ledger.createKey({ budgetTokens: 1000 });

@@ -290,9 +290,14 @@ export class ChoiceTextOffsets {
     }
     candidates.sort((a, b) => a.at - b.at);
     // The first place that leaves room for the run's bytes: the run's bytes are counted low
-    // (U+FFFD as 1 byte), the text's high (U+FFFD as 3), so the true place qualifies.
+    // (U+FFFD as 1 byte), the text's high (U+FFFD as 3), so the true place qualifies. When none
+    // does, only the token's whole string is evidence enough: the start of it at the end of the
+    // text, or a U+FEFF there (none of its string), is not — the run's bytes are not all in the
+    // text yet, so the token waits behind them (a skipped special token inside a character whose
+    // bytes are still arriving, after a U+FEFF).
     const found =
-      candidates.find((c) => utf8Length(this.text.slice(this.pos, c.at), 3) >= runBytes) ?? candidates[0];
+      candidates.find((c) => utf8Length(this.text.slice(this.pos, c.at), 3) >= runBytes) ??
+      candidates.find((c) => c.whole);
     if (found === undefined || found.at <= start || this.text.charCodeAt(found.at - 1) !== bom) {
       return found;
     }
