@@ -437,7 +437,7 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
   const leases: Leases | undefined =
     leaseOption === false
       ? undefined
-      : createLeases({ store, instanceId, settings, now, dayOf: utcDay, holdTtlMs, onError });
+      : createLeases({ store, instanceId, settings, now, dayOf: utcDay, holdTtlMs, onError, writes });
   let closed = false;
 
   const reclaimIntervalMs = options.reclaimIntervalMs ?? DEFAULT_RECLAIM_INTERVAL_MS;
@@ -574,9 +574,9 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
     if (outcome.kind === "revoked" || outcome.kind === "unknown_key") throw revokedKey(undefined);
     if (outcome.kind !== "held") return false;
     if (!leases.move(holdId, storeHoldId)) {
-      // The local Hold ended meanwhile (reclaimed as stale): give the store's Hold back.
-      const t = now();
-      await store.settleHold(storeHoldId, 0, t, utcDay(t));
+      // The local Hold ended meanwhile (reclaimed as stale): give the store's Hold back (kept and
+      // written later if the store fails it now).
+      await writes.settle(storeHoldId, 0);
       return false;
     }
     const inStore = { expiresAt, ttlMs: holdTtlMs, lost: false };

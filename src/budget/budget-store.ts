@@ -117,6 +117,17 @@ export interface SettleResult {
   readonly releasedTokens: number;
 }
 
+/** A late charge ({@link BudgetStore.chargeLate}): the Hold it ends, by its id, once. */
+export interface LateChargeInput {
+  /** The (lease-backed) Hold's id: the store records the charge under it, once. */
+  readonly holdId: string;
+  readonly keyId: string;
+  readonly tokens: number;
+  readonly instanceId: string;
+  readonly now: number;
+  readonly day: string;
+}
+
 /**
  * One step of a lease (src/budget/README.md, "Leases"), applied atomically and at most once (a retry
  * with the same `seq` after an unknown outcome changes nothing and returns the first answer).
@@ -242,9 +253,11 @@ export interface BudgetStore {
   /**
    * Charges up to `tokens` to a key, at most what its Budget has free (budget − spent − held −
    * leased), and counts one settled Hold; returns the tokens charged. For a Hold that ended after
-   * its lease was lost.
+   * its lease was lost (or after it was reclaimed as stale on its replica). Once per Hold id: the
+   * charge is recorded as a closed Hold row of that id, and a repeat (a retry whose first answer
+   * was lost) charges nothing and returns 0.
    */
-  chargeLate(keyId: string, tokens: number, day: string): Promise<number>;
+  chargeLate(input: LateChargeInput): Promise<number>;
   /** One step of a lease: see {@link LeaseSyncInput}. */
   syncLease(input: LeaseSyncInput): Promise<LeaseSyncOutcome>;
   /** Ids of `instanceId`'s leases flagged to drain. */

@@ -2,14 +2,9 @@
 // against it in memory; charges go back to the store in batches. src/budget/README.md, "Leases",
 // gives the design and what a crash can cost.
 import { generateHoldId, generateKeyId } from "./api-key.js";
-import type {
-  BudgetStore,
-  KeyState,
-  LeaseSyncInput,
-  LeaseSyncOutcome,
-  SettleResult,
-} from "./budget-store.js";
+import type { BudgetStore, KeyState, LeaseSyncInput, LeaseSyncOutcome } from "./budget-store.js";
 import { demandTokens, type HoldDemand } from "./plan-hold.js";
+import type { LedgerSettleResult, StoreWrites } from "./store-writes.js";
 
 /** How a replica leases. Amounts are tokens; times are milliseconds. */
 export interface LeaseOptions {
@@ -135,6 +130,11 @@ export interface LeaseDeps {
   readonly dayOf: (now: number) => string;
   readonly holdTtlMs: number;
   readonly onError: (err: unknown) => void;
+  /**
+   * The ledger's writes that end a Hold (a moved Hold's settle, a late charge): kept and written
+   * again, once per Hold id, when the store fails them (src/budget/store-writes.ts).
+   */
+  readonly writes: Pick<StoreWrites, "settle" | "chargeLate">;
 }
 
 /** A Hold placed from a lease, or the reason none was. */
@@ -160,7 +160,8 @@ export interface Leases {
   /** True when holdId is (or was) a Hold of this replica's leases. */
   owns(holdId: string): boolean;
   renew(holdId: string, usedTokens: number, ttlMs: number): Promise<boolean>;
-  settle(holdId: string, usedTokens: number): Promise<SettleResult>;
+  /** `pending` when its write to the store (a moved Hold, a late charge) waits for the store. */
+  settle(holdId: string, usedTokens: number): Promise<LedgerSettleResult>;
   /**
    * Whether a Hold may go on delivering without a look at the store: true for a Hold no longer
    * live here or moved into the store, and for one whose lease the store confirmed with more than a
@@ -451,7 +452,15 @@ export function createLeases(deps: LeaseDeps): Leases {
     return holds.has(holdId) && !hold.lease.lost;
   }
 
-  async function settle(holdId: string, usedTokens: number): Promise<SettleResult> {
+  /** A late charge of a Hold of this replica, by its id (once), kept while the store cannot write it. */
+  async function chargeLate(holdId: string, keyId: string, tokens: number): Promise<LedgerSettleResult> {
+    const charged = await deps.writes.chargeLate({ holdId, keyId, tokens, instanceId });
+    return charged === "pending"
+      ? { outcome: "pending", chargedTokens: 0, releasedTokens: 0 }
+      : { outcome: "settled_after_reclaim", chargedTokens: charged, releasedTokens: 0 };
+  }
+
+  async function settle(holdId: string, usedTokens: number): Promise<LedgerSettleResult> {
     const hold = holds.get(holdId);
     if (hold !== undefined) {
       const charge = Math.min(usedTokens, hold.tokens);
@@ -465,13 +474,7 @@ export function createLeases(deps: LeaseDeps): Leases {
           charged: 0,
           tokens: hold.tokens,
         });
-        const t = now();
-        const result = await store.settleHold(
-          hold.moved,
-          Math.max(0, charge - hold.confirmed),
-          t,
-          deps.dayOf(t),
-        );
+        const result = await deps.writes.settle(hold.moved, Math.max(0, charge - hold.confirmed));
         return result ?? { outcome: "already_settled", chargedTokens: 0, releasedTokens: 0 };
       }
       if (!hold.lease.lost) {
@@ -486,13 +489,8 @@ export function createLeases(deps: LeaseDeps): Leases {
       // The lease was reclaimed by another replica: charged what the store had recorded for it.
       holds.delete(holdId);
       hold.lease.holds.delete(hold);
-      const charged = await store.chargeLate(
-        hold.lease.keyId,
-        Math.max(0, charge - hold.confirmed),
-        deps.dayOf(now()),
-      );
       tombstones.set(holdId, { keyId: hold.lease.keyId, state: "settled", charged: 0, tokens: hold.tokens });
-      return { outcome: "settled_after_reclaim", chargedTokens: charged, releasedTokens: 0 };
+      return chargeLate(holdId, hold.lease.keyId, Math.max(0, charge - hold.confirmed));
     }
     const dead = tombstones.get(holdId);
     if (dead === undefined || dead.state === "settled") {
@@ -501,8 +499,8 @@ export function createLeases(deps: LeaseDeps): Leases {
     // Reclaimed here as stale, then settled: the rest of its charge, up to what the Budget has free.
     tombstones.set(holdId, { ...dead, state: "settled" });
     const extra = Math.max(0, Math.min(usedTokens, dead.tokens) - dead.charged);
-    const charged = extra === 0 ? 0 : await store.chargeLate(dead.keyId, extra, deps.dayOf(now()));
-    return { outcome: "settled_after_reclaim", chargedTokens: charged, releasedTokens: 0 };
+    if (extra === 0) return { outcome: "settled_after_reclaim", chargedTokens: 0, releasedTokens: 0 };
+    return chargeLate(holdId, dead.keyId, extra);
   }
 
   function current(holdId: string): boolean {

@@ -425,13 +425,27 @@ export function createBudgetStoreOn(backend: StoreBackend): BudgetStore {
       return tx((rows) => settleLocked(rows, keyId, holdId, usedTokens, now, day));
     },
 
-    chargeLate: (keyId, tokens, day) =>
+    chargeLate: (input) =>
       tx(async (rows) => {
+        const { keyId, holdId, tokens, now, day } = input;
         const key = await rows.lockKey(keyId);
         if (key === undefined) return 0;
+        // Written before: a retry whose first answer was lost charges nothing.
+        if ((await rows.lockHold(holdId)) !== undefined) return 0;
         const charged = Math.min(tokens, Math.max(0, freeOf(key)));
         rows.setKeyNumbers(keyId, key.spentTokens + charged, key.heldTokens, key.leasedTokens);
         rows.addDaily(keyId, day, charged, 1, 0);
+        // The charge's record: a closed Hold row of that id (purged after the retention, as any).
+        const held = Math.max(1, tokens);
+        rows.insertHold({
+          id: holdId,
+          keyId,
+          tokens: held,
+          createdAt: now,
+          expiresAt: now,
+          instanceId: input.instanceId,
+        });
+        rows.closeHold(holdId, "settled", tokens, charged, now);
         return charged;
       }),
 

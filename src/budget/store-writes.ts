@@ -1,7 +1,7 @@
 // Whether the ledger's store can write, and the settles it could not write yet (issue 33): a settle
 // that fails is kept, in order, and written again until the store takes it; its Hold stays open in
 // the store meanwhile, so its tokens stay reserved. src/budget/README.md, "When the store fails".
-import type { BudgetStore, SettleResult } from "./budget-store.js";
+import type { BudgetStore, LateChargeInput, SettleResult } from "./budget-store.js";
 
 /** A settle the store could not write yet: kept by the ledger and written again until it is. */
 export interface PendingSettleResult {
@@ -23,6 +23,20 @@ export const MAX_PENDING_SETTLES = 10_000;
 /** First and longest pause between two tries of a failed write (a pending settle or a probe), ms. */
 export const WRITE_RETRY_MIN_MS = 50;
 export const WRITE_RETRY_MAX_MS = 1000;
+
+/** A late charge's answer: the tokens charged, or `pending` (written later, once). */
+export type LedgerLateCharge = number | "pending";
+
+/**
+ * A write that ends a Hold, kept until the store takes it: a settle of a Hold in the store, or the
+ * late charge of a lease-backed Hold (its lease lost, or it was reclaimed as stale). Each is
+ * written by the Hold's id, so a repeat does nothing.
+ */
+type PendingWrite =
+  | { readonly kind: "settle"; readonly holdId: string; readonly usedTokens: number }
+  | { readonly kind: "late"; readonly holdId: string; readonly input: Omit<LateChargeInput, "now" | "day"> };
+
+const tokensOf = (p: PendingWrite): number => (p.kind === "settle" ? p.usedTokens : p.input.tokens);
 
 /** What {@link watchStoreWrites} reports when the ledger turns (not) writable. */
 export interface WritableChange {
@@ -51,6 +65,11 @@ export interface StoreWrites {
    * no-op once settled, so never charged twice) until the store takes it.
    */
   settle(holdId: string, usedTokens: number): Promise<LedgerSettleResult | undefined>;
+  /**
+   * {@link BudgetStore.chargeLate}, kept and written again like a settle (in the same queue, by the
+   * Hold's id: once) when the store fails to write it or other writes wait: `pending` then.
+   */
+  chargeLate(input: Omit<LateChargeInput, "now" | "day">): Promise<LedgerLateCharge>;
   /** One last try of the pending settles (in order, up to the first that fails); reports what is left. */
   close(): Promise<void>;
 }
@@ -91,7 +110,7 @@ const WRITES = [
  */
 export function watchStoreWrites(inner: BudgetStore, options: StoreWritesOptions): StoreWrites {
   const maxPending = options.maxPendingSettles ?? MAX_PENDING_SETTLES;
-  const queue: Array<{ holdId: string; usedTokens: number }> = [];
+  const queue: PendingWrite[] = [];
   const queued = new Set<string>();
   let failing = false;
   let reported = true; // what onWritableChange last said
@@ -101,7 +120,7 @@ export function watchStoreWrites(inner: BudgetStore, options: StoreWritesOptions
   let draining: Promise<void> | undefined;
   let closed = false;
 
-  const pendingTokens = () => queue.reduce((sum, p) => sum + p.usedTokens, 0);
+  const pendingTokens = () => queue.reduce((sum, p) => sum + tokensOf(p), 0);
   const writable = () => !failing && queue.length === 0;
   const report = (): void => {
     const now = writable();
@@ -156,16 +175,24 @@ export function watchStoreWrites(inner: BudgetStore, options: StoreWritesOptions
     };
   }
 
-  /** Writes the pending settles in order, up to the first that fails (then tried again later). */
+  /** One pending write, to the store itself (not the watched wrapper). */
+  async function writeOne(p: PendingWrite): Promise<SettleResult | number | undefined> {
+    const t = options.now();
+    const day = options.dayOf(t);
+    return p.kind === "settle"
+      ? inner.settleHold(p.holdId, p.usedTokens, t, day)
+      : inner.chargeLate({ ...p.input, now: t, day });
+  }
+
+  /** Writes the pending writes in order, up to the first that fails (then tried again later). */
   function drain(): Promise<void> {
     draining ??= (async () => {
       try {
         while (queue.length > 0) {
-          const p = queue[0] as (typeof queue)[number];
-          const t = options.now();
-          let result: SettleResult | undefined;
+          const p = queue[0] as PendingWrite;
+          let result: SettleResult | number | undefined;
           try {
-            result = await inner.settleHold(p.holdId, p.usedTokens, t, options.dayOf(t));
+            result = await writeOne(p);
           } catch (err) {
             failing = true;
             lastError = err;
@@ -177,7 +204,7 @@ export function watchStoreWrites(inner: BudgetStore, options: StoreWritesOptions
           if (result === undefined) {
             options.onError(
               new Error(
-                `Budget ledger: the settle of Hold ${p.holdId} (${p.usedTokens} tokens used) found no such Hold: ` +
+                `Budget ledger: the settle of Hold ${p.holdId} (${tokensOf(p)} tokens used) found no such Hold: ` +
                   "it was closed and purged while the settle waited; nothing was charged",
               ),
             );
@@ -193,6 +220,36 @@ export function watchStoreWrites(inner: BudgetStore, options: StoreWritesOptions
     return draining;
   }
 
+  /**
+   * Writes `p` now when nothing waits; else, or when the store fails it, keeps it at the end of the
+   * queue (once per Hold id) and answers undefined: written later, in order.
+   */
+  async function writeOrKeep<T extends SettleResult | number | undefined>(
+    p: PendingWrite,
+  ): Promise<{ written: T } | undefined> {
+    let error: unknown;
+    if (queue.length === 0) {
+      try {
+        const written = (await writeOne(p)) as T;
+        wrote();
+        return { written };
+      } catch (err) {
+        // Kept below and written again; the Hold stays open (reserved) in the store meanwhile.
+        error = err;
+      }
+    }
+    if (!queued.has(p.holdId)) {
+      queued.add(p.holdId);
+      queue.push(p);
+    }
+    if (error !== undefined) failed(error);
+    else {
+      report();
+      schedule();
+    }
+    return undefined;
+  }
+
   return {
     store,
     get writable() {
@@ -205,28 +262,12 @@ export function watchStoreWrites(inner: BudgetStore, options: StoreWritesOptions
       return queue.length >= maxPending;
     },
     async settle(holdId, usedTokens) {
-      let error: unknown;
-      if (queue.length === 0) {
-        const t = options.now();
-        try {
-          const result = await inner.settleHold(holdId, usedTokens, t, options.dayOf(t));
-          wrote();
-          return result;
-        } catch (err) {
-          // Kept below and written again; the Hold stays open (reserved) in the store meanwhile.
-          error = err;
-        }
-      }
-      if (!queued.has(holdId)) {
-        queued.add(holdId);
-        queue.push({ holdId, usedTokens });
-      }
-      if (error !== undefined) failed(error);
-      else {
-        report();
-        schedule();
-      }
-      return { outcome: "pending", chargedTokens: 0, releasedTokens: 0 };
+      const done = await writeOrKeep<SettleResult | undefined>({ kind: "settle", holdId, usedTokens });
+      return done === undefined ? { outcome: "pending", chargedTokens: 0, releasedTokens: 0 } : done.written;
+    },
+    async chargeLate(input) {
+      const done = await writeOrKeep<number>({ kind: "late", holdId: input.holdId, input });
+      return done === undefined ? "pending" : done.written;
     },
     async close() {
       closed = true;
@@ -235,11 +276,13 @@ export function watchStoreWrites(inner: BudgetStore, options: StoreWritesOptions
       await draining;
       if (queue.length > 0) await drain();
       if (queue.length > 0) {
+        const late = queue.filter((p) => p.kind === "late").length;
         options.onError(
           new Error(
             `Budget ledger: ${queue.length} settles (${pendingTokens()} tokens used) could not be written ` +
               "before the close: their Holds stay open in the store and are reclaimed at their expiry " +
-              "(or at the next start), charged what their last renewal recorded",
+              "(or at the next start), charged what their last renewal recorded" +
+              (late === 0 ? "" : `; ${late} of them late charges of lost leases' Holds, not charged`),
           ),
         );
       }

@@ -756,6 +756,12 @@ schemas.Readiness = {
       additionalProperties: { enum: ["serving", "not_serving"] },
       description: "Model id → whether it serves.",
     },
+    reasons: {
+      type: "array",
+      items: { type: "string" },
+      description:
+        "While not ready: why, one sentence each (draining; no model serves; the Budget ledger cannot write).",
+    },
   },
 };
 

@@ -27,7 +27,7 @@ import {
 } from "../upstream/index.js";
 import { buildServer, type ServerDeps } from "./build-server.js";
 import type { Lifecycle } from "./lifecycle.js";
-import { type GatewayMetrics, registerUpstreamMetrics } from "./metrics.js";
+import { type GatewayMetrics, registerLedgerMetrics, registerUpstreamMetrics } from "./metrics.js";
 import type { OnePortTimeouts } from "./one-port-server.js";
 import type { OpsHandlers } from "./ops-server.js";
 
@@ -185,13 +185,22 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     admission,
   });
   const isReady = options.isReady ?? (() => true);
+  /** Why the gateway is not ready (GET /readyz's `reasons`); empty when it is. */
+  const notReady = (): string[] => {
+    const reasons: string[] = [];
+    if (!isReady()) reasons.push("the embedded reference engine is not running");
+    if (!registry.status().some((m) => m.serving)) reasons.push("no model serves: no replica is up");
+    // Not ready while the ledger cannot write (a full disk, PostgreSQL unreachable): a load
+    // balancer sends the traffic elsewhere until its settles are written (src/budget/README.md).
+    if (ledger !== undefined && !ledger.writable) reasons.push(LEDGER_NOT_WRITABLE);
+    return reasons;
+  };
   const { app, metrics, flushAccessLog, ops } = await buildServer({
     config,
     api,
     logger,
-    // Not ready while the ledger cannot write (a full disk, PostgreSQL unreachable): a load
-    // balancer sends the traffic elsewhere until its settles are written (src/budget/README.md).
-    isReady: () => isReady() && registry.status().some((m) => m.serving) && (ledger?.writable ?? true),
+    isReady: () => notReady().length === 0,
+    notReadyReasons: notReady,
     modelStatus: () => registry.status(),
     steeringBudget,
     ...(config.playgroundDir === undefined ? {} : { playgroundDir: config.playgroundDir }),
@@ -206,8 +215,13 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     },
   });
   registerUpstreamMetrics(metrics.registry, pools);
+  if (ledger !== undefined) registerLedgerMetrics(metrics.registry, ledger);
   return { app, metrics, registry, ledger, admission, flushAccessLog, ops };
 }
+
+/** GET /readyz's reason while the Budget ledger cannot write (src/budget/README.md, "When the store fails"). */
+export const LEDGER_NOT_WRITABLE =
+  "the Budget ledger cannot write: its store failed a write, or settles it failed are still waiting to be written";
 
 /**
  * The Budget ledger of `config.db`, or undefined without one. Holds outlive the longest

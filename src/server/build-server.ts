@@ -72,6 +72,8 @@ export interface ServerDeps {
   readonly logger: Logger;
   /** True once the gateway (and an embedded engine, if any) can serve: GET /readyz. */
   readonly isReady: () => boolean;
+  /** Why it is not ready, in GET /readyz's `reasons` while isReady() is false. @default none */
+  readonly notReadyReasons?: () => readonly string[];
   /**
    * Each model (by id) and whether it serves: in GET /readyz's body and as gRPC health services
    * named by the model id. @default none
@@ -312,12 +314,18 @@ export async function buildServer(deps: ServerDeps): Promise<{
   // What the ops routes answer, here and on the ops port (src/server/ops-server.ts).
   const ops: OpsHandlers = {
     live: () => true,
-    readiness: () => ({
-      ready: isReady(),
-      models: Object.fromEntries(
+    readiness: () => {
+      const ready = isReady();
+      const models = Object.fromEntries(
         (deps.modelStatus?.() ?? []).map((m) => [m.id, m.serving ? "serving" : "not_serving"] as const),
-      ),
-    }),
+      );
+      if (ready) return { ready, models };
+      const reasons = [
+        ...(lifecycle.ready ? [] : ["draining: the gateway is shutting down"]),
+        ...(deps.notReadyReasons?.() ?? []),
+      ];
+      return { ready, models, reasons };
+    },
     metrics: async () => ({
       contentType: metrics.registry.contentType,
       text: await (deps.scrapeMetrics?.(metrics.registry) ?? metrics.registry.metrics()),

@@ -845,7 +845,14 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
           // Closing: not ready at once, whatever a stalled worker last said.
           readiness: () => {
             const r = clusterReadiness(heard());
-            return closing ? { ...r, ready: false } : r;
+            if (!closing) return r;
+            const reasons = r.ready ? [] : (r.reasons ?? []);
+            const draining = "draining: the gateway is shutting down";
+            return {
+              ...r,
+              ready: false,
+              reasons: reasons.includes(draining) ? reasons : [draining, ...reasons],
+            };
           },
           metrics: async () => ({ contentType: primaryRegistry.contentType, text: await aggregate() }),
         },
@@ -887,12 +894,21 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
  */
 function clusterReadiness(live: readonly Slot[]): Readiness {
   const models: Record<string, "serving" | "not_serving"> = {};
+  const reasons = new Set<string>();
   let ready = false;
   for (const { readiness } of live) {
     if (readiness === undefined) continue;
     ready ||= readiness.ready;
+    for (const reason of readiness.reasons ?? []) reasons.add(reason);
     for (const [id, state] of Object.entries(readiness.models))
       if (models[id] !== "serving") models[id] = state;
   }
-  return { ready, models };
+  if (ready) return { ready, models };
+  if (reasons.size === 0)
+    reasons.add(
+      live.length === 0
+        ? "no worker has reported recently (stalled, or not started yet)"
+        : "no worker is ready",
+    );
+  return { ready, models, reasons: [...reasons] };
 }

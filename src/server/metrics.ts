@@ -50,6 +50,35 @@ export function createMetrics(
   return { registry, calls: createCallMetrics(registry) };
 }
 
+/**
+ * The Budget ledger's gauges, read at each scrape: `acs_budget_settles_pending` (settles and late
+ * charges the store failed to write, kept and written again: src/budget/README.md, "When the store
+ * fails"; summed over workers) and `acs_budget_ledger_writable` (1 while the ledger can write, 0
+ * while it cannot: /readyz is 503 meanwhile; with several workers the least of theirs).
+ */
+export function registerLedgerMetrics(
+  registry: Registry,
+  ledger: { readonly writable: boolean; readonly pendingSettles: number },
+): void {
+  new Gauge({
+    name: "acs_budget_settles_pending",
+    help: "Settles (and late charges) of Holds the Budget store failed to write, waiting to be written again.",
+    registers: [registry],
+    collect() {
+      this.set(ledger.pendingSettles);
+    },
+  });
+  new Gauge({
+    name: "acs_budget_ledger_writable",
+    help: "1 while the Budget ledger's store writes, 0 from a failed write until every pending settle is written.",
+    registers: [registry],
+    aggregator: "min",
+    collect() {
+      this.set(ledger.writable ? 1 : 0);
+    },
+  });
+}
+
 /** A model's replica pool, as the upstream metrics read it (src/upstream/pool). */
 export interface PoolMetricsSource {
   readonly model: string;

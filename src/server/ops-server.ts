@@ -9,11 +9,16 @@ import { renderMethodNotAllowed, renderNotFound, requestIdOf, sendError } from "
 import { requestIdFrom } from "../telemetry/request-id.js";
 import { answerClientError, answerFrameworkError } from "./client-errors.js";
 
-/** What GET /readyz answers: 200 `{"status":"ready","models":{…}}` or 503 `"not_ready"`. */
+/**
+ * What GET /readyz answers: 200 `{"status":"ready","models":{…}}` or 503 `"not_ready"` with the
+ * `reasons` it is not.
+ */
 export interface Readiness {
   readonly ready: boolean;
   /** Each model id: `serving` or `not_serving`. */
   readonly models: Readonly<Record<string, "serving" | "not_serving">>;
+  /** While not ready: why, one sentence each (draining, no model serves, the ledger cannot write). */
+  readonly reasons?: readonly string[];
 }
 
 /** The three ops answers, as the process serving them knows them. */
@@ -32,11 +37,12 @@ export const OPS_PATHS: ReadonlySet<string> = new Set(["/healthz", "/readyz", "/
 /** GET /readyz's status and body, the same on the main port and the ops port. */
 export function readyzAnswer(readiness: Readiness): {
   status: 200 | 503;
-  body: { status: "ready" | "not_ready"; models: Readiness["models"] };
+  body: { status: "ready" | "not_ready"; models: Readiness["models"]; reasons?: readonly string[] };
 } {
+  if (readiness.ready) return { status: 200, body: { status: "ready", models: readiness.models } };
   return {
-    status: readiness.ready ? 200 : 503,
-    body: { status: readiness.ready ? "ready" : "not_ready", models: readiness.models },
+    status: 503,
+    body: { status: "not_ready", models: readiness.models, reasons: readiness.reasons ?? [] },
   };
 }
 

@@ -177,7 +177,7 @@ describe("SQLite group commit under attack", () => {
           store.settleHold("h1", 30, 20, day), // settled, 30 charged
           store.settleHold("h1", 30, 20, day), // already settled
           store.settleHold("h4", 500, 20, day), // settled, charged its 100 (capped)
-          store.chargeLate(keys.a, 7, day),
+          store.chargeLate({ holdId: "late1", keyId: keys.a, tokens: 7, instanceId: "i", now: 20, day }),
           store.syncLease({
             leaseId: "l1",
             keyId: keys.a,

@@ -390,6 +390,29 @@ describe.each(storesUnderTest("leases"))("leases on $kind", (store) => {
     await stalled.close();
   });
 
+  it("the store applies a late charge once per Hold id: a retry whose answer was lost charges nothing", async () => {
+    const admin = await open({ leases: false });
+    const { id } = await admin.createKey({ budgetTokens: 1000 });
+    const raw =
+      store.kind === "postgres"
+        ? await createPostgresBudgetStore({ url: store.acsDb(), poolSize: 1 })
+        : createSqliteBudgetStore({ path: store.acsDb() });
+    try {
+      const late = { holdId: "hold_late", keyId: id, tokens: 40, instanceId: "x", now: 5, day: "2030-01-01" };
+      expect(await raw.chargeLate(late)).toBe(40);
+      expect(await raw.chargeLate(late)).toBe(0);
+      expect(await raw.chargeLate({ ...late, holdId: "hold_late2", tokens: 0 })).toBe(0);
+      expect(await admin.usage(id)).toMatchObject({
+        spentTokens: 40,
+        heldTokens: 0,
+        openHolds: 0,
+        settledHolds: 2,
+      });
+    } finally {
+      await raw.close();
+    }
+  });
+
   it("the store applies a lease step at most once: a retry with the same seq answers as the first time", async () => {
     const admin = await open({ leases: false });
     const { id } = await admin.createKey({ budgetTokens: 1000 });

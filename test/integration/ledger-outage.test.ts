@@ -5,6 +5,8 @@
 // fails".
 import { execFile } from "node:child_process";
 import { closeSync, mkdtempSync, openSync, rmSync, writeSync } from "node:fs";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -14,7 +16,9 @@ import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Health, HealthCheckResponse_ServingStatus as Status } from "../../gen/grpc/health/v1/health_pb.js";
 import { type BudgetLedger, createBudgetLedger } from "../../src/budget/index.js";
+import { type RunningEngine, startEngine } from "../../src/engine/index.js";
 import { ApiError } from "../../src/errors/index.js";
+import { LEDGER_NOT_WRITABLE } from "../../src/server/build-app.js";
 import { until } from "../helpers/hang-guard.js";
 import { type PrivatePostgres, startPrivatePostgres } from "../helpers/private-postgres.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
@@ -31,7 +35,7 @@ type Answer = { status: number; usage?: number; code?: string | null; type?: str
  */
 function traffic(stack: Stack, key: string, workers = 4) {
   const answers: Answer[] = [];
-  const readiness: Array<{ status: number; grpc: Status; pending: number }> = [];
+  const readiness: Array<{ status: number; grpc: Status; pending: number; reasons: string[] }> = [];
   const h2 = new Http2SessionManager(stack.url);
   const health = createClient(Health, createGrpcTransport({ baseUrl: stack.url, sessionManager: h2 }));
   let stopping = false;
@@ -58,11 +62,11 @@ function traffic(stack: Stack, key: string, workers = 4) {
   const poller = (async () => {
     while (!stopping) {
       const res = await fetch(`${stack.url}/readyz`);
-      await res.arrayBuffer();
+      const { reasons = [] } = (await res.json()) as { reasons?: string[] };
       const grpc = (await health.check({ service: "" })).status;
       const pending = stack.ledger?.pendingSettles ?? 0;
       maxPending = Math.max(maxPending, pending);
-      readiness.push({ status: res.status, grpc, pending });
+      readiness.push({ status: res.status, grpc, pending, reasons });
       await sleep(20);
     }
   })();
@@ -95,6 +99,46 @@ function expectServedOrUnavailable(answers: readonly Answer[]): Answer[] {
 
 const sum = (xs: readonly number[]) => xs.reduce((a, b) => a + b, 0);
 
+/** A 503 of /readyz and NOT_SERVING of gRPC health that say the ledger cannot write. */
+const ledgerNotReady = (r: { status: number; grpc: Status; reasons: string[] }) =>
+  r.status === 503 && r.grpc === Status.NOT_SERVING && r.reasons.includes(LEDGER_NOT_WRITABLE);
+
+/** The value of an unlabelled gauge in the gateway's GET /metrics. */
+async function gauge(stack: Stack, name: string): Promise<number> {
+  const text = await (await fetch(`${stack.url}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.startsWith(`${name} `));
+  return line === undefined ? Number.NaN : Number(line.slice(name.length + 1));
+}
+
+/**
+ * An HTTP proxy to the engine that holds each completion `ms` before passing it on: requests stay
+ * in flight, their Holds placed, long enough for the store to fail before they settle.
+ */
+async function delayingProxy(target: string, ms: number): Promise<Server> {
+  const server = createServer(async (req, res) => {
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const headers = { ...req.headers } as Record<string, string>;
+    delete headers.host;
+    delete headers["content-length"];
+    try {
+      if (req.url?.startsWith("/v1/completions") === true) await sleep(ms);
+      const upstream = await fetch(`${target}${req.url}`, {
+        method: req.method ?? "GET",
+        headers,
+        ...(chunks.length > 0 ? { body: Buffer.concat(chunks) } : {}),
+      });
+      res.writeHead(upstream.status, Object.fromEntries(upstream.headers));
+      for await (const chunk of upstream.body ?? []) res.write(chunk);
+      res.end();
+    } catch {
+      res.destroy();
+    }
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return server;
+}
+
 /** Resolves once `cond()` holds; fails after `ms` (a hang guard far above what it takes, not a speed check). */
 async function within(cond: () => boolean, what: string, ms = 30_000): Promise<void> {
   const giveUp = Date.now() + ms;
@@ -126,12 +170,21 @@ describe("SQLite: ACS_DB on a tmpfs that fills up during traffic", () => {
   it("every answer served is charged once its settle is written; /readyz is 503 meanwhile", async (ctx) => {
     if (skipReason !== undefined) ctx.skip(skipReason);
     const dbPath = join(dir, "acs.db");
-    const stack = await startStack({ dbPath });
+    // Completions held 150 ms on their way: when the disk fills, requests are in flight with their
+    // Holds placed, and their settles fail (the issue's case), not only the next Holds.
+    const engine: RunningEngine = await startEngine({ preset: "tiny" });
+    const proxy = await delayingProxy(engine.url, 150);
+    const stack = await startStack({
+      upstreams: [{ url: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}` }],
+      model: { id: engine.model.id, servedModelName: engine.model.id },
+      dbPath,
+    });
     const filler = join(dir, "filler");
     try {
       const ledger = stack.ledger as BudgetLedger;
       const { id, key } = await ledger.createKey({ budgetTokens: 10_000_000 });
-      const load = traffic(stack, key);
+      const load = traffic(stack, key, 8);
+      let during = { pending: Number.NaN, writable: Number.NaN };
       try {
         await until(() => load.answers.length >= 20, "traffic flowing");
         // Fill the file system: the WAL and the database file cannot grow any more.
@@ -144,10 +197,13 @@ describe("SQLite: ACS_DB on a tmpfs that fills up during traffic", () => {
         } finally {
           closeSync(fd);
         }
-        await within(
-          () => load.readiness.some((r) => r.status === 503 && r.grpc === Status.NOT_SERVING),
-          "/readyz 503 and gRPC health NOT_SERVING once writes fail",
-        );
+        await within(() => load.readiness.some(ledgerNotReady), "/readyz 503 saying the ledger cannot write");
+        // Requests answered 200 whose settles the full disk refused: kept, not dropped.
+        await within(() => ledger.pendingSettles > 0, "settles of answers served kept pending");
+        during = {
+          pending: await gauge(stack, "acs_budget_settles_pending"),
+          writable: await gauge(stack, "acs_budget_ledger_writable"),
+        };
         await sleep(1000); // traffic on a full disk
         rmSync(filler);
         await within(() => ledger.writable && ledger.pendingSettles === 0, "the pending settles written");
@@ -159,6 +215,10 @@ describe("SQLite: ACS_DB on a tmpfs that fills up during traffic", () => {
       await within(() => ledger.pendingSettles === 0, "the last settles written");
       const last = await fetch(`${stack.url}/readyz`);
       expect(last.status).toBe(200);
+      expect(during.pending).toBeGreaterThan(0);
+      expect(during.writable).toBe(0);
+      expect(await gauge(stack, "acs_budget_settles_pending")).toBe(0);
+      expect(await gauge(stack, "acs_budget_ledger_writable")).toBe(1);
 
       const served = expectServedOrUnavailable(load.answers);
       const usage = await ledger.usage(id);
@@ -176,12 +236,14 @@ describe("SQLite: ACS_DB on a tmpfs that fills up during traffic", () => {
       } finally {
         db.close();
       }
-      expect(load.readiness.at(-1)).toMatchObject({ status: 200, grpc: Status.SERVING });
+      expect(load.readiness.at(-1)).toMatchObject({ status: 200, grpc: Status.SERVING, reasons: [] });
       // The issue's case happened: answers served while their settles could not be written.
       expect(load.maxPending).toBeGreaterThan(0);
     } finally {
       rmSync(filler, { force: true });
       await stack.close();
+      await new Promise<void>((r) => proxy.close(() => r()));
+      await engine.close();
     }
   });
 });
@@ -252,7 +314,7 @@ describe("PostgreSQL stopped, then started again", () => {
       const ledger = stack.ledger as BudgetLedger;
       const { id, key } = await ledger.createKey({ budgetTokens: 10_000_000 });
       const load = traffic(stack, key);
-      let outage: Array<{ status: number; grpc: Status }> = [];
+      let outage: typeof load.readiness = [];
       try {
         await until(() => load.answers.length >= 20, "traffic flowing");
         const from = load.readiness.length;
@@ -270,7 +332,7 @@ describe("PostgreSQL stopped, then started again", () => {
         await load.stop();
       }
       await ledger.syncLeases(); // the charges of the last lease sync interval
-      expect(outage.some((r) => r.status === 503 && r.grpc === Status.NOT_SERVING)).toBe(true);
+      expect(outage.some(ledgerNotReady)).toBe(true);
       expect((await fetch(`${stack.url}/readyz`)).status).toBe(200);
 
       const served = expectServedOrUnavailable(load.answers);

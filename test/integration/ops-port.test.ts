@@ -111,7 +111,11 @@ describe.each([1, 2])("ACS_OPS_PORT with ACS_WORKERS=%i", (workers) => {
         await until(async () => (await fetch(`${ops}/healthz`)).status === 503, "not live", 30);
         const ready = await fetch(`${ops}/readyz`);
         expect(ready.status).toBe(503);
-        expect(await ready.json()).toEqual({ status: "not_ready", models: {} });
+        expect(await ready.json()).toEqual({
+          status: "not_ready",
+          models: {},
+          reasons: ["no worker has reported recently (stalled, or not started yet)"],
+        });
       } finally {
         for (const pid of pids) process.kill(pid, "SIGCONT");
       }
@@ -126,6 +130,7 @@ describe.each([1, 2])("ACS_OPS_PORT with ACS_WORKERS=%i", (workers) => {
     expect(await (await fetch(`${ops}/readyz`)).json()).toEqual({
       status: "not_ready",
       models: { "acs/tiny": "serving" },
+      reasons: ["draining: the gateway is shutting down"],
     });
     expect((await fetch(`${ops}/healthz`)).status).toBe(200);
   });
