@@ -4,7 +4,8 @@
 // 2), restarts a worker that dies or whose event loop stalled (ACS_WORKER_TIMEOUT_MS), aggregates
 // /metrics for the worker a scrape reaches (src/server/worker-metrics.ts: no counter goes back when
 // a worker dies or misses a scrape), and on SIGTERM/SIGINT has every worker run its normal close
-// path before it exits. Each worker is the single-process gateway of src/main.ts with a stable
+// path before it exits (told over IPC: the worker may have had the same signal from the process
+// group, which is one shutdown, not a second signal). Each worker is the single-process gateway of src/main.ts with a stable
 // instance id of its own in the Budget store.
 // The per-key caps (proto/API.md §9) are counted by the primary for every worker: a worker asks it
 // for each keyed request's place and gives the place back when the request ends.
