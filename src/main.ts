@@ -9,6 +9,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import type { pino } from "pino";
 import { type Config, ConfigError, loadConfig, type ModelConfig } from "./config/index.js";
+import { onShutdownSignals } from "./server/shutdown-signals.js";
 import { admissionLimitsFrom } from "./service/admission.js";
 import { createLogger } from "./telemetry/logger.js";
 
@@ -29,6 +30,11 @@ const ENGINE_STABLE_MS = 60_000;
  * Starts the reference engine as a child process on a loopback port (as Inference runs beside the
  * gateway in production): its CPU-bound forward passes and tokenizer then never block the
  * gateway's event loop. Resolves once it listens; the child is killed when this process exits.
+ *
+ * The child leads a process group of its own, so a signal to the gateway's group (Ctrl-C,
+ * `kill -- -PGID`, systemd's KillMode=control-group) does not reach it: the gateway drains with
+ * it serving and stops it afterwards (`stop()`, an onClose hook). It never outlives the gateway:
+ * it exits when its stdin (a pipe from this process) ends, which a SIGKILL of this process does too.
  *
  * Supervised: when the child dies (a crash, `kill -9`), it is started again on the same port after
  * a back-off (0.5 s, doubling to 30 s; back to 0.5 s once it has stayed up a minute), each step
@@ -52,7 +58,7 @@ async function startEmbeddedEngine(config: Config, logger: pino.Logger) {
     const c = spawn(
       process.execPath,
       [...process.execArgv, entry, "--preset", preset, "--port", String(port), "--exit-with-stdin"],
-      { stdio: ["pipe", "pipe", "inherit"] },
+      { stdio: ["pipe", "pipe", "inherit"], detached: true },
     );
     child = c;
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
@@ -257,18 +263,21 @@ async function main(): Promise<void> {
   }
 
   // The first signal drains (ACS_DRAIN_DELAY_MS) and closes (ACS_SHUTDOWN_GRACE_MS); a second one
-  // skips what is left of the drain delay and ends the calls in flight at once.
+  // skips what is left of the drain delay and ends the calls in flight at once. Copies of the first
+  // (the process group's and npm's; in a worker, the primary's instruction) count once
+  // (src/server/shutdown-signals.ts).
   let closing: AbortController | undefined;
-  const shutdown = (signal: string) => {
-    if (closing !== undefined) {
-      logger.info({ signal }, "second signal: ending the calls in flight now");
-      closing.abort();
-      lifecycle.end();
-      return;
-    }
+  const endNow = (signal: string, from: string) => {
+    if (closing === undefined || closing.signal.aborted) return;
+    logger.info({ signal, from }, "second signal: ending the calls in flight now");
+    closing.abort();
+    lifecycle.end();
+  };
+  const shutdown = (signal: string, from: string) => {
+    if (closing !== undefined) return;
     closing = new AbortController();
     logger.info(
-      { signal, drainDelayMs: config.drainDelayMs, shutdownGraceMs: config.shutdownGraceMs },
+      { signal, from, drainDelayMs: config.drainDelayMs, shutdownGraceMs: config.shutdownGraceMs },
       "shutting down",
     );
     // Past the drain delay, the grace and the 5 s linger of build-server, something is stuck.
@@ -293,8 +302,14 @@ async function main(): Promise<void> {
       },
     );
   };
-  process.on("SIGTERM", () => shutdown("SIGTERM"));
-  process.on("SIGINT", () => shutdown("SIGINT"));
+  onShutdownSignals(logger, {
+    drain: (signal) => shutdown(signal, "signal"),
+    now: (signal) => endNow(signal, "signal"),
+  });
+  worker?.onShutdown({
+    drain: (signal) => shutdown(signal, "primary"),
+    now: (signal) => endNow(signal, "primary"),
+  });
 }
 
 main().catch((err: unknown) => {

@@ -4,7 +4,8 @@
 // 2), restarts a worker that dies or whose event loop stalled (ACS_WORKER_TIMEOUT_MS), aggregates
 // /metrics for the worker a scrape reaches (src/server/worker-metrics.ts: no counter goes back when
 // a worker dies or misses a scrape), and on SIGTERM/SIGINT has every worker run its normal close
-// path before it exits. Each worker is the single-process gateway of src/main.ts with a stable
+// path before it exits (told over IPC: the worker may have had the same signal from the process
+// group, which is one shutdown, not a second signal). Each worker is the single-process gateway of src/main.ts with a stable
 // instance id of its own in the Budget store.
 // The per-key caps (proto/API.md §9) are counted by the primary for every worker: a worker asks it
 // for each keyed request's place and gives the place back when the request ends.
@@ -26,6 +27,7 @@ import {
 } from "../service/admission.js";
 import type { GatewayMetrics } from "./metrics.js";
 import { listenOps, opsListenRefusal, type Readiness } from "./ops-server.js";
+import { onShutdownSignals, type ShutdownHandlers } from "./shutdown-signals.js";
 import { type MetricsJson, WorkerMetricsMemory } from "./worker-metrics.js";
 
 /** The environment variable that carries a worker's settings from the primary (JSON). */
@@ -75,6 +77,8 @@ type ToWorker =
   | { readonly acs: "scrape"; readonly id: number; readonly text?: string; readonly error?: string }
   | { readonly acs: "metrics"; readonly id: number }
   | { readonly acs: "engine"; readonly alive: boolean }
+  /** Drain and close (`now`: end the calls in flight at once), for the primary's `signal`. */
+  | { readonly acs: "shutdown"; readonly signal: string; readonly now: boolean }
   | AdmitAnswer;
 
 function isAcsMessage(m: unknown): m is { acs: string } {
@@ -119,6 +123,12 @@ export interface ClusterWorker {
    * a warning, until the primary answers again: a place it grants meanwhile is given back at once.
    */
   admission(limits: AdmissionLimits): Admission;
+  /**
+   * The primary's shutdown instructions: `drain` on its first signal, `now` on a second one. The
+   * worker's own SIGTERM/SIGINT (the same signal sent to the process group) is the same shutdown,
+   * not a second one. An instruction that came before this call is passed on at once.
+   */
+  onShutdown(handlers: ShutdownHandlers): void;
 }
 
 /**
@@ -167,6 +177,13 @@ export function joinCluster(logger: Logger): ClusterWorker | undefined {
   let admitAnswered = (m: AdmitAnswer): void => {
     if (m.ticket !== undefined) send({ acs: "release", ticket: m.ticket });
   };
+  // The primary's shutdown instructions; before src/main.ts takes them, the last one is kept.
+  let shutdownSaid: { signal: string; now: boolean } | undefined;
+  let onShutdown: ShutdownHandlers | undefined;
+  const shutdownFor = (handlers: ShutdownHandlers, said: { signal: string; now: boolean }): void => {
+    handlers.drain(said.signal);
+    if (said.now) handlers.now(said.signal);
+  };
   // Until it listens, the worker tells the primary once a second that its event loop turns: the
   // primary replaces a starting worker silent for twice ACS_WORKER_TIMEOUT_MS too (a wait on the
   // store is not silence; a loop stalled is).
@@ -177,7 +194,10 @@ export function joinCluster(logger: Logger): ClusterWorker | undefined {
     if (!isAcsMessage(m)) return;
     const msg = m as ToWorker;
     if (msg.acs === "engine") engineAlive = msg.alive;
-    else if (msg.acs === "scrape") scrapes.get(msg.id)?.(msg);
+    else if (msg.acs === "shutdown") {
+      shutdownSaid = { signal: msg.signal, now: msg.now || shutdownSaid?.now === true };
+      if (onShutdown !== undefined) shutdownFor(onShutdown, shutdownSaid);
+    } else if (msg.acs === "scrape") scrapes.get(msg.id)?.(msg);
     else if (msg.acs === "admit") admitAnswered(msg);
     else if (msg.acs === "metrics") {
       const id = msg.id;
@@ -263,6 +283,10 @@ export function joinCluster(logger: Logger): ClusterWorker | undefined {
       const { admission, answered } = workerAdmission(limits, logger, send, () => nextId++);
       admitAnswered = answered;
       return admission;
+    },
+    onShutdown(handlers) {
+      onShutdown = handlers;
+      if (shutdownSaid !== undefined) shutdownFor(handlers, shutdownSaid);
     },
   };
 }
@@ -693,8 +717,10 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
       if (entry.waiting.delete(slot.n) && entry.waiting.size === 0) entry.done();
     }
     if (closing) {
-      // A worker still starting has no handler yet: SIGTERM ends it at once, which is clean.
-      if (code !== 0 && !(signal === "SIGTERM" && !wasListening)) unclean = true;
+      // A worker still starting has no handler yet: SIGTERM (or the process group's SIGINT) ends
+      // it at once, which is clean.
+      const killedStarting = !wasListening && (signal === "SIGTERM" || signal === "SIGINT");
+      if (code !== 0 && !killedStarting) unclean = true;
       logger.info({ worker: slot.n, workerPid: worker.process.pid, code, signal }, "worker exited");
       return;
     }
@@ -747,6 +773,21 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
     }, 500).unref();
   }
 
+  // A listening worker is told to drain rather than sent a signal: the signal the process group
+  // got reached it too, and the primary's copy would count as a second one. A worker still
+  // starting has no handler yet: SIGTERM ends it at once.
+  const tell = (slot: Slot, signal: string, now: boolean): void => {
+    const w = slot.worker;
+    if (w === undefined) return;
+    if (!slot.listening || !w.isConnected()) {
+      if (!now) w.process.kill("SIGTERM");
+      return;
+    }
+    w.send({ acs: "shutdown", signal, now } satisfies ToWorker, undefined, undefined, (err) => {
+      if (err !== null && !now) w.process.kill("SIGTERM");
+    });
+  };
+
   const shutdown = (signal: string) => {
     if (closing) return;
     closing = true;
@@ -758,7 +799,7 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
       for (const w of live) w.process.kill("SIGKILL");
     }, options.forceAfterMs ?? 60_000);
     force.unref();
-    for (const w of live) w.process.kill("SIGTERM");
+    for (const s of slots) tell(s, signal, false);
     Promise.all(
       live.map((w) =>
         w.isDead() ? undefined : new Promise<void>((resolve) => w.once("exit", () => resolve())),
@@ -773,8 +814,15 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
         },
       );
   };
-  process.on("SIGTERM", () => shutdown("SIGTERM"));
-  process.on("SIGINT", () => shutdown("SIGINT"));
+  // The first signal drains; its copies (the process group's and a parent's, npm's) count once; a
+  // later one has every worker end its calls in flight now.
+  onShutdownSignals(logger, {
+    drain: shutdown,
+    now(signal) {
+      logger.info({ signal }, "second signal: every worker ends the calls in flight now");
+      for (const s of slots) tell(s, signal, true);
+    },
+  });
 
   // ACS_WORKER_TIMEOUT_MS: a worker silent that long, listening or still starting, is killed; its
   // 'exit' starts another (or, for worker 1 at the gateway's start, ends the start with exit 1).
