@@ -35,7 +35,7 @@ function closeAfterResponse(req: http.IncomingMessage, res: http.ServerResponse,
   const writeHead = res.writeHead;
   // Every response's headers go through writeHead (Node's implicit headers too).
   res.writeHead = function (this: http.ServerResponse, ...args: Parameters<typeof writeHead>) {
-    if (!req.complete) {
+    if (!req.complete && hasBody(req)) {
       // Node writes `Connection: close` and ends the connection after this response...
       this.shouldKeepAlive = false;
       // ...with destroySoon(), which would destroy it with the body's bytes unread.
@@ -43,6 +43,16 @@ function closeAfterResponse(req: http.IncomingMessage, res: http.ServerResponse,
     }
     return writeHead.apply(this, args);
   } as typeof writeHead;
+}
+
+/**
+ * True when the request has a body (RFC 9112 §6.3: a length, or Transfer-Encoding). A request
+ * without one is not yet `complete` while Node's parser is still in its headers' turn: a response
+ * sent at once (a pipelined GET /healthz) must keep the connection.
+ */
+function hasBody(req: http.IncomingMessage): boolean {
+  const length = req.headers["content-length"];
+  return req.headers["transfer-encoding"] !== undefined || (length !== undefined && Number(length) !== 0);
 }
 
 /** FIN, then drop what the client still sends until it closes its side, at most `graceMs`. */
