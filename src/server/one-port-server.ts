@@ -99,6 +99,16 @@ export const h2SessionLimits = {
 } as const;
 
 /**
+ * HTTP/2 header values that start or end with a space or tab (`authorization: Bearer KEY␠`) reach
+ * the app as they came, to be read by the same rules as HTTP/1.1, whose parser strips that
+ * whitespace (the Authorization rule: src/budget/api-key.ts, `parseAuthorization`). RFC 9113
+ * §8.2.1 calls such a request malformed, and nghttp2 drops the field unless told not to: Node's
+ * `strictFieldWhitespaceValidation: false` (Node 24.2 and later; a Node without the option
+ * ignores it and drops the field, so the call is answered as one without it).
+ */
+const h2FieldWhitespace = { strictFieldWhitespaceValidation: false } as http2.ServerOptions;
+
+/**
  * Ends the transport of one request at once, for a response that cannot be finished (a stream
  * whose caller stopped reading):
  * - HTTP/2: the request's stream is reset with RST_STREAM CANCEL (gRPC clients read `CANCELLED`,
@@ -167,6 +177,7 @@ export function createOnePortServer(
   );
   const h2 = http2.createServer(
     {
+      ...h2FieldWhitespace,
       maxSessionMemory: h2SessionLimits.maxSessionMemory,
       settings: {
         maxConcurrentStreams: h2SessionLimits.maxConcurrentStreams,
