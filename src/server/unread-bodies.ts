@@ -13,8 +13,8 @@ import type net from "node:net";
  *   client closes its side, for at most `graceMs`; then the socket is destroyed. Not destroyed at
  *   once: closing a socket with bytes unread sends RST, and a client may then lose the response it
  *   has not read yet (RFC 9112 §9.6).
- * - HTTP/2 (nghttp2, Node's): once the response's END_STREAM is sent while the request's is not
- *   received, the stream is reset with NO_ERROR, which asks the client to stop sending without an
+ * - HTTP/2 (Node's http2 does it; test/server/unread-bodies.test.ts holds it): once the response
+ *   has ended while the request's body is still coming, the stream is reset with NO_ERROR, which asks the client to stop sending without an
  *   error; it keeps the response (RFC 9113 §8.1). The session and its other streams go on.
  * Called before the request reaches the app, so that a response the app sends at once is covered.
  */

@@ -6,12 +6,11 @@
 // the keep-alive timeout (~66 s) reset it. Each exchange is bounded by LIVENESS_MS, a liveness
 // bound far below the 65 s keep-alive, far above what the exchange takes on a busy machine.
 import http2 from "node:http2";
-import net from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { limits } from "../../src/config/index.js";
-import { until } from "../helpers/hang-guard.js";
 import { frame } from "../helpers/rpc-wire.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
+import { h1Upload, h2Upload } from "../helpers/uploads.js";
 
 const LIVENESS_MS = 20_000;
 const OVER = limits.bodyLimitBytes + 1024 * 1024;
@@ -47,147 +46,6 @@ function bigJson(): Buffer {
 /** One enveloped message over the cap (gRPC, gRPC-Web, Connect streaming). */
 function bigFrame(): Buffer {
   return Buffer.from(frame(new Uint8Array(OVER)));
-}
-
-interface H1Result {
-  readonly head: string;
-  readonly body: Buffer;
-  /** Every byte of the request, the last chunk too, was written before the connection ended. */
-  readonly sentAll: boolean;
-}
-
-/**
- * Writes an HTTP/1.1 request with a chunked body — all of it, then the last chunk — and resolves
- * once the server has closed the connection, with what it answered. `end: false` sends `body` but
- * never the last chunk (the answer must come without it).
- */
-function h1Upload(
-  path: string,
-  headers: Record<string, string>,
-  body: Buffer,
-  opts: { end?: boolean; untilAnswer?: (received: Buffer) => boolean } = {},
-): Promise<H1Result> {
-  const url = new URL(stack.url);
-  return new Promise((resolve, reject) => {
-    // Half-open allowed: the client goes on sending after the server's FIN, as one that writes its
-    // whole body before it looks at the answer does, and then closes its side.
-    const socket = net.connect({ port: Number(url.port), host: url.hostname, allowHalfOpen: true });
-    const received: Buffer[] = [];
-    let sentAll = false;
-    const result = (): H1Result => {
-      const all = Buffer.concat(received);
-      const split = all.indexOf("\r\n\r\n");
-      return { head: all.subarray(0, split).toString("latin1"), body: all.subarray(split + 4), sentAll };
-    };
-    socket.on("data", (d: Buffer) => {
-      received.push(d);
-      if (opts.untilAnswer?.(Buffer.concat(received))) {
-        resolve(result());
-        socket.destroy();
-      }
-    });
-    // Writes the server refuses once it has closed (EPIPE, ECONNRESET) end the upload, not the test.
-    socket.on("error", () => {});
-    socket.on("close", () => (received.length > 0 ? resolve(result()) : reject(new Error("no answer"))));
-    const lines = Object.entries({ host: url.host, "transfer-encoding": "chunked", ...headers }).map(
-      ([k, v]) => `${k}: ${v}\r\n`,
-    );
-    void (async () => {
-      let failed = false;
-      const write = (data: string | Buffer) =>
-        new Promise<void>((done) => {
-          if (socket.destroyed || !socket.writable) {
-            failed = true;
-            return done();
-          }
-          socket.write(data, (err) => {
-            if (err) failed = true;
-            done();
-          });
-        });
-      await write(`POST ${path} HTTP/1.1\r\n${lines.join("")}\r\n`);
-      for (let at = 0; at < body.length; at += SLICE) {
-        const slice = body.subarray(at, at + SLICE);
-        await write(`${slice.length.toString(16)}\r\n`);
-        await write(slice);
-        await write("\r\n");
-      }
-      if (opts.end !== false) await write("0\r\n\r\n");
-      sentAll = !failed;
-      if (opts.end !== false) socket.end();
-    })();
-  });
-}
-
-interface H2Result {
-  readonly status: number;
-  readonly headers: http2.IncomingHttpHeaders;
-  readonly body: Buffer;
-  readonly trailers: http2.IncomingHttpHeaders;
-  readonly rstCode: number;
-}
-
-/**
- * Sends an HTTP/2 request whose body is `body` in DATA frames, all of it then END_STREAM, and
- * resolves once the answer has ended and the stream is closed both ways (its END_STREAM, or the
- * server's RST_STREAM: a client stops sending then, keeping the answer), with what the server
- * answered and the RST code. `end: false` never ends the body; `untilAnswer` resolves as soon as
- * the answer holds.
- */
-function h2Upload(
-  headers: http2.OutgoingHttpHeaders,
-  body: Buffer,
-  opts: { end?: boolean; untilAnswer?: (received: Buffer) => boolean } = {},
-): Promise<H2Result> {
-  return new Promise((resolve, reject) => {
-    const session = http2.connect(stack.url);
-    session.on("error", reject);
-    const stream = session.request({ ":method": "POST", ...headers });
-    let status = 0;
-    let responseHeaders: http2.IncomingHttpHeaders = {};
-    let trailers: http2.IncomingHttpHeaders = {};
-    const chunks: Buffer[] = [];
-    const finish = (): void => {
-      resolve({
-        status,
-        headers: responseHeaders,
-        body: Buffer.concat(chunks),
-        trailers,
-        rstCode: stream.rstCode ?? -1,
-      });
-      session.destroy();
-    };
-    stream.on("response", (h) => {
-      status = Number(h[":status"]);
-      responseHeaders = h;
-    });
-    stream.on("trailers", (t) => {
-      trailers = t;
-    });
-    stream.on("data", (c: Buffer) => {
-      chunks.push(c);
-      if (opts.untilAnswer?.(Buffer.concat(chunks))) finish();
-    });
-    stream.on("error", () => {});
-    // Node keeps a stream reset with NO_ERROR open while its body has not all been written: the
-    // answer's end, then the reset (rstCode set), is where a client stops.
-    stream.on("end", () => {
-      void until(() => stream.rstCode !== undefined, "the stream closed after its answer").then(finish);
-    });
-    void (async () => {
-      for (let at = 0; at < body.length; at += SLICE) {
-        if (stream.destroyed || stream.closed) return;
-        if (!stream.write(body.subarray(at, at + SLICE))) {
-          await new Promise((r) => {
-            stream.once("drain", r);
-            stream.once("close", r);
-            stream.once("end", r);
-          });
-        }
-      }
-      if (opts.end !== false && !stream.destroyed && !stream.closed) stream.end();
-    })();
-  });
 }
 
 const rpc = (method: string) => `/acs.v1.CompletionsService/${method}`;
@@ -242,7 +100,7 @@ const surfaces: Surface[] = [
 describe("HTTP/1.1: answered, then Connection: close and the socket ended", () => {
   it.each(surfaces)("$name", async (s) => {
     const res = await within(
-      h1Upload(s.path, { "content-type": s.contentType }, s.body()),
+      h1Upload(stack.url, s.path, { "content-type": s.contentType }, s.body()),
       `${s.name}: the connection to close after the answer`,
     );
     const status = Number(res.head.split(" ", 2)[1]);
@@ -269,7 +127,7 @@ describe("HTTP/2: answered, then the stream reset with NO_ERROR", () => {
   ];
   it.each(h2Surfaces)("$name", async (s) => {
     const res = await within(
-      h2Upload({ ":path": s.path, "content-type": s.contentType, te: "trailers" }, s.body()),
+      h2Upload(stack.url, { ":path": s.path, "content-type": s.contentType, te: "trailers" }, s.body()),
       `${s.name}: the stream to close after the answer`,
     );
     const text = res.body.toString("latin1");
@@ -284,7 +142,7 @@ describe("a streamed upload over the cap gets its in-band error before its body 
   it("Connect streaming over HTTP/1.1", async () => {
     const body = bigFrame().subarray(0, limits.bodyLimitBytes + 4 * SLICE);
     const res = await within(
-      h1Upload(rpc("StreamCompletion"), { "content-type": "application/connect+proto" }, body, {
+      h1Upload(stack.url, rpc("StreamCompletion"), { "content-type": "application/connect+proto" }, body, {
         end: false,
         untilAnswer: (received) => stopsAt(received.toString("latin1")),
       }),
@@ -295,10 +153,15 @@ describe("a streamed upload over the cap gets its in-band error before its body 
   it("Connect streaming over HTTP/2", async () => {
     const body = bigFrame().subarray(0, limits.bodyLimitBytes + 4 * SLICE);
     const res = await within(
-      h2Upload({ ":path": rpc("StreamCompletion"), "content-type": "application/connect+proto" }, body, {
-        end: false,
-        untilAnswer: (received) => stopsAt(received.toString("latin1")),
-      }),
+      h2Upload(
+        stack.url,
+        { ":path": rpc("StreamCompletion"), "content-type": "application/connect+proto" },
+        body,
+        {
+          end: false,
+          untilAnswer: (received) => stopsAt(received.toString("latin1")),
+        },
+      ),
       "the in-band resource_exhausted while the body is still open",
     );
     expect(res.status).toBe(200);
