@@ -2,6 +2,7 @@ import http from "node:http";
 import http2 from "node:http2";
 import net from "node:net";
 import { Duplex } from "node:stream";
+import { closeWhenBodyUnread } from "./unread-bodies.js";
 
 /** The HTTP/2 connection preface a prior-knowledge (h2c) client sends first. */
 const h2Preface = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
@@ -60,9 +61,11 @@ export interface OnePortTimeouts {
    */
   readonly h2IdleMs: number;
   /**
-   * HTTP/2: once the server has closed its side of a connection (FIN, after GOAWAY), the time the
-   * client has to read the rest and close its own; then the socket is destroyed. A client that
-   * never closes would otherwise hold the connection, and a shutdown, forever. @default 5000
+   * Once the server has closed its side of a connection (FIN), the time the client has to read the
+   * rest and close its own; then the socket is destroyed. HTTP/2: after GOAWAY. HTTP/1.1: after a
+   * response sent before its request's body was read (`Connection: close`; the rest of the body is
+   * read and dropped meanwhile, src/server/unread-bodies.ts). A client that never closes would
+   * otherwise hold the connection, and a shutdown, forever. @default 5000
    */
   readonly closeGraceMs: number;
 }
@@ -94,6 +97,16 @@ export const h2SessionLimits = {
   maxSessionMemory: 160,
   maxHeaderListSize: 65_535,
 } as const;
+
+/**
+ * HTTP/2 header values that start or end with a space or tab (`authorization: Bearer KEY␠`) reach
+ * the app as they came, to be read by the same rules as HTTP/1.1, whose parser strips that
+ * whitespace (the Authorization rule: src/budget/api-key.ts, `parseAuthorization`). RFC 9113
+ * §8.2.1 calls such a request malformed, and nghttp2 drops the field unless told not to: Node's
+ * `strictFieldWhitespaceValidation: false` (Node 24.2 and later; a Node without the option
+ * ignores it and drops the field, so the call is answered as one without it).
+ */
+const h2FieldWhitespace = { strictFieldWhitespaceValidation: false } as http2.ServerOptions;
 
 /**
  * Ends the transport of one request at once, for a response that cannot be finished (a stream
@@ -146,6 +159,12 @@ export function createOnePortServer(
   handler: Handler,
   timeouts: OnePortTimeouts = defaultOnePortTimeouts,
 ): OnePortServer {
+  // A response sent before its request's body was read ends the connection (HTTP/1.1) or the
+  // stream (HTTP/2) after it, on every route (src/server/unread-bodies.ts).
+  const serve: Handler = (req, res) => {
+    closeWhenBodyUnread(req, res, timeouts.closeGraceMs);
+    handler(req, res);
+  };
   const h1 = http.createServer(
     {
       headersTimeout: timeouts.headersMs,
@@ -154,17 +173,18 @@ export function createOnePortServer(
       // how often Node checks headersTimeout/requestTimeout
       connectionsCheckingInterval: Math.max(10, Math.min(30_000, Math.floor(timeouts.headersMs / 4))),
     },
-    handler as http.RequestListener,
+    serve as http.RequestListener,
   );
   const h2 = http2.createServer(
     {
+      ...h2FieldWhitespace,
       maxSessionMemory: h2SessionLimits.maxSessionMemory,
       settings: {
         maxConcurrentStreams: h2SessionLimits.maxConcurrentStreams,
         maxHeaderListSize: h2SessionLimits.maxHeaderListSize,
       },
     },
-    handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void,
+    serve as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void,
   );
   // Open streams per session.
   const sessions = new Map<http2.ServerHttp2Session, { streams: number }>();
