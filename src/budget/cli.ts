@@ -1,5 +1,6 @@
 /**
- * `npm run keys -- <command>`: administers keys and Budgets in the gateway's database: a SQLite
+ * `npm run keys -- <command>` (compiled: dist/src/budget/cli.js; `npm run keys:dev` runs this
+ * file with tsx): administers keys and Budgets in the gateway's database: a SQLite
  * file or PostgreSQL (ACS_DB=postgres://…). The only place under src/budget that reads
  * process.env (ACS_DB). Exit codes: 0 done, 1 the command failed (e.g. unknown key id), 2 wrong
  * usage or a database that cannot be opened (one line, as the gateway's start-up says it).

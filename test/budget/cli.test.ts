@@ -14,7 +14,7 @@ interface CliResult {
   stderr: string;
 }
 
-/** Runs the CLI in a child process with the given ACS_DB, as `npm run keys` does (`node --import tsx`). */
+/** Runs the CLI in a child process with the given ACS_DB, as `npm run keys:dev` does (`node --import tsx`). */
 async function keys(args: readonly string[], acsDb: string | undefined): Promise<CliResult> {
   const env: NodeJS.ProcessEnv = { ...process.env };
   delete env.ACS_DB;
