@@ -1,7 +1,8 @@
 // Process entry: loadConfig() → (embedded engine) → buildApp() → listen; SIGTERM/SIGINT → drain
 // and close (src/server/lifecycle.ts).
-// A mistake in the configuration is one line on stderr and exit code 2; the first log line comes
-// before anything slow (the server's modules are imported after it, the engine is started after it).
+// A mistake in the configuration (a keys database that cannot be opened too) is one line on stderr
+// and exit code 2; the first log line comes before anything slow (the server's modules are
+// imported after it, the engine is started after it).
 import { type ChildProcess, spawn } from "node:child_process";
 import type { AddressInfo } from "node:net";
 import { extname } from "node:path";
@@ -313,6 +314,8 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
+  // A database that cannot be opened (src/config/db-open-error.ts) is the operator's mistake too.
+  if (err instanceof ConfigError) refuse(err.message);
   console.error("acs-gateway failed to start:", err);
   process.exit(1);
 });

@@ -1,10 +1,14 @@
 /**
- * `npm run keys -- <command>`: administers keys and Budgets in the gateway's database: a SQLite
+ * `npm run keys -- <command>` (compiled: dist/src/budget/cli.js; `npm run keys:dev` runs this
+ * file with tsx): administers keys and Budgets in the gateway's database: a SQLite
  * file or PostgreSQL (ACS_DB=postgres://…). The only place under src/budget that reads
  * process.env (ACS_DB). Exit codes: 0 done, 1 the command failed (e.g. unknown key id), 2 wrong
- * usage.
+ * usage or a database that cannot be opened (one line, as the gateway's start-up says it).
  */
 import { parseArgs } from "node:util";
+import { checkDbPath } from "../config/check-db-path.js";
+import { ConfigError } from "../config/config-error.js";
+import { dbOpenError, redactDb } from "../config/db-open-error.js";
 import {
   type BudgetLedger,
   createBudgetLedger,
@@ -35,7 +39,7 @@ Options:
   --json                 Print JSON instead of text.
   -h, --help             Show this help.
 
-Exit codes: 0 done, 1 the command failed, 2 wrong usage.
+Exit codes: 0 done, 1 the command failed, 2 wrong usage or a database that cannot be opened.
 `;
 
 class UsageError extends Error {}
@@ -66,16 +70,22 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv, io: Io): Pr
     io.err("error: no database: set ACS_DB to the SQLite file or postgres:// URL, or pass --db PATH|URL");
     return 2;
   }
+  // A database that cannot be opened is a mistake of the command line: one line, exit code 2.
+  const name = values.db === undefined ? "ACS_DB" : "--db";
   let ledger: BudgetLedger;
   try {
     const common = { reclaimIntervalMs: 0, leases: false } as const;
+    if (!isPostgresUrl(db)) checkDbPath(db, name);
     ledger = await createBudgetLedger(
       isPostgresUrl(db) ? { ...common, postgresUrl: db, poolSize: 1 } : { ...common, path: db },
     );
   } catch (err) {
-    io.err(
-      `error: cannot open the database '${redact(db)}': ${err instanceof Error ? err.message : String(err)}`,
-    );
+    const refusal = err instanceof ConfigError ? err : dbOpenError(err, db, name);
+    if (refusal !== undefined) {
+      io.err(`error: ${refusal.message}`);
+      return 2;
+    }
+    io.err(`error: cannot open the database '${redactDb(db)}': ${String(err)}`);
     return 1;
   }
   try {
@@ -87,11 +97,6 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv, io: Io): Pr
   } finally {
     await ledger.close();
   }
-}
-
-/** The database named without a password (postgres://user:secret@… → postgres://user:***@…). */
-function redact(db: string): string {
-  return db.replace(/^(postgres(?:ql)?:\/\/[^:/@]*):[^@]*@/i, "$1:***@");
 }
 
 function parse(argv: readonly string[]) {

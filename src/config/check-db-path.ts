@@ -4,10 +4,11 @@ import { ConfigError } from "./config-error.js";
 
 /**
  * Checks ACS_DB before anything opens it: its directory exists and is writable (SQLite creates
- * the file and its WAL beside it), and the path is not a directory. Throws ConfigError.
+ * the file and its WAL beside it), and the path is not a directory. Throws ConfigError naming
+ * `name` (the keys CLI's --db, else ACS_DB).
  */
-export function checkDbPath(path: string): void {
-  const where = `ACS_DB=${path}`;
+export function checkDbPath(path: string, name = "ACS_DB"): void {
+  const where = `${name}=${path}`;
   const dir = dirname(resolve(path));
   let dirStat: ReturnType<typeof statSync>;
   try {

@@ -11,5 +11,6 @@ export {
   type UpstreamConfig,
 } from "./config.js";
 export { ConfigError } from "./config-error.js";
+export { dbOpenError, redactDb } from "./db-open-error.js";
 export { type LogLevel, logLevels, parseEnv } from "./env-schema.js";
 export { parseModelsFile } from "./models-file.js";

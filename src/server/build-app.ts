@@ -7,7 +7,7 @@ import {
   DEFAULT_LEASE_SETTINGS,
   DEFAULT_RECLAIM_INTERVAL_MS,
 } from "../budget/index.js";
-import type { Config } from "../config/index.js";
+import { type Config, dbOpenError } from "../config/index.js";
 import { createSteeringBudget } from "../lens/index.js";
 import {
   type Admission,
@@ -164,7 +164,8 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     ledger = await openLedger(config, logger, options.reclaimIntervalMs);
   } catch (err) {
     await closePools();
-    throw err;
+    // No server, no such database, a login refused, not a database: one line for the operator.
+    throw (config.db && dbOpenError(err, config.db)) ?? err;
   }
 
   const steeringBudget = createSteeringBudget({

@@ -13,7 +13,7 @@ import cluster, { type Worker } from "node:cluster";
 import { hostname } from "node:os";
 import type { Logger } from "pino";
 import { AggregatorRegistry, Counter, Gauge, Registry } from "prom-client";
-import type { Config, ModelConfig } from "../config/index.js";
+import { type Config, dbOpenError, type ModelConfig } from "../config/index.js";
 import { ApiError } from "../errors/index.js";
 import {
   type Admission,
@@ -490,12 +490,17 @@ export async function runPrimary(options: PrimaryOptions): Promise<never> {
   const base = config.instanceId ?? `${hostname()}:${process.pid}:${Math.random().toString(16).slice(2, 10)}`;
   if (config.db?.kind === "sqlite" && config.instanceId === undefined) {
     const { createBudgetLedger } = await import("../budget/index.js");
-    const ledger = await createBudgetLedger({ path: config.db.path, reclaimIntervalMs: 0 });
     try {
-      const reclaimed = await ledger.reclaimOnStart("all");
-      logger.info({ db: config.db.path, reclaimed }, "released the Holds an earlier run left");
-    } finally {
-      await ledger.close();
+      const ledger = await createBudgetLedger({ path: config.db.path, reclaimIntervalMs: 0 });
+      try {
+        const reclaimed = await ledger.reclaimOnStart("all");
+        logger.info({ db: config.db.path, reclaimed }, "released the Holds an earlier run left");
+      } finally {
+        await ledger.close();
+      }
+    } catch (err) {
+      // Not a database, cannot be opened: one line for the operator (src/main.ts prints it).
+      throw dbOpenError(err, config.db) ?? err;
     }
   }
 

@@ -14,7 +14,9 @@ export interface GatewayMetrics {
  * A fresh registry (one per server, so tests can build several) with Node's default metrics, and
  * gauges read from `steering` when given: `acs_steering_bytes_in_flight` (decoded steering bytes
  * held now), `acs_steering_bytes_in_flight_peak` (the most held at once since start) and
- * `acs_steering_bytes_limit` (the process-wide bound).
+ * `acs_steering_bytes_limit` (the process-wide bound). With ACS_WORKERS > 1 the peak and the limit
+ * are each process's own: /metrics reads the most of the workers' (the limit, not workers × it);
+ * the bytes in flight are summed.
  */
 export function createMetrics(
   steering?: Pick<SteeringBudget, "inFlight" | "peak" | "processBytes">,
@@ -22,11 +24,12 @@ export function createMetrics(
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
   if (steering !== undefined) {
-    const gauge = (name: string, help: string, read: () => number) =>
+    const gauge = (name: string, help: string, read: () => number, aggregator: "sum" | "max" = "sum") =>
       new Gauge({
         name,
         help,
         registers: [registry],
+        aggregator,
         collect() {
           this.set(read());
         },
@@ -38,13 +41,15 @@ export function createMetrics(
     );
     gauge(
       "acs_steering_bytes_in_flight_peak",
-      "The most decoded steering tensor bytes held at once since start.",
+      "The most decoded steering tensor bytes held at once since start (one process: with several workers, the most of any worker).",
       () => steering.peak,
+      "max",
     );
     gauge(
       "acs_steering_bytes_limit",
-      "The most decoded steering tensor bytes all requests may hold at once.",
+      "The most decoded steering tensor bytes all requests of one process may hold at once (ACS_STEERING_PROCESS_BYTES).",
       () => steering.processBytes,
+      "max",
     );
   }
   return { registry, calls: createCallMetrics(registry) };

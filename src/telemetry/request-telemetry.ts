@@ -7,8 +7,12 @@ import type { CallMetrics } from "./metrics.js";
 import type { RpcOutcome } from "./rpc-outcome.js";
 import type { Tracing } from "./tracing.js";
 
-/** How a request came: REST (OpenAI JSON/SSE), one of the three RPC protocols, or an ops route. */
-export type Protocol = "rest" | "connect" | "grpc" | "grpc-web" | "ops";
+/**
+ * How a request came: REST (OpenAI JSON/SSE), one of the three RPC protocols, a page for people
+ * (the playground, the API reference and its OpenAPI document), or anything else: an ops route
+ * (/healthz, /readyz, /metrics) or an unknown one.
+ */
+export type Protocol = "rest" | "connect" | "grpc" | "grpc-web" | "page" | "ops";
 
 /** What {@link observeRequests} needs. */
 export interface RequestTelemetryDeps {
@@ -60,8 +64,22 @@ export function protocolOf(path: string, contentType: string | undefined): Proto
   // An RPC path's first segment holds a dot (`/<package>.<Service>/…`): `/v1/…` is never one.
   if (path.startsWith("/v1/")) return "rest";
   if (rpcPath.test(path)) return "connect";
+  if (isPagePath(path)) return "page";
   return "ops";
 }
+
+/** The pages' paths: /playground and /docs with what is under them, and /openapi.json. */
+function isPagePath(path: string): boolean {
+  if (path === "/openapi.json") return true;
+  for (const page of ["/playground", "/docs"]) {
+    if (path === page || path.startsWith(`${page}/`)) return true;
+  }
+  return false;
+}
+
+/** Connect, gRPC and gRPC-Web: the calls that have a gRPC code and an RPC span. */
+const isRpc = (protocol: Protocol): boolean =>
+  protocol === "connect" || protocol === "grpc" || protocol === "grpc-web";
 
 /** gRPC codes that say the server failed (the others are the caller's doing). */
 const serverFailures = new Set(["unknown", "internal", "unavailable", "data_loss", "deadline_exceeded"]);
@@ -76,6 +94,7 @@ const protocolLabels: Readonly<Record<Protocol, { readonly protocol: Protocol }>
   connect: { protocol: "connect" },
   grpc: { protocol: "grpc" },
   "grpc-web": { protocol: "grpc-web" },
+  page: { protocol: "page" },
   ops: { protocol: "ops" },
 };
 
@@ -95,7 +114,7 @@ interface Ending {
 /** How the response of `state` ended, read at its `close`. */
 function endingOf(reply: FastifyReply, state: RequestState): Ending {
   const { record, protocol } = state;
-  const rpc = protocol !== "rest" && protocol !== "ops";
+  const rpc = isRpc(protocol);
   // The caller went away: the response did not finish, or (HTTP/2 reports a reset stream as
   // finished) an RPC's last frame or trailers never went out, or the service saw the cancel.
   const canceled =
@@ -282,7 +301,7 @@ function startSpan(
   protocol: Protocol,
   route: string,
 ): Span {
-  const rpc = protocol !== "rest" && protocol !== "ops";
+  const rpc = isRpc(protocol);
   const name = rpc && route !== "unknown" ? route.slice(1) : `${request.method} ${route}`;
   return tracing.startRequest(name, request.headers, {
     "http.request.method": request.method,

@@ -1,4 +1,5 @@
 import { execFile } from "node:child_process";
+import { writeFileSync } from "node:fs";
 import { promisify } from "node:util";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { createBudgetLedger, isPostgresUrl } from "../../src/budget/index.js";
@@ -13,7 +14,7 @@ interface CliResult {
   stderr: string;
 }
 
-/** Runs the CLI in a child process with the given ACS_DB, as `npm run keys` does (`node --import tsx`). */
+/** Runs the CLI in a child process with the given ACS_DB, as `npm run keys:dev` does (`node --import tsx`). */
 async function keys(args: readonly string[], acsDb: string | undefined): Promise<CliResult> {
   const env: NodeJS.ProcessEnv = { ...process.env };
   delete env.ACS_DB;
@@ -136,18 +137,34 @@ describe("npm run keys (src/budget/cli.ts)", () => {
     [["frobnicate"], 2, /unknown command 'frobnicate'/],
     [["list", "--bogus"], 2, /Unknown option '--bogus'/],
     [[], 2, /^error: no command/],
-    [["usage", "key_000000000000", "--db", "/nonexistent/dir/x.db"], 1, /^error: cannot open the database/],
+    // A database that cannot be opened: one line naming it (never its password), exit code 2.
+    [
+      ["usage", "key_000000000000", "--db", "/nonexistent/dir/x.db"],
+      2,
+      /^error: --db=\/nonexistent\/dir\/x\.db: the directory \/nonexistent\/dir does not exist\n$/,
+    ],
     [
       ["list", "--db", "postgres://nobody:secret@127.0.0.1:1/acs"],
-      1,
-      /^error: cannot open the database 'postgres:\/\/nobody:\*\*\*@127\.0\.0\.1:1\/acs': .*ECONNREFUSED/,
+      2,
+      /^error: --db=postgres:\/\/nobody:\*\*\*@127\.0\.0\.1:1\/acs: no PostgreSQL server answers at 127\.0\.0\.1:1 \(connection refused\)\n$/,
     ],
+
     [["usage", "key_000000000000", "--days", "0"], 2, /--days must be a whole number of days ≥ 1/],
   ])("%j exits %i with a clear error", async (args, code, message) => {
     const own = tempDb(); // concurrent cases: each its own file
     const result = await keys(args, own.path).finally(own.cleanup);
     expect(result.code).toBe(code);
     expect(result.stderr).toMatch(message);
+  });
+
+  it("a file that is not a database: one line, exit 2", async () => {
+    const own = tempDb();
+    writeFileSync(own.path, "not a SQLite file, only text ".repeat(8));
+    const result = await keys(["list"], own.path).finally(own.cleanup);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toBe(
+      `error: ACS_DB=${own.path}: cannot open the SQLite file: file is not a database\n`,
+    );
   });
 
   it("refuses to run without a database (exit 2)", async () => {

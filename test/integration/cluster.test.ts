@@ -1,8 +1,8 @@
 // ACS_WORKERS=2: a real primary (src/main.ts) with two workers on one port, the embedded engine
 // started once by the primary, keys on in one SQLite file. Requests reach both workers; a small
-// Budget is never overspent across them and no Hold is left open; /metrics sums both; a worker
-// that dies is started again, its counts kept in /metrics; SIGTERM to the primary ends every
-// process.
+// Budget is never overspent across them and no Hold is left open; /metrics sums both (a
+// process-wide limit reads as it is); a worker that dies is started again, its counts kept in
+// /metrics; SIGTERM to the primary ends every process.
 import type { ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { request } from "node:http";
@@ -23,6 +23,7 @@ const dbPath = join(dir, "acs.db");
 let primary: ChildProcess;
 let url: string;
 let admin: BudgetLedger;
+const STEERING_PROCESS_BYTES = 64 * 1024 * 1024;
 
 /** The primary's worker processes. */
 function workerPids(): number[] {
@@ -63,6 +64,7 @@ beforeAll(async () => {
     ACS_ENGINE_PRESET: "tiny",
     PORT: String(port),
     ACS_LOG_LEVEL: "warn",
+    ACS_STEERING_PROCESS_BYTES: String(STEERING_PROCESS_BYTES),
   });
   await waitForOk(`${url}/healthz`);
   // Both workers listen (the primary counts them).
@@ -127,6 +129,15 @@ describe("ACS_WORKERS=2", () => {
     expect(
       [...state.entries()].filter(([labels]) => labels.includes('state="up"')).map(([, v]) => v),
     ).toEqual([1]);
+  });
+
+  it("acs_steering_bytes_limit reads the process-wide limit, not the sum of the workers'", async () => {
+    const limit = await series("acs_steering_bytes_limit");
+    // ACS_STEERING_PROCESS_BYTES: every worker has the same one.
+    expect([...limit.entries()]).toEqual([["", STEERING_PROCESS_BYTES]]);
+    const peak = (await series("acs_steering_bytes_in_flight_peak")).get("") ?? -1;
+    expect(peak).toBeGreaterThanOrEqual(0);
+    expect(peak).toBeLessThanOrEqual(STEERING_PROCESS_BYTES);
   });
 
   it("a small Budget is never overspent across the workers; no Hold left open", async () => {

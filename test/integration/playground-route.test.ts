@@ -1,6 +1,6 @@
 // GET /playground over HTTP (no browser): the built page and its assets with their types and a
 // CSP of 'self' only, the gateway's 404 envelope for anything else under /playground/, and a
-// 404 saying that ACS_PLAYGROUND_DIR's folder holds no page.
+// 404 saying that ACS_PLAYGROUND_DIR's folder holds no page; the pages counted as protocol="page".
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { request as httpRequest } from "node:http";
 import { tmpdir } from "node:os";
@@ -8,6 +8,8 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { defaultPlaygroundDir } from "../../src/server/playground-routes.js";
 import { buildPlayground } from "../helpers/build-playground.js";
+import { until } from "../helpers/hang-guard.js";
+import { metricSeries } from "../helpers/metrics.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 
 describe("GET /playground", () => {
@@ -129,6 +131,41 @@ describe("GET /playground", () => {
       expect(body.request_id).toBe(response.id);
       expect(response.body).not.toContain('"name"'); // not package.json
     }
+  });
+
+  it('counts the pages (playground, API reference, OpenAPI document) as protocol="page", ops routes as "ops"', async () => {
+    const [asset] = await readdir(join(dir, "assets"));
+    const pages = ["/playground", "/playground/", `/playground/assets/${asset}`, "/docs", "/openapi.json"];
+    for (const path of [...pages, "/healthz"]) {
+      const response = await fetch(`${built.url}${path}`);
+      expect(response.status, path).toBe(200);
+      await response.arrayBuffer();
+    }
+    // Each request is counted once its response has ended (the access log's moment).
+    const byProtocol = async () => {
+      const out = new Map<string, string[]>();
+      for (const labels of (await metricSeries(built.url, "acs_requests_total")).keys()) {
+        const protocol = /protocol="([^"]*)"/.exec(labels)?.[1] ?? "";
+        const route = /route="([^"]*)"/.exec(labels)?.[1] ?? "";
+        out.set(protocol, [...(out.get(protocol) ?? []), route]);
+      }
+      return out;
+    };
+    // /healthz came last: counted, so are the pages before it.
+    await until(async () => {
+      const counted = await byProtocol();
+      return [...counted.values()].some((routes) => routes.includes("/healthz"));
+    }, "the requests are counted");
+    const counted = await byProtocol();
+    // ("unknown": the earlier tests' 404s and 405s under /playground/, pages too.)
+    for (const route of counted.get("page") ?? []) {
+      expect(route).toMatch(/^(\/(playground|docs|openapi\.json)|unknown$)/);
+    }
+    const pageRoutes = new Set(counted.get("page"));
+    for (const route of ["/docs", "/openapi.json"]) expect(pageRoutes).toContain(route);
+    expect([...pageRoutes].filter((r) => r.startsWith("/playground")).length).toBeGreaterThan(0);
+    expect(counted.get("ops") ?? []).toContain("/healthz");
+    for (const route of counted.get("ops") ?? []) expect(route).not.toMatch(/^\/(playground|docs|openapi)/);
   });
 
   it("says that ACS_PLAYGROUND_DIR holds no page when its folder has none", async () => {

@@ -1,6 +1,7 @@
 // The gateway's process from the outside (child processes of src/main.ts): an operator's mistake
-// is one line on stderr and exit code 2, never a stack trace; the first log line comes before the
-// slow part of the start; PORT=0 logs the port it bound. And `npm run keys -- list | head`.
+// is one line on stderr and exit code 2, never a stack trace (a keys database that cannot be opened
+// too, with ACS_WORKERS=2 as well); the first log line comes before the slow part of the start;
+// PORT=0 logs the port it bound. And `npm run keys -- list | head`.
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
@@ -9,6 +10,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, describe, expect, it } from "vitest";
 import { createBudgetLedger } from "../../src/budget/index.js";
+import { POSTGRES_ADMIN_URL, POSTGRES_REQUIRED, postgresUnavailable } from "../helpers/postgres.js";
 import { closedPortUrl } from "../upstream/fake-upstream.js";
 
 const dir = mkdtempSync(join(tmpdir(), "acs-startup-"));
@@ -106,6 +108,85 @@ describe("an operator's mistake: one line, exit code 2", () => {
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatch(expected);
     expect(stderr).not.toMatch(/^\s+at /m);
+  });
+});
+
+describe("a keys database that cannot be opened: one line naming ACS_DB, exit code 2", () => {
+  /** The environment of a gateway whose one model's replica is a closed port (checked at once). */
+  const withDb = async (db: string, workers: string): Promise<Record<string, string>> => ({
+    ACS_DB: db,
+    ACS_WORKERS: workers,
+    PORT: "0",
+    ACS_LOG_LEVEL: "silent",
+    ACS_MODELS: modelsFile(`db-${workers}.json`, {
+      models: [{ id: "m", upstream_url: await closedPortUrl(), hidden_size: 8, num_hidden_layers: 2 }],
+    }),
+  });
+  const closedPort = async () => new URL(await closedPortUrl()).port;
+  const notADatabase = () => {
+    const path = join(dir, "not-a.db");
+    writeFileSync(path, "this is text, not a SQLite database ".repeat(8));
+    return path;
+  };
+
+  const expectOneLine = async (env: Record<string, string>, expected: RegExp) => {
+    const { code, stderr } = await runToExit(env);
+    expect(stderr).not.toMatch(/^\s+at /m);
+    expect(stderr).not.toContain("secret");
+    const lines = stderr.trimEnd().split("\n");
+    expect(lines, stderr).toHaveLength(1);
+    expect(lines[0]).toMatch(expected);
+    expect(code).toBe(2);
+  };
+
+  for (const workers of ["1", "2"]) {
+    it(`PostgreSQL: a port with no server (ACS_WORKERS=${workers})`, async () => {
+      const port = await closedPort();
+      await expectOneLine(
+        await withDb(`postgres://postgres:secret@127.0.0.1:${port}/acs`, workers),
+        new RegExp(
+          `^acs-gateway: ACS_DB=postgres://postgres:\\*\\*\\*@127\\.0\\.0\\.1:${port}/acs: no PostgreSQL server answers at 127\\.0\\.0\\.1:${port} \\(connection refused\\)$`,
+        ),
+      );
+    });
+
+    it(`SQLite: a file that is not a database (ACS_WORKERS=${workers})`, async () => {
+      const path = notADatabase();
+      await expectOneLine(
+        await withDb(path, workers),
+        new RegExp(`^acs-gateway: ACS_DB=${path}: cannot open the SQLite file: file is not a database$`),
+      );
+    });
+  }
+
+  describe("on a real PostgreSQL", () => {
+    /** Skips the test without PostgreSQL (fails it with ACS_TEST_POSTGRES=required). */
+    const needPostgres = async (skip: (note: string) => void) => {
+      const reason = await postgresUnavailable();
+      if (reason !== undefined && POSTGRES_REQUIRED) throw new Error(reason);
+      if (reason !== undefined) skip(reason);
+    };
+    const admin = new URL(POSTGRES_ADMIN_URL);
+    const at = (user: string, database: string) =>
+      `postgres://${user}:secret@${admin.hostname}:${admin.port || "5432"}/${database}`;
+
+    for (const workers of ["1", "2"]) {
+      it(`a database that does not exist (ACS_WORKERS=${workers})`, async ({ skip }) => {
+        await needPostgres(skip);
+        await expectOneLine(
+          await withDb(at(admin.username || "postgres", "acs_no_such_database"), workers),
+          /^acs-gateway: ACS_DB=postgres:\/\/[^:]+:\*\*\*@[^/]+\/acs_no_such_database: PostgreSQL refused: database "acs_no_such_database" does not exist$/,
+        );
+      });
+    }
+
+    it("a login refused (no such role)", async ({ skip }) => {
+      await needPostgres(skip);
+      await expectOneLine(
+        await withDb(at("acs_no_such_role", "postgres"), "1"),
+        /^acs-gateway: ACS_DB=postgres:\/\/acs_no_such_role:\*\*\*@[^/]+\/postgres: PostgreSQL refused: role "acs_no_such_role" does not exist$/,
+      );
+    });
   });
 });
 
