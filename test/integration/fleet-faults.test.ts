@@ -71,7 +71,10 @@ const drip: Misbehaviour = (_req, res, body) => {
   const text =
     body.stream === true
       ? `data: ${JSON.stringify(piece("«fake»"))}\n\ndata: [DONE]\n\n`
-      : JSON.stringify({ ...piece("«fake»"), usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
+      : JSON.stringify({
+          ...piece("«fake»"),
+          usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+        });
   res.writeHead(200, { "content-type": body.stream === true ? "text/event-stream" : "application/json" });
   let i = 0;
   const timer = setInterval(() => {
@@ -84,7 +87,11 @@ const drip: Misbehaviour = (_req, res, body) => {
 const request = (prompt: string, stream: boolean) => ({ model: "tiny", prompt, max_tokens: 4, stream });
 
 /** One REST completion: status and body, within {@link CALLER_MS}. */
-async function rest(stack: Stack, prompt: string, stream: boolean): Promise<{ status: number; text: string }> {
+async function rest(
+  stack: Stack,
+  prompt: string,
+  stream: boolean,
+): Promise<{ status: number; text: string }> {
   const res = await fetch(`${stack.url}/v1/completions`, {
     method: "POST",
     headers: { "content-type": "application/json" },

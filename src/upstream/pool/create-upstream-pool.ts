@@ -191,9 +191,8 @@ const retryableFaults: ReadonlySet<UpstreamFault> = new Set([
  * - Health, passive: a replica that refuses connections, or refuses the gateway (401/403, unknown
  *   model), is taken out at once; a broken connection, a 503, a silence (no first event within the
  *   client's bound) or a stream cut short trigger a check at once (taken out if it fails);
- *   `failureThreshold` failures in a row of any kind (5xx and silences included) take it out — only
- *   an answered completion ends a run of failures (a replica whose `/tokenize` answers while its
- *   completions stay silent is still taken out). A taken-out replica is checked again after a
+ *   `failureThreshold` failures in a row of any kind (5xx and silences included) take it out. A
+ *   taken-out replica is checked again after a
  *   backoff (doubling from `backoff.initialMs` to `backoff.maxMs`) and put back when it answers;
  *   requests on it that had no output yet are aborted and go to another replica.
  * - Failover, keyed on what reached the caller: a request whose call failed before the caller saw
@@ -386,8 +385,6 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
   async function withFailover<T>(
     caller: AbortSignal | undefined,
     mayRetry: (fault: UpstreamFault, err: unknown) => boolean,
-    /** A success ends the replica's run of failures (completions; not the control calls). */
-    completion: boolean,
     call: (client: VllmClient, signal: AbortSignal, attempt: number, replica: string) => Promise<T>,
   ): Promise<T> {
     const tried = new Set<Replica>();
@@ -398,7 +395,7 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
       const link = attemptSignal(r, caller);
       try {
         const result = await call(r.client, link.signal, attempt, r.url);
-        if (completion) answered(r);
+        answered(r);
         return result;
       } catch (err) {
         if (caller?.aborted) throw err;
@@ -584,7 +581,6 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
         o.signal,
         // The caller sees nothing before the whole answer: any fault of the replica's.
         idempotentRetry,
-        true,
         async (client, signal, attempt, replica) => {
           const upstreamRequestId = attempt === 0 ? o.upstreamRequestId : `${o.upstreamRequestId}-retry`;
           const trace = o.trace?.({ model, replica, upstreamRequestId, attempt, stream: false });
@@ -608,13 +604,13 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
     stream,
 
     tokenize(servedModel: string, prompt: string, addSpecialTokens: boolean, signal?: AbortSignal) {
-      return withFailover<TokenizeResult>(signal, idempotentRetry, false, (client, s) =>
+      return withFailover<TokenizeResult>(signal, idempotentRetry, (client, s) =>
         client.tokenize(servedModel, prompt, addSpecialTokens, s),
       );
     },
 
     listModels(signal?: AbortSignal): Promise<VllmModelList> {
-      return withFailover(signal, idempotentRetry, false, (client, s) => client.listModels(s));
+      return withFailover(signal, idempotentRetry, (client, s) => client.listModels(s));
     },
 
     async health() {
