@@ -149,7 +149,8 @@ export interface VllmClient {
   /**
    * `POST /v1/completions` with streaming (`body.stream` must be true): the chunks until
    * `data: [DONE]`. Throws ApiError: an in-band error event → its mapped error; a stream that ends
-   * without `[DONE]`, is reset, or carries garbage → 502 `upstream_error`; `canceled` on the signal.
+   * without `[DONE]`, is reset, or carries garbage → 502 `upstream_error`; no first event within
+   * `firstEventTimeoutMs` → 504 `deadline_exceeded` (fault `silent`); `canceled` on the signal.
    * Stopping early (break, return, throw in the loop) aborts the upstream request at once.
    */
   stream(body: VllmCompletionRequest, options: StreamOptions): AsyncIterable<VllmCompletionChunk>;
