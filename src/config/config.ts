@@ -163,6 +163,13 @@ export interface Config {
    */
   readonly streamStallMs: number;
   /**
+   * Longest wait for the start of an upstream answer (its first SSE event: every completion but
+   * prompt_logprobs and captures is streamed from Inference), ms: past it the replica counts as
+   * failed (passive health) and the call fails over, or ends 504 `deadline_exceeded`. 0 = no
+   * bound. @default 60000 (env ACS_UPSTREAM_HEADERS_TIMEOUT_MS)
+   */
+  readonly upstreamHeadersTimeoutMs: number;
+  /**
    * Gateway processes serving the one port (node:cluster; src/server/cluster.ts); 1 = a single
    * process. @default os.availableParallelism() (env ACS_WORKERS)
    */
@@ -251,6 +258,7 @@ export function loadConfig(rawEnv: Record<string, string | undefined> = process.
     maxStreamsPerKey: env.ACS_MAX_STREAMS_PER_KEY,
     maxUpstreamSharePerKey: env.ACS_MAX_UPSTREAM_SHARE_PER_KEY,
     streamStallMs: env.ACS_STREAM_STALL_MS,
+    upstreamHeadersTimeoutMs: env.ACS_UPSTREAM_HEADERS_TIMEOUT_MS,
     workers: env.ACS_WORKERS,
     workerTimeoutMs: env.ACS_WORKER_TIMEOUT_MS,
   };

@@ -80,6 +80,8 @@ const envSchema = z.object({
   ACS_MAX_STREAMS_PER_KEY: intText(0, 1_000_000, limits.maxStreamsPerKey),
   ACS_MAX_UPSTREAM_SHARE_PER_KEY: fractionText(limits.maxUpstreamSharePerKey),
   ACS_STREAM_STALL_MS: intText(10, 24 * 3_600_000, limits.streamStallMs),
+  // 0: no bound.
+  ACS_UPSTREAM_HEADERS_TIMEOUT_MS: intText(0, 24 * 3_600_000, limits.upstreamHeadersTimeoutMs),
   ACS_WORKERS: intText(1, 1024, availableParallelism()),
   // 0: never. Else 10 s at least: far above a loaded worker's lag, so that load kills no worker.
   ACS_WORKER_TIMEOUT_MS: z

@@ -30,4 +30,11 @@ export const limits = {
   maxUpstreamSharePerKey: 0.5,
   /** Default time a stream may wait for its caller to read (drain) before it is ended, ms (§5). */
   streamStallMs: 60_000,
+  /**
+   * Default longest wait for the first event of an upstream answer (every completion but
+   * prompt_logprobs and captures is streamed from Inference, so that event follows prefill), ms: past
+   * it the replica is silent — the call fails over, or ends 504 (§5). Far above a prefill of the
+   * longest prompt, so no legitimate generation is cut; a generation's length does not count.
+   */
+  upstreamHeadersTimeoutMs: 60_000,
 } as const;

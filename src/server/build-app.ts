@@ -7,7 +7,7 @@ import {
   DEFAULT_LEASE_SETTINGS,
   DEFAULT_RECLAIM_INTERVAL_MS,
 } from "../budget/index.js";
-import { type Config, dbOpenError } from "../config/index.js";
+import { type Config, dbOpenError, limits } from "../config/index.js";
 import { createSteeringBudget } from "../lens/index.js";
 import {
   type Admission,
@@ -51,6 +51,7 @@ export type AppConfig = Pick<Config, "models" | "db" | "keepaliveIntervalMs" | "
       | "maxStreamsPerKey"
       | "maxUpstreamSharePerKey"
       | "streamStallMs"
+      | "upstreamHeadersTimeoutMs"
     >
   >;
 
@@ -134,6 +135,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
         client: createVllmClient({
           baseUrl: u.url,
           tokenizeCache,
+          firstEventTimeoutMs: config.upstreamHeadersTimeoutMs ?? limits.upstreamHeadersTimeoutMs,
           ...(u.apiKey === undefined ? {} : { apiKey: u.apiKey }),
           ...(m.maxConcurrentRequests === undefined ? {} : { connections: m.maxConcurrentRequests }),
         }),

@@ -105,7 +105,7 @@ function fromTotals(): (counter: Counter<string>, labels: Record<string, string>
  * `acs_upstream_replica_state` (starting, up, down; with ACS_WORKERS > 1 the most of the workers'
  * values, each worker having its own view of the replica, where every other series is summed),
  * `acs_upstream_replica_outstanding_requests`, `acs_upstream_replica_requests_total`, `acs_upstream_replica_errors_total` by kind (unreachable,
- * broken, unavailable, rejected, server_error, health) and `acs_upstream_failovers_total` per
+ * broken, unavailable, rejected, server_error, silent, health) and `acs_upstream_failovers_total` per
  * model. Labels: `model` (the model's id) and `replica` (its base URL).
  */
 export function registerUpstreamMetrics(registry: Registry, sources: readonly PoolMetricsSource[]): void {

@@ -725,9 +725,12 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     signal: AbortSignal,
     meter: UsageMeter,
     part: number,
+    onRestart?: () => void,
   ): AsyncIterable<VllmCompletionChunk> {
     meter.markStarted(part);
-    return prepared.model.client.stream(body, upstreamCallOptions(prepared, signal));
+    const options = upstreamCallOptions(prepared, signal);
+    if (onRestart !== undefined) options.onRestart = onRestart;
+    return prepared.model.client.stream(body, options);
   }
 
   /**
@@ -789,9 +792,16 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const choices: CompletionChoice[] = [];
     let usage: CreateCompletionResponse["usage"];
     const body = upstreamStreamBody(upstreamBody, false);
-    const offsets = new TextOffsets();
+    let offsets = new TextOffsets();
+    // The caller has seen nothing yet: a failover after chunks starts the answer over.
+    const restart = (): void => {
+      choices.length = 0;
+      usage = undefined;
+      offsets = new TextOffsets();
+      meter.restart(part);
+    };
     try {
-      for await (const upstreamChunk of upstreamStream(prepared, body, signal, meter, part)) {
+      for await (const upstreamChunk of upstreamStream(prepared, body, signal, meter, part, restart)) {
         const chunk = meteredChunk(prepared, upstreamChunk, ids, offsets, meter, part);
         if (chunk.choices.length === 0 && chunk.usage !== undefined) usage = chunk.usage;
         for (const piece of chunk.choices) {
@@ -892,14 +902,16 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
   }
 
   /**
-   * One upstream request's whole completion. With a Hold (keys on), Inference's stream collected
-   * ({@link collectStream}), so that a caller who goes away or the deadline is charged exactly what
-   * was generated. Without one (keys off: nothing to charge), with or without logprobs, and for
+   * One upstream request's whole completion: Inference's stream collected ({@link collectStream}),
+   * keys on or off — so that a caller who goes away or the deadline is charged exactly what was
+   * generated, and so that the upstream's first event comes after prefill: a silent replica is
+   * found within the bound on it (`ACS_UPSTREAM_HEADERS_TIMEOUT_MS`; vLLM sends a non-streamed
+   * answer's headers only at its end) and the call fails over, even after chunks. For
    * prompt_logprobs and activations (they exist only there), Inference's non-streamed answer
-   * ({@link completeUnary}): one JSON body instead of a chunk per token, for Inference to write and
-   * for the gateway to read. Both give the caller the same response, but for the `text_offset` of
-   * a token whose string is not in the text (bytes of a split character, a skipped special token):
-   * the whole text at once may put it earlier, both no later than its bytes (ChoiceTextOffsets).
+   * ({@link completeUnary}), bound by the deadline only. Both give the caller the same response,
+   * but for the `text_offset` of a token whose string is not in the text (bytes of a split
+   * character, a skipped special token): the whole text at once may put it earlier, both no later
+   * than its bytes (ChoiceTextOffsets).
    */
   function completeOne(
     prepared: Prepared,
@@ -909,8 +921,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     meter: UsageMeter,
     part: number,
   ): Promise<CreateCompletionResponse> {
-    const collect = prepared.hold !== undefined;
-    return collect && request.promptLogprobs === undefined && !prepared.capture
+    return request.promptLogprobs === undefined && !prepared.capture
       ? collectStream(prepared, body, request, signal, meter, part)
       : completeUnary(prepared, body, request, signal, meter, part);
   }

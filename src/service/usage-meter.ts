@@ -187,6 +187,17 @@ export class UsageMeter {
     p.started = true;
   }
 
+  /**
+   * Part `part`'s Inference request failed over to another replica before its caller saw any of
+   * it (a unary call's collected stream): what the first replica generated is not the caller's,
+   * so it is not counted — a request is charged the answer it got (proto/API.md §9).
+   */
+  restart(part = 0): void {
+    const p = this.#part(part);
+    p.generated = 0;
+    p.reported = undefined;
+  }
+
   /** A streamed capture's replay prefill of part `part`: its prompt tokens (prompt + generated − 1). */
   addReplay(promptTokens: number, part = 0): void {
     const p = this.#part(part);

@@ -50,6 +50,8 @@ export interface StackOptions {
   maxUpstreamSharePerKey?: number;
   /** A stream whose caller has not read for this long is ended, ms (default: the config's). */
   streamStallMs?: number;
+  /** Longest wait for an upstream answer's first event, ms (default: the config's). */
+  upstreamHeadersTimeoutMs?: number;
 }
 
 export interface Stack {
@@ -115,6 +117,9 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
         ? {}
         : { maxUpstreamSharePerKey: opts.maxUpstreamSharePerKey }),
       ...(opts.streamStallMs === undefined ? {} : { streamStallMs: opts.streamStallMs }),
+      ...(opts.upstreamHeadersTimeoutMs === undefined
+        ? {}
+        : { upstreamHeadersTimeoutMs: opts.upstreamHeadersTimeoutMs }),
     },
     {
       logger: opts.logger ?? pino({ level: "silent" }),

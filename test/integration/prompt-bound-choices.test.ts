@@ -1,5 +1,5 @@
-// Keys off, a byte-level tokenizer, several prompts × n > 1 (and echo): Inference's non-streamed
-// answer, its choices ordered as vLLM orders them (index = prompt × n + k), makes each prompt's
+// Keys off, a byte-level tokenizer, several prompts × n > 1 (and echo): Inference's stream,
+// collected, its choices ordered as vLLM orders them (index = prompt × n + k), makes each prompt's
 // bound exact from its choice's prompt token ids — the access line counts each prompt once,
 // exactly — and a prompt longer than its bound at a choice index > 0 marks the tokenizer as not
 // byte-level (test/integration/prompt-bound.test.ts has one prompt, streamed and not).
@@ -39,7 +39,6 @@ beforeAll(async () => {
         res.end(JSON.stringify({ count: ids[0]!.length, max_model_len: 512, tokens: ids[0] }));
         return;
       }
-      if (json.stream === true) throw new Error("unexpected stream");
       const n = json.n ?? 1;
       const generated = Math.min(json.max_tokens, 2);
       const token_ids = Array.from({ length: generated }, (_, i) => 10 + i);
@@ -105,7 +104,7 @@ async function request(body: Record<string, unknown>) {
   };
 }
 
-describe("keys off, several prompts × n, non-streamed", () => {
+describe("keys off, several prompts × n, unary", () => {
   it.each([
     [1, false],
     [2, false],

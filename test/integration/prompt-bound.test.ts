@@ -21,7 +21,7 @@ let dir: string;
 let upstream: FakeUpstream;
 let bound: Stack;
 let exact: Stack;
-/** Keys off, byte-level tokenizer: non-streamed requests are Inference's non-streamed answer. */
+/** Keys off, byte-level tokenizer: unary requests are Inference's stream, collected. */
 let open: Stack;
 /** The access log lines of `open`. */
 const openLog: Array<Record<string, unknown>> = [];
@@ -297,7 +297,7 @@ describe("an exact count when the bound cannot decide", () => {
   });
 });
 
-describe("keys off: Inference's non-streamed answer makes a bounded prompt exact", () => {
+describe("keys off: Inference's prompt token ids make a bounded prompt exact", () => {
   /** `acs_prompt_tokens_total` of `open` now. */
   const promptTokensTotal = async () => {
     const text = await (await fetch(`${open.url}/metrics`)).text();
@@ -349,8 +349,8 @@ describe("keys off: Inference's non-streamed answer makes a bounded prompt exact
       expect(usage.prompt_tokens).toBe(5);
       expect(line.promptTokens).toBe(5);
       expect(counted).toBe(5);
-      // A time to first token only where Inference streamed: its non-streamed answer comes whole.
-      expect(line.ttftMs === undefined).toBe(!stream);
+      // A time to first token either way: a unary call too is Inference's stream, collected.
+      expect(line.ttftMs).toBeDefined();
     },
   );
 

@@ -1,7 +1,7 @@
-// With keys on, a non-streamed completion is Inference's stream collected
+// A non-streamed completion is Inference's stream collected
 // (src/service/completions-service.ts, collectStream): per choice index, text appended, logprobs
 // rows and token ids concatenated, the finish and stop reason of the choice's last chunk; choices in
-// index order whatever order they came. With keys off it is Inference's non-streamed answer.
+// index order whatever order they came. With keys off too.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -127,15 +127,22 @@ describe("collectStream (keys on)", () => {
 });
 
 describe("keys off", () => {
-  it("asks Inference for its non-streamed answer: nothing to charge, one body instead of a chunk a token", async () => {
-    const { api, sent } = serviceStreaming(() => [], undefined);
+  it("is Inference's stream collected too: its first event bounds a silent replica's wait", async () => {
+    const { api, sent } = serviceStreaming(
+      () => [
+        chunk([{ index: 0, text: "a", token_ids: [1] }]),
+        chunk([{ index: 0, text: "b", finish_reason: "length", token_ids: [2] }]),
+      ],
+      undefined,
+    );
     const request = create(CreateCompletionRequestSchema, {
       model: "m",
       prompt: { case: "text", value: "x" },
       maxTokens: 4,
     });
-    await expect(api.createCompletion(request, ctx())).rejects.toThrow();
+    const r = await api.createCompletion(request, ctx());
     expect(sent).toHaveLength(1);
-    expect(sent[0]?.stream).toBe(false);
+    expect(sent[0]?.stream).toBe(true);
+    expect(r.choices.map((c) => [c.text, c.finishReason])).toEqual([["ab", FinishReason.LENGTH]]);
   });
 });

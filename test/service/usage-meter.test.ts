@@ -115,3 +115,15 @@ describe("UsageMeter", () => {
     expect(all.charge(err("canceled"), 7)).toBe(7);
   });
 });
+
+describe("UsageMeter.restart (a unary call failed over after chunks)", () => {
+  it("charges the answer the caller got, not the failed replica's tokens", () => {
+    const m = new UsageMeter(10);
+    m.addGenerated(5);
+    m.report(15);
+    m.restart();
+    m.addGenerated(3);
+    expect(m.used).toBe(13);
+    expect(m.charge(undefined, 100)).toBe(13);
+  });
+});

@@ -99,8 +99,8 @@ describe("OpenTelemetry spans", () => {
       "acs.upstream.replica": upstream.url,
       "acs.upstream.request_id": "trace-test-1",
       "acs.upstream.attempt": 0,
-      // Keys off: a non-streamed request is Inference's non-streamed answer.
-      "acs.upstream.stream": false,
+      // A unary request is Inference's stream collected (keys off too): the silence bound needs it.
+      "acs.upstream.stream": true,
       "url.full": `${upstream.url}/v1/completions`,
     });
     const seen = upstream.requests.slice(before).find((r) => r.url === "/v1/completions");

@@ -2,7 +2,12 @@
 // Inference client raises (the errors come from mapUpstreamError, the one mapping).
 import { describe, expect, it } from "vitest";
 import { ApiError } from "../../src/errors/index.js";
-import { mapUpstreamError, type UpstreamFault, upstreamFaultOf } from "../../src/upstream/index.js";
+import {
+  mapUpstreamError,
+  type UpstreamFault,
+  upstreamFaultOf,
+  upstreamSilence,
+} from "../../src/upstream/index.js";
 
 const transport = (code: string, responseStarted = false) =>
   mapUpstreamError({ kind: "transport", error: Object.assign(new Error(code), { code }), responseStarted });
@@ -36,7 +41,9 @@ describe("upstreamFaultOf", () => {
     ["HTTP 400", response(400, vllmError(400)), "none"],
     ["context length", response(400, { ...vllmError(400), param: "input_tokens" }), "none"],
     ["canceled", new ApiError("canceled", "The request was canceled."), "none"],
-    ["deadline", transport("UND_ERR_HEADERS_TIMEOUT"), "none"],
+    ["deadline", new ApiError("deadline_exceeded", "Inference did not answer within 10 ms."), "none"],
+    ["no response headers in time", transport("UND_ERR_HEADERS_TIMEOUT"), "silent"],
+    ["no first event in time", upstreamSilence(3000), "silent"],
   ])("%s → %s", (_, err, fault) => {
     expect(upstreamFaultOf(err)).toBe(fault);
   });

@@ -162,17 +162,23 @@ const zeroErrors = (): Record<ReplicaErrorKind, number> => ({
   unavailable: 0,
   rejected: 0,
   server_error: 0,
+  silent: 0,
   health: 0,
 });
 
 const noHeaders: Readonly<Record<string, string>> = Object.freeze({});
 
-/** Faults after which a request without output may go to another replica. */
+/**
+ * Faults after which a request whose caller has seen nothing may go to another replica: every
+ * fault of the replica's (refused, reset, garbage, 503, 5xx, silence).
+ */
 const retryableFaults: ReadonlySet<UpstreamFault> = new Set([
   "unreachable",
   "broken",
   "unavailable",
   "rejected",
+  "server_error",
+  "silent",
 ]);
 
 /**
@@ -183,15 +189,18 @@ const retryableFaults: ReadonlySet<UpstreamFault> = new Set([
  * - Health, active: each replica's `GET /health` every `healthIntervalMs` while up; a replica that
  *   is starting or down must also pass `admit` (e.g. serve the right model) to be put in.
  * - Health, passive: a replica that refuses connections, or refuses the gateway (401/403, unknown
- *   model), is taken out at once; a broken connection, a 503 or a stream cut short trigger a check
- *   at once (taken out if it fails); `failureThreshold` failures in a row of any kind (5xx
- *   included) take it out. A taken-out replica is checked again after a backoff (doubling from
- *   `backoff.initialMs` to `backoff.maxMs`) and put back when it answers; requests on it that had
- *   no output yet are aborted and go to another replica.
- * - Failover: a request whose call failed before any output (refused, reset, 503, a replica that
- *   died or was taken out) goes once to another up replica, with a new upstream request id (an id
- *   is never sent twice to a replica). For `stream` "before any output" means before its first
- *   chunk is yielded; for `complete`, before Inference's response started. Never after.
+ *   model), is taken out at once; a broken connection, a 503, a silence (no first event within the
+ *   client's bound) or a stream cut short trigger a check at once (taken out if it fails);
+ *   `failureThreshold` failures in a row of any kind (5xx and silences included) take it out. A
+ *   taken-out replica is checked again after a backoff (doubling from `backoff.initialMs` to
+ *   `backoff.maxMs`) and put back when it answers; requests on it that had no output yet are
+ *   aborted and go to another replica.
+ * - Failover, keyed on what reached the caller: a request whose call failed before the caller saw
+ *   anything (refused, reset, garbage, 503, another 5xx, silence, a replica that died or was taken
+ *   out) goes once to another up replica, with a new upstream request id (an id is never sent
+ *   twice to a replica). For `stream` that is before its first chunk is yielded — or, for a caller
+ *   that collects the stream before answering (`onRestart` set: a unary call), at any point, the
+ *   caller told to drop what it collected; for `complete`, until its whole answer. Never after.
  * - Every replica down: `upstream_unavailable` (503) at once.
  */
 export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
@@ -413,7 +422,12 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
     request: VllmCompletionRequest,
     o: StreamOptions,
   ): AsyncIterableIterator<VllmCompletionChunk> {
-    /** The request, for a failover: dropped once a chunk was yielded (there is none after that). */
+    /**
+     * The caller collects the stream before answering (a unary call): a failover stays possible
+     * after chunks were yielded, `onRestart` told first.
+     */
+    const restartable = o.onRestart !== undefined;
+    /** The request, for a failover: dropped once a chunk reached the caller (none after that). */
     let body: VllmCompletionRequest | undefined = request;
     const tried = new Set<Replica>();
     let attempt = -1;
@@ -471,7 +485,7 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
         const fault = takenOut ? "broken" : upstreamFaultOf(err);
         if (!takenOut) failed(replica, fault, err);
         if (
-          yielded ||
+          (yielded && !restartable) ||
           attempt > 0 ||
           !(takenOut || retryableFaults.has(fault)) ||
           !replicas.some((x) => x.state === "up" && !tried.has(x))
@@ -515,12 +529,16 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
           const res = await (inner as AsyncIterator<VllmCompletionChunk>).next();
           if (res.done === true) return ended(res);
           yielded = true;
-          body = undefined;
-          current.keep();
+          if (!restartable) {
+            body = undefined;
+            current.keep();
+          }
           return res;
         } catch (err) {
+          const collected = yielded;
           const rethrow = afterFailure(replica, current, err);
           if (rethrow !== undefined) throw rethrow;
+          if (collected) o.onRestart?.();
           failoverCount++;
         }
       }
@@ -534,7 +552,7 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
         // Past the first chunk there is no failover: the replica's own chunk, with the end's
         // bookkeeping attached — no async frame per chunk (each would live until the next chunk
         // came, long enough to reach V8's old generation, at every chunk of every stream).
-        if (yielded && !closed && inner !== undefined) return inner.next().then(ended, broke);
+        if (yielded && !restartable && !closed && inner !== undefined) return inner.next().then(ended, broke);
         return firstChunk();
       },
       async return(): Promise<IteratorResult<VllmCompletionChunk>> {
@@ -561,12 +579,8 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
       const start = Date.now();
       return withFailover(
         o.signal,
-        // Before Inference's response started: a 503, a refusal, a connection that broke first.
-        (fault, err) =>
-          fault === "unreachable" ||
-          fault === "unavailable" ||
-          fault === "rejected" ||
-          (fault === "broken" && err instanceof ApiError && err.code === "upstream_unavailable"),
+        // The caller sees nothing before the whole answer: any fault of the replica's.
+        idempotentRetry,
         async (client, signal, attempt, replica) => {
           const upstreamRequestId = attempt === 0 ? o.upstreamRequestId : `${o.upstreamRequestId}-retry`;
           const trace = o.trace?.({ model, replica, upstreamRequestId, attempt, stream: false });

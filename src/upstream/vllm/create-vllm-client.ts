@@ -5,7 +5,7 @@ import { claimUpstreamRequestId, releaseUpstreamRequestId } from "../../telemetr
 import { type VllmRequestBody, vllmRequestBody } from "./build-vllm-request.js";
 import { createTokenizeCache, type TokenizeCache } from "./create-tokenize-cache.js";
 import { createSseDecoder, type SseDecoder } from "./decode-sse.js";
-import { isVllmErrorBody, mapUpstreamError } from "./map-upstream-error.js";
+import { isVllmErrorBody, mapUpstreamError, upstreamSilence } from "./map-upstream-error.js";
 import {
   parseVllmCompletion,
   parseVllmCompletionChunk,
@@ -41,6 +41,14 @@ export interface VllmClientOptions {
   headersTimeoutMs?: number;
   /** Longest silence between two body reads (streams included). @default 900_000 (15 min) */
   bodyTimeoutMs?: number;
+  /**
+   * Longest wait for a stream's first SSE event, from its dispatch (Inference's response headers
+   * alone, its SSE comments and the gateway's own keepalives to its caller do not count): then the
+   * request is aborted with {@link upstreamSilence}'s 504 (fault `silent`). 0 = no bound.
+   * Non-streamed calls (`complete`) are not bound by it: vLLM sends their headers only at the end.
+   * @default 0
+   */
+  firstEventTimeoutMs?: number;
   /** Longest TCP connect. @default 10_000 */
   connectTimeoutMs?: number;
   /** Bounds of the `/tokenize` LRU cache. @default 4096 entries, 64 MiB */
@@ -112,6 +120,13 @@ export interface StreamOptions {
   headers?: Readonly<Record<string, string>>;
   /** Traces each upstream call (the replica pool uses it; a lone client ignores it). */
   trace?: UpstreamTracer;
+  /**
+   * Set by a caller that passes nothing on before the stream's end (a unary call collecting it):
+   * the replica pool may then fail over even after chunks were yielded, calling this first — the
+   * caller drops what it collected, and the chunks that follow are the other replica's from the
+   * start. A lone client ignores it.
+   */
+  onRestart?: () => void;
 }
 
 /** The result of {@link VllmClient.tokenize}. */
@@ -134,7 +149,8 @@ export interface VllmClient {
   /**
    * `POST /v1/completions` with streaming (`body.stream` must be true): the chunks until
    * `data: [DONE]`. Throws ApiError: an in-band error event → its mapped error; a stream that ends
-   * without `[DONE]`, is reset, or carries garbage → 502 `upstream_error`; `canceled` on the signal.
+   * without `[DONE]`, is reset, or carries garbage → 502 `upstream_error`; no first event within
+   * `firstEventTimeoutMs` → 504 `deadline_exceeded` (fault `silent`); `canceled` on the signal.
    * Stopping early (break, return, throw in the loop) aborts the upstream request at once.
    */
   stream(body: VllmCompletionRequest, options: StreamOptions): AsyncIterable<VllmCompletionChunk>;
@@ -292,6 +308,8 @@ class UpstreamStream implements AsyncIterableIterator<VllmCompletionChunk>, Disp
   #text: Buffer[] | undefined;
   #status = 0;
   #contentType = "";
+  /** Runs until the first SSE event (or the end of a non-SSE answer's head): the silence bound. */
+  #silence: NodeJS.Timeout | undefined;
 
   /** The request to send and its options: dropped once dispatched (a stream lives long). */
   #body: VllmCompletionRequest | undefined;
@@ -304,6 +322,7 @@ class UpstreamStream implements AsyncIterableIterator<VllmCompletionChunk>, Disp
     opts: StreamOptions,
     private readonly headersFor: HeadersFor,
     private readonly sseOptions: { maxEventChars: number } | undefined,
+    private readonly firstEventTimeoutMs: number,
   ) {
     this.#body = body;
     this.#opts = opts;
@@ -414,6 +433,7 @@ class UpstreamStream implements AsyncIterableIterator<VllmCompletionChunk>, Disp
 
   #settle(): void {
     this.#settled = true;
+    this.#answerStarted();
     releaseUpstreamRequestId(this.#requestId);
     this.#unfollow?.();
     this.#unfollow = undefined;
@@ -444,8 +464,16 @@ class UpstreamStream implements AsyncIterableIterator<VllmCompletionChunk>, Disp
     if (this.#queue.length - this.#head >= PAUSE_AT_QUEUED_CHUNKS) this.#controller?.pause();
   }
 
+  /** Inference's answer started (or the request ended): the silence bound is off. */
+  #answerStarted(): void {
+    if (this.#silence === undefined) return;
+    clearTimeout(this.#silence);
+    this.#silence = undefined;
+  }
+
   readonly #onData = (data: string): void => {
     if (this.#done || this.#settled) return;
+    this.#answerStarted();
     if (data === "[DONE]") {
       this.#done = true;
       return;
@@ -467,6 +495,10 @@ class UpstreamStream implements AsyncIterableIterator<VllmCompletionChunk>, Disp
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.#controller = controller;
     if (this.#abortReason !== undefined) controller.abort(this.#abortReason);
+    // From the request's start on a connection: a wait in this client's own queue is not silence.
+    const silentMs = this.firstEventTimeoutMs;
+    if (silentMs > 0 && !this.#settled && this.#silence === undefined)
+      this.#silence = setTimeout(() => this.#fail(upstreamSilence(silentMs), true), silentMs);
   }
 
   onResponseStart(
@@ -482,8 +514,11 @@ class UpstreamStream implements AsyncIterableIterator<VllmCompletionChunk>, Disp
     const contentType = headers["content-type"];
     this.#contentType = contentType === undefined ? "" : String(contentType);
     this.#status = statusCode;
-    if (statusCode !== 200 || !this.#contentType.startsWith("text/event-stream")) this.#text = [];
-    else this.#sse = createSseDecoder(this.#onData, this.sseOptions);
+    if (statusCode !== 200 || !this.#contentType.startsWith("text/event-stream")) {
+      // An error answer (a body read to its end, under the body timeout), not a silence.
+      this.#answerStarted();
+      this.#text = [];
+    } else this.#sse = createSseDecoder(this.#onData, this.sseOptions);
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
@@ -720,6 +755,7 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
       ...(opts.tokenizeCacheBytes === undefined ? {} : { maxBytes: opts.tokenizeCacheBytes }),
     });
   const maxSseEventChars = opts.maxSseEventChars;
+  const firstEventTimeoutMs = opts.firstEventTimeoutMs ?? 0;
 
   const headersFor = (spec: {
     accept: string;
@@ -772,6 +808,7 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
         o,
         headersFor,
         maxSseEventChars === undefined ? undefined : { maxEventChars: maxSseEventChars },
+        firstEventTimeoutMs,
       );
     },
 

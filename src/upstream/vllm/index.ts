@@ -29,7 +29,9 @@ export {
   parseVllmError,
   type UpstreamFailure,
   type UpstreamFault,
+  UpstreamSilenceError,
   upstreamFaultOf,
+  upstreamSilence,
 } from "./map-upstream-error.js";
 export { orderedEntries, parseJsonOrdered } from "./parse-json-ordered.js";
 export {

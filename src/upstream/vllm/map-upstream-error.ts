@@ -288,16 +288,47 @@ function isRecord(v: unknown): v is Record<string, unknown> {
  * - `rejected`: the server refused the gateway itself: its credentials (401/403) or the model
  *   name (404 `model_not_found`) — a replica set up unlike the models file says;
  * - `server_error`: the server answered with another 5xx error (or one in-band);
+ * - `silent`: the server said nothing within the bound on the start of its answer
+ *   ({@link upstreamSilence}, or undici's headers timeout);
  * - `none`: the request's own outcome (Inference refused the request, the caller went away, the
  *   deadline passed): nothing wrong with the server.
  * Works on the ApiErrors of {@link mapUpstreamError} and of the client (src/upstream/vllm); any
  * other thrown value is `broken`.
  */
-export type UpstreamFault = "unreachable" | "broken" | "unavailable" | "rejected" | "server_error" | "none";
+export type UpstreamFault =
+  | "unreachable"
+  | "broken"
+  | "unavailable"
+  | "rejected"
+  | "server_error"
+  | "silent"
+  | "none";
+
+/** The cause of {@link upstreamSilence}'s error: how long Inference was silent. */
+export class UpstreamSilenceError extends Error {
+  readonly code = "ACS_UPSTREAM_SILENT";
+  constructor(readonly silentMs: number) {
+    super(`no response within ${silentMs} ms`);
+    this.name = "UpstreamSilenceError";
+  }
+}
+
+/**
+ * The error of a call whose answer did not start within `silentMs` (no response, or no first SSE
+ * event of a stream): 504 `deadline_exceeded`, the fault `silent` (the replica's, unlike a
+ * deadline the caller set).
+ */
+export function upstreamSilence(silentMs: number): ApiError {
+  return new ApiError("deadline_exceeded", `Inference sent nothing within ${silentMs} ms.`, {
+    cause: new UpstreamSilenceError(silentMs),
+  });
+}
 
 /** The {@link UpstreamFault} of an error thrown by a call to Inference. */
 export function upstreamFaultOf(err: unknown): UpstreamFault {
   if (!(err instanceof ApiError)) return "broken";
+  if (err.cause instanceof UpstreamSilenceError || errorCode(err.cause) === "UND_ERR_HEADERS_TIMEOUT")
+    return "silent";
   switch (err.code) {
     case "canceled":
     case "deadline_exceeded":
