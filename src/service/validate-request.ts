@@ -117,7 +117,7 @@ export function validateTokensRequest(request: TokenizeRequest | DetokenizeReque
   if (first === undefined) return;
   const param = violationParam(first);
   if (param === "model" && request.model === "") fail("model", "You must provide a model parameter.");
-  if (param === "prompt" && "prompt" in request && request.prompt === undefined)
+  if (param === "prompt" && request.$typeName === "acs.v1.TokenizeRequest" && request.prompt === undefined)
     fail("prompt", "You must provide a prompt.");
   throw invalidRequest(param, describe(first, param));
 }
