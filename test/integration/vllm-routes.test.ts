@@ -37,13 +37,14 @@ afterEach(assertConforming);
 async function post(
   path: string,
   body: unknown,
-  authorization: string | undefined = `Bearer ${key}`,
+  /** null: no Authorization header. */
+  authorization: string | null = `Bearer ${key}`,
 ): Promise<{ status: number; json: Record<string, unknown> }> {
   const res = await checkedFetch(`${stack.url}${path}`, {
     method: "POST",
     headers: {
       "content-type": "application/json",
-      ...(authorization === undefined ? {} : { authorization }),
+      ...(authorization === null ? {} : { authorization }),
     },
     body: typeof body === "string" ? body : JSON.stringify(body),
   });
@@ -132,7 +133,7 @@ describe("refusals: the envelopes of POST /v1/completions", () => {
   ] as const;
 
   it.each(routes)("%s: no key and a bad key are 401, as a completion", async (path, body) => {
-    for (const authorization of [undefined, "Bearer acs-not-a-key"]) {
+    for (const authorization of [null, "Bearer acs-not-a-key"]) {
       const got = withoutId(await post(path, body, authorization));
       expect(got.status).toBe(401);
       expect(got).toStrictEqual(withoutId(await post("/v1/completions", completion({}), authorization)));
