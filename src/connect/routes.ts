@@ -6,7 +6,12 @@ import {
   type HandlerContext,
   type ServiceImpl,
 } from "@connectrpc/connect";
-import { CompletionsService, CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
+import {
+  CompletionsService,
+  CreateCompletionRequestSchema,
+  DetokenizeRequestSchema,
+  TokenizeRequestSchema,
+} from "../../gen/acs/v1/completions_pb.js";
 import { limits } from "../config/index.js";
 import { ApiError, callerDeadlineExceeded, newRequestId } from "../errors/index.js";
 import type { ShutdownLink } from "../rest/index.js";
@@ -161,18 +166,22 @@ export function createConnectRoutes(
    */
   const shown = (err: unknown, call: CallContext): ConnectError =>
     toConnectError(shutdown === undefined ? err : shutdown.shown(err, call.record), call.requestId);
+  /** A unary call of the service: its context opened and untied, its error as the caller sees it. */
+  const unary =
+    <I, O>(method: (request: I, call: CallContext) => Promise<O>) =>
+    async (request: I, ctx: HandlerContext): Promise<O> => {
+      const { call, untie } = open(ctx);
+      try {
+        return await method(request, call);
+      } catch (err) {
+        throw shown(err, call);
+      } finally {
+        untie();
+      }
+    };
   return (router) => {
     const impl: ServiceImpl<typeof CompletionsService> = {
-      async createCompletion(request, ctx) {
-        const { call, untie } = open(ctx);
-        try {
-          return await api.createCompletion(request, call);
-        } catch (err) {
-          throw shown(err, call);
-        } finally {
-          untie();
-        }
-      },
+      createCompletion: unary((request, call) => api.createCompletion(request, call)),
       async *streamCompletion(request, ctx) {
         const { call, untie } = open(ctx);
         const endTransport = ctx.values.get(endTransportKey);
@@ -204,16 +213,9 @@ export function createConnectRoutes(
           untie();
         }
       },
-      async listModels(_request, ctx) {
-        const { call, untie } = open(ctx);
-        try {
-          return await api.listModels(call);
-        } catch (err) {
-          throw shown(err, call);
-        } finally {
-          untie();
-        }
-      },
+      listModels: unary((_request, call) => api.listModels(call)),
+      tokenize: unary((request, call) => api.tokenize(request, call)),
+      detokenize: unary((request, call) => api.detokenize(request, call)),
     };
     // A completion's Connect JSON is checked against its fields as REST checks a body (an integer
     // field's string too: strict-json-text.ts); ListModels keeps the server's JSON options.
@@ -221,5 +223,11 @@ export function createConnectRoutes(
     router.rpc(CompletionsService.method.createCompletion, impl.createCompletion, completionJson);
     router.rpc(CompletionsService.method.streamCompletion, impl.streamCompletion, completionJson);
     router.rpc(CompletionsService.method.listModels, impl.listModels);
+    router.rpc(CompletionsService.method.tokenize, impl.tokenize, {
+      jsonOptions: connectJsonOptions(TokenizeRequestSchema),
+    });
+    router.rpc(CompletionsService.method.detokenize, impl.detokenize, {
+      jsonOptions: connectJsonOptions(DetokenizeRequestSchema),
+    });
   };
 }

@@ -138,8 +138,19 @@ export function createEngineServer(deps: ServerDeps): EngineServer {
         "add_special_tokens",
       );
     }
+    const strs = b.return_token_strs ?? false;
+    if (typeof strs !== "boolean") {
+      throw new EngineError(
+        "return_token_strs must be a boolean",
+        400,
+        "BadRequestError",
+        "return_token_strs",
+      );
+    }
     const tokens = await tok.encodeAsync(b.prompt, add);
-    return { count: tokens.length, max_model_len: maxModelLen, tokens, token_strs: null };
+    // vLLM gives the tokenizer's piece of each token (convert_ids_to_tokens); here, its decoded text.
+    const token_strs = strs ? tokens.map(tokenText) : null;
+    return { count: tokens.length, max_model_len: maxModelLen, tokens, token_strs };
   });
   app.post("/detokenize", async (req) => {
     const b = (req.body ?? {}) as Record<string, unknown>;

@@ -25,7 +25,7 @@ export interface DecodedCompletionRequest {
 /** The object form of a message init (every field optional), not the message itself. */
 type RequestInit = Exclude<MessageInitShape<typeof CreateCompletionRequestSchema>, CreateCompletionRequest>;
 type SteeringVectorInit = Exclude<MessageInitShape<typeof SteeringVectorSchema>, SteeringVector>;
-type JsonObject = Record<string, unknown>;
+export type JsonObject = Record<string, unknown>;
 
 const INT32 = { min: -(2n ** 31n), max: 2n ** 31n - 1n, name: "int32" } as const;
 const INT64 = { min: -(2n ** 63n), max: 2n ** 63n - 1n, name: "int64" } as const;
@@ -74,7 +74,7 @@ function outOfRange(param: string, range: IntRange): ApiError {
   );
 }
 
-function isObject(value: unknown): value is JsonObject {
+export function isObject(value: unknown): value is JsonObject {
   return (
     typeof value === "object" && value !== null && !Array.isArray(value) && !(value instanceof JsonNumberText)
   );
@@ -111,12 +111,12 @@ function readDouble(value: unknown, param: string): number {
   return number;
 }
 
-function readBoolean(value: unknown, param: string): boolean {
+export function readBoolean(value: unknown, param: string): boolean {
   if (typeof value !== "boolean") throw invalidType(param, "a boolean");
   return value;
 }
 
-function readString(value: unknown, param: string): string {
+export function readString(value: unknown, param: string): string {
   if (typeof value !== "string") throw invalidType(param, "a string");
   return value;
 }
@@ -125,7 +125,7 @@ function readString(value: unknown, param: string): string {
  * An array of int32 integers; anything else → `expected <expected>.` Every item's type is checked
  * before any item's range (an int32 overflow).
  */
-function readInt32Array(value: unknown, param: string, expected = "an array of integers"): number[] {
+export function readInt32Array(value: unknown, param: string, expected = "an array of integers"): number[] {
   if (!Array.isArray(value) || !allIntegers(value)) throw invalidType(param, expected);
   return readInt32Items(value, param);
 }
@@ -264,13 +264,13 @@ function readOutputResidualStream(value: unknown): Partial<RequestInit> {
 }
 
 /** Reads one field's JSON value (never null) into a fragment of the message init `T`. */
-type FieldReader<T> = (value: unknown, param: string) => Partial<T>;
+export type FieldReader<T> = (value: unknown, param: string) => Partial<T>;
 
 /**
  * Walks an object's keys against `fields`: unknown keys first (all of them, before any type), then
  * each known field in body order; `null` = left out. Returns the merged init fragments.
  */
-function walkObject<T extends object>(
+export function walkObject<T extends object>(
   object: JsonObject,
   prefix: string,
   fields: ReadonlyMap<string, FieldReader<T>>,

@@ -17,6 +17,12 @@ export {
   unknownField,
 } from "./decode-completion-request.js";
 export {
+  decodeDetokenizeRequest,
+  decodeTokenizeRequest,
+  detokenizeRequestFieldNames,
+  tokenizeRequestFieldNames,
+} from "./decode-tokens-request.js";
+export {
   errorCodesOfStatus,
   errorStatuses,
   type JsonSchema,
@@ -42,6 +48,7 @@ export {
   renderModelList,
   type UsageJson,
 } from "./render-completion.js";
+export { type DetokenizeJson, renderDetokenize, renderTokenize, type TokenizeJson } from "./render-tokens.js";
 export {
   allowedMethods,
   CHAT_COMPLETIONS_MESSAGE,

@@ -502,6 +502,63 @@ const schemas: Record<string, JsonSchema> = {
     additionalProperties: false,
     properties: { object: { const: "list" }, data: { type: "array", items: ref("Model") } },
   },
+  TokenizeRequest: {
+    type: "object",
+    description:
+      "The body of vLLM's `POST /tokenize` (`acs.v1.TokenizeRequest`; vLLM's chat form with `messages` is not served). Decoded as a completion's body: unknown fields refused, `null` means left out.",
+    required: ["model", "prompt"],
+    additionalProperties: false,
+    properties: {
+      model: { type: "string", minLength: 1, description: "A model id or alias, as in a completion." },
+      prompt: { type: "string", description: "The text (may be empty)." },
+      add_special_tokens: orNull({
+        type: "boolean",
+        description: "Add BOS, as a completion's prompt gets it. Default true.",
+      }),
+      return_token_strs: orNull({
+        type: "boolean",
+        description: "Also return each token's string. Default false.",
+      }),
+    },
+  },
+  TokenizeResponse: {
+    type: "object",
+    description: "vLLM's TokenizeResponse, as Inference counts the text (`acs.v1.TokenizeResponse`).",
+    required: ["count", "max_model_len", "tokens", "token_strs"],
+    additionalProperties: false,
+    properties: {
+      count: { type: "integer", minimum: 0 },
+      max_model_len: { type: "integer", minimum: 1, description: "Longest prompt + completion, tokens." },
+      tokens: integerArray,
+      token_strs: orNull({
+        type: "array",
+        items: { type: "string" },
+        description: "Each token's string when `return_token_strs` was true; else null.",
+      }),
+    },
+  },
+  DetokenizeRequest: {
+    type: "object",
+    description: "The body of vLLM's `POST /detokenize` (`acs.v1.DetokenizeRequest`).",
+    required: ["model", "tokens"],
+    additionalProperties: false,
+    properties: {
+      model: { type: "string", minLength: 1, description: "A model id or alias, as in a completion." },
+      tokens: {
+        type: "array",
+        minItems: 1,
+        items: { ...INT32, minimum: 0 },
+        description: "Token ids; one outside the vocabulary is refused by Inference (400).",
+      },
+    },
+  },
+  DetokenizeResponse: {
+    type: "object",
+    description: "vLLM's DetokenizeResponse (`acs.v1.DetokenizeResponse`).",
+    required: ["prompt"],
+    additionalProperties: false,
+    properties: { prompt: { type: "string", description: "The decoded text." } },
+  },
   ErrorEnvelope: {
     type: "object",
     description:
@@ -595,6 +652,38 @@ const completionsOperation: OpenApiOperation = {
   },
 };
 
+/** vLLM's `/tokenize` or `/detokenize`: a completion's key and model checks, then Inference. */
+function tokensOperation(
+  name: "tokenize" | "detokenize",
+  summary: string,
+  example: unknown,
+): OpenApiOperation {
+  const type = name === "tokenize" ? "Tokenize" : "Detokenize";
+  return {
+    operationId: name,
+    tags: ["tokens"],
+    summary,
+    description: `vLLM's route, served by one of the model's replicas (\`acs.v1.CompletionsService/${type}\` on Connect). The key, the body's decoding and the model's checks are a completion's, with the same envelopes; nothing is charged.`,
+    requestBody: {
+      required: true,
+      content: {
+        "application/json": {
+          schema: ref(`${type}Request`),
+          examples: { [name]: { summary, value: example } },
+        },
+      },
+    },
+    responses: {
+      "200": {
+        description: `vLLM's ${type}Response.`,
+        headers: requestIdHeader,
+        content: { "application/json": { schema: ref(`${type}Response`) } },
+      },
+      ...errorsOf(400, 401, 403, 404, 413, 415, 500, 502, 503, 504),
+    },
+  };
+}
+
 /** A malformed URL (`/v1/models/%zz`) is 400 on any route. */
 const modelsErrors = errorsOf(400, 401, 500, 503);
 
@@ -650,6 +739,53 @@ const paths: Record<string, Record<string, OpenApiOperation>> = {
       description:
         "Always 400 `invalid_request`, whatever the body (proto/API.md §8): send `POST /v1/completions` with a prompt.",
       responses: errorsOf(400, 413),
+    },
+  },
+  "/tokenize": {
+    post: tokensOperation("tokenize", "A text's token ids (vLLM's /tokenize)", {
+      model: "llama-8b",
+      prompt: "The sky is",
+    }),
+  },
+  "/detokenize": {
+    post: tokensOperation("detokenize", "The text of token ids (vLLM's /detokenize)", {
+      model: "llama-8b",
+      tokens: [128000, 791, 13180, 374],
+    }),
+  },
+  "/health": {
+    get: {
+      operationId: "health",
+      tags: ["ops"],
+      summary: "vLLM's health probe: /readyz's status, with an empty body",
+      security: [],
+      responses: {
+        "200": { description: "Ready: the gateway is serving and a model has a replica up." },
+        "503": { description: "Not ready (starting, draining, or no model serves)." },
+      },
+    },
+  },
+  "/version": {
+    get: {
+      operationId: "version",
+      tags: ["ops"],
+      summary: "vLLM's version route: the gateway's version",
+      security: [],
+      responses: {
+        "200": {
+          description: "The gateway's version (its package.json), in vLLM's shape.",
+          content: {
+            "application/json": {
+              schema: {
+                type: "object",
+                required: ["version"],
+                additionalProperties: false,
+                properties: { version: { type: "string" } },
+              },
+            },
+          },
+        },
+      },
     },
   },
   "/healthz": {
@@ -781,6 +917,7 @@ export const openApiDocument: OpenApiDocument = {
   tags: [
     { name: "completions", description: "Completions (OpenAI's `client.completions.create`)." },
     { name: "models", description: "Served models and their facts." },
+    { name: "tokens", description: "vLLM's tokenizer routes, answered by the model's Inference." },
     { name: "ops", description: "Health, metrics and this document; no key needed." },
   ],
   paths,

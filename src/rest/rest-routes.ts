@@ -14,6 +14,7 @@ import { apiDocsRoutes } from "./api-docs.js";
 import { createCallContext, createShutdownLink, type ShutdownLink } from "./call-context.js";
 import { decodeContentEncoding } from "./content-encoding.js";
 import { decodeCompletionRequestAsync } from "./decode-completion-request.js";
+import { decodeDetokenizeRequest, decodeTokenizeRequest } from "./decode-tokens-request.js";
 import {
   type RenderOptions,
   renderChunk,
@@ -21,6 +22,7 @@ import {
   renderModel,
   renderModelList,
 } from "./render-completion.js";
+import { renderDetokenize, renderTokenize } from "./render-tokens.js";
 import {
   apiErrorFrom,
   renderMethodNotAllowed,
@@ -59,6 +61,8 @@ export const restRouteMethods: Readonly<Record<string, readonly string[]>> = {
   "/v1/completions": ["POST"],
   "/v1/chat/completions": ["POST"],
   "/v1/models": ["GET", "HEAD"],
+  "/tokenize": ["POST"],
+  "/detokenize": ["POST"],
   "/openapi.json": ["GET", "HEAD"],
   "/docs": ["GET", "HEAD"],
 };
@@ -110,6 +114,18 @@ function assertJsonContentType(contentType: string | undefined): void {
       "Unsupported Content-Type: send the request body as JSON with 'Content-Type: application/json'.",
     );
   }
+}
+
+/**
+ * The JSON body of a POST route, after its key was checked: `Content-Type` JSON (else 415), its
+ * `Content-Encoding` decoded (the 8 MiB cap on the decoded size). The request lets go of the body.
+ */
+async function takeJsonBody(request: FastifyRequest): Promise<Uint8Array> {
+  assertJsonContentType(request.headers["content-type"]);
+  const raw = bodyBytes(request.body);
+  // The request lives as long as its response (a stream's: minutes); its body is not read again.
+  request.body = undefined;
+  return decodeContentEncoding(raw, request.headers["content-encoding"], limits.bodyLimitBytes);
 }
 
 /** What {@link pumpChunks} keeps of a stream's first chunk once it took it: nothing. */
@@ -259,12 +275,7 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
     const ctx = contextOf(request, reply);
     // A bad key is 401 before the body is even looked at (OpenAI answers 401 before 400).
     await api.authenticate(ctx);
-    assertJsonContentType(request.headers["content-type"]);
-    // gzip, deflate and br bodies are decoded, the 8 MiB cap applied to the decoded size.
-    const raw = bodyBytes(request.body);
-    // The request lives as long as its response (a stream's: minutes); its body is not read again.
-    request.body = undefined;
-    const body = await decodeContentEncoding(raw, request.headers["content-encoding"], limits.bodyLimitBytes);
+    const body = await takeJsonBody(request);
     const { request: completionRequest, stream } = await decodeCompletionRequestAsync(body);
     const render: RenderOptions = { returnTokenIds: completionRequest.returnTokenIds === true };
     if (!stream) {
@@ -341,6 +352,23 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
     return reply;
   });
 
+  // vLLM's /tokenize and /detokenize: the key first (401), then the body as a completion's.
+  app.post("/tokenize", { bodyLimit: limits.bodyLimitBytes }, async (request, reply) => {
+    const ctx = contextOf(request, reply);
+    await api.authenticate(ctx);
+    const tokenizeRequest = await decodeTokenizeRequest(await takeJsonBody(request));
+    const response = await api.tokenize(tokenizeRequest, ctx);
+    const json = renderTokenize(response, tokenizeRequest.returnTokenStrs === true);
+    return reply.type("application/json; charset=utf-8").send(JSON.stringify(json));
+  });
+
+  app.post("/detokenize", { bodyLimit: limits.bodyLimitBytes }, async (request, reply) => {
+    const ctx = contextOf(request, reply);
+    await api.authenticate(ctx);
+    const response = await api.detokenize(await decodeDetokenizeRequest(await takeJsonBody(request)), ctx);
+    return reply.type("application/json; charset=utf-8").send(JSON.stringify(renderDetokenize(response)));
+  });
+
   app.get("/v1/models", async (request, reply) => {
     const models = await api.listModels(contextOf(request, reply));
     return reply.type("application/json; charset=utf-8").send(JSON.stringify(renderModelList(models)));
@@ -375,7 +403,8 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
 /**
  * The OpenAI-compatible REST surface as an encapsulated fastify plugin (register it as a sibling
  * of the Connect plugin): `POST /v1/completions` (JSON, or SSE with `stream: true`),
- * `GET /v1/models`, `GET /v1/models/{id}` (id or alias; `/` URL-encoded or not),
+ * `GET /v1/models`, `GET /v1/models/{id}` (id or alias; `/` URL-encoded or not), vLLM's
+ * `POST /tokenize` and `POST /detokenize`,
  * `POST /v1/chat/completions` (always 400), and `GET /openapi.json` and `GET /docs` (the OpenAPI
  * document and its rendering: src/rest/api-docs.ts). In its scope: an `X-Request-Id` on every response,
  * bodies up to 8 MiB (413 above) — decoded when they carry `Content-Encoding: gzip`, `deflate` or

@@ -8,6 +8,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } 
 import { renderMethodNotAllowed, renderNotFound, requestIdOf, sendError } from "../rest/send-error.js";
 import { requestIdFrom } from "../telemetry/request-id.js";
 import { answerClientError, answerFrameworkError } from "./client-errors.js";
+import { packageVersion } from "./package-root.js";
 
 /**
  * What GET /readyz answers: 200 `{"status":"ready","models":{…}}` or 503 `"not_ready"` with the
@@ -31,8 +32,14 @@ export interface OpsHandlers {
   metrics(): Promise<{ readonly contentType: string; readonly text: string }>;
 }
 
-/** The ops routes' paths: GET and HEAD only. */
-export const OPS_PATHS: ReadonlySet<string> = new Set(["/healthz", "/readyz", "/metrics"]);
+/** The ops routes' paths (vLLM's probes `/health` and `/version` among them): GET and HEAD only. */
+export const OPS_PATHS: ReadonlySet<string> = new Set([
+  "/healthz",
+  "/readyz",
+  "/metrics",
+  "/health",
+  "/version",
+]);
 
 /** GET /readyz's status and body, the same on the main port and the ops port. */
 export function readyzAnswer(readiness: Readiness): {
@@ -63,10 +70,11 @@ export function opsListenRefusal(err: unknown, opsPort: number, host: string): s
 }
 
 /**
- * Registers GET (and HEAD) /healthz, /readyz and /metrics on `app`, answered from `handlers`: the
- * main port and the ops port serve the same bodies. /healthz 200 `{"status":"ok"}` or 503
- * `{"status":"not_ok"}`; /readyz as {@link readyzAnswer}; /metrics the Prometheus text with its
- * Content-Type. A handler's error goes to the app's error handler (the envelope, 500).
+ * Registers GET (and HEAD) /healthz, /readyz, /metrics, /health and /version on `app`, answered
+ * from `handlers`: the main port and the ops port serve the same bodies. /healthz 200
+ * `{"status":"ok"}` or 503 `{"status":"not_ok"}`; /readyz as {@link readyzAnswer}; /metrics the
+ * Prometheus text with its Content-Type; /health (vLLM's) /readyz's status with an empty body;
+ * /version (vLLM's) `{"version": "<package.json version>"}`. A handler's error goes to the app's error handler (the envelope, 500).
  */
 export function registerOpsRoutes(app: FastifyInstance, handlers: OpsHandlers): void {
   app.get("/healthz", async (_request, reply) =>
@@ -80,6 +88,10 @@ export function registerOpsRoutes(app: FastifyInstance, handlers: OpsHandlers): 
     const { contentType, text } = await handlers.metrics();
     return reply.header("content-type", contentType).send(text);
   });
+  // vLLM's probe: what /readyz says, in vLLM's form (an empty body; 200 or 503).
+  app.get("/health", async (_request, reply) => reply.code(readyzAnswer(handlers.readiness()).status).send());
+  // vLLM's `{"version": …}`, with the gateway's own version (package.json).
+  app.get("/version", async (_request, reply) => reply.send({ version: packageVersion() }));
 }
 
 /**

@@ -2,12 +2,12 @@
 // files (`npm run build:playground` → dist/playground) and served from it by @fastify/static.
 // The page loads nothing from other origins: its Content-Security-Policy allows 'self' only.
 import { existsSync } from "node:fs";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import fastifyStatic from "@fastify/static";
 import type { FastifyInstance, FastifyReply } from "fastify";
 import { ApiError } from "../errors/index.js";
 import { requestIdOf, sendError, unknownRoute } from "../rest/index.js";
+import { packageRoot } from "./package-root.js";
 
 /** Where the playground page lives in a URL: /playground and /playground/… */
 export const PLAYGROUND_PATH = "/playground";
@@ -22,13 +22,7 @@ export const PLAYGROUND_CSP =
 
 /** dist/playground of the package this module belongs to (the folder above src/ or dist/src/ holding package.json). */
 export function defaultPlaygroundDir(): string {
-  let dir = dirname(fileURLToPath(import.meta.url));
-  for (;;) {
-    if (existsSync(join(dir, "package.json"))) return join(dir, "dist", "playground");
-    const parent = dirname(dir);
-    if (parent === dir) return join(process.cwd(), "dist", "playground");
-    dir = parent;
-  }
+  return join(packageRoot(), "dist", "playground");
 }
 
 function withPageHeaders(reply: FastifyReply): FastifyReply {

@@ -55,6 +55,7 @@ import { boundPromptTokens, countPromptTokens, createSpecialTokenCounter } from 
 import { checkFanOutSeed, type FanOutPart, fanOutParts, isLensFanOut, mergeLimited } from "./lens-fan-out.js";
 import type { ModelRegistry, ServedModel } from "./model-registry.js";
 import type { KeyInfo, Ledger } from "./ports.js";
+import { createTokenizeCalls } from "./tokenize-calls.js";
 import type { CallContext, CompletionsApi } from "./types.js";
 import { UsageMeter } from "./usage-meter.js";
 import { validateRequest } from "./validate-request.js";
@@ -1309,5 +1310,6 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     createCompletion,
     streamCompletion,
     listModels,
+    ...createTokenizeCalls({ models, ledger }),
   };
 }

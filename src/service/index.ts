@@ -28,5 +28,6 @@ export {
   type ServedModel,
 } from "./model-registry.js";
 export type { KeyInfo, Ledger } from "./ports.js";
+export { createTokenizeCalls, type TokenizeCallsDeps } from "./tokenize-calls.js";
 export type { CallContext, CallRecord, CompletionsApi } from "./types.js";
-export { validateRequest, violationParam } from "./validate-request.js";
+export { validateRequest, validateTokensRequest, violationParam } from "./validate-request.js";

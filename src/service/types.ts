@@ -1,8 +1,12 @@
 import type {
   CreateCompletionRequest,
   CreateCompletionResponse,
+  DetokenizeRequest,
+  DetokenizeResponse,
   ListModelsResponse,
   StreamCompletionResponse,
+  TokenizeRequest,
+  TokenizeResponse,
 } from "../../gen/acs/v1/completions_pb.js";
 import type { ErrorCode } from "../errors/index.js";
 import type { UpstreamTracer } from "../upstream/index.js";
@@ -100,4 +104,8 @@ export interface CompletionsApi {
   ): AsyncIterable<StreamCompletionResponse>;
   /** The served models. */
   listModels(ctx: CallContext): Promise<ListModelsResponse>;
+  /** A text's tokens, from one of the model's replicas (vLLM's `/tokenize`); nothing is charged. */
+  tokenize(request: TokenizeRequest, ctx: CallContext): Promise<TokenizeResponse>;
+  /** The text of token ids, from one of the model's replicas (vLLM's `/detokenize`). */
+  detokenize(request: DetokenizeRequest, ctx: CallContext): Promise<DetokenizeResponse>;
 }

@@ -1,7 +1,12 @@
+import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
 import { createValidator, type Violation } from "@bufbuild/protovalidate";
 import {
   type CreateCompletionRequest,
   CreateCompletionRequestSchema,
+  type DetokenizeRequest,
+  DetokenizeRequestSchema,
+  type TokenizeRequest,
+  TokenizeRequestSchema,
 } from "../../gen/acs/v1/completions_pb.js";
 import { ApiError, invalidRequest } from "../errors/index.js";
 
@@ -66,26 +71,53 @@ function describe(v: Violation, param: string | null): string {
   return param === null ? `Invalid request: ${rule}.` : `Invalid value for '${param}': ${rule}.`;
 }
 
+/** The first protovalidate violation of `message`, or undefined; a rule that fails to evaluate is a 500. */
+function firstViolation<Desc extends DescMessage>(
+  schema: Desc,
+  message: MessageShape<Desc>,
+): Violation | undefined {
+  const result = validator.validate(schema, message);
+  if (result.kind === "valid") return undefined;
+  if (result.kind === "error") {
+    throw new ApiError("internal_error", "The server had an error while validating your request.", {
+      cause: result.error,
+    });
+  }
+  return result.violations[0] ?? fail(null, "Invalid request.");
+}
+
+function fail(param: string | null, message: string): never {
+  throw invalidRequest(param, message);
+}
+
 /**
  * Checks the protovalidate rules of proto/acs/v1 (ranges, list sizes, cross-field rules) on a
  * request from either surface. Throws ApiError 400 `invalid_request` naming the first violated
  * field (param as callers spell it); a rule that fails to evaluate is a 500.
  */
 export function validateRequest(request: CreateCompletionRequest): void {
-  const result = validator.validate(CreateCompletionRequestSchema, request);
-  if (result.kind === "valid") return;
-  if (result.kind === "error") {
-    throw new ApiError("internal_error", "The server had an error while validating your request.", {
-      cause: result.error,
-    });
-  }
-  const first = result.violations[0];
-  if (first === undefined) throw invalidRequest(null, "Invalid request.");
+  const first = firstViolation(CreateCompletionRequestSchema, request);
+  if (first === undefined) return;
   const param = violationParam(first);
   // Connect cannot tell a missing model or prompt from an empty one; REST says the same.
-  if (param === "model" && request.model === "")
-    throw invalidRequest("model", "You must provide a model parameter.");
-  if (param === "prompt" && request.prompt.case === undefined)
-    throw invalidRequest("prompt", "You must provide a prompt.");
+  if (param === "model" && request.model === "") fail("model", "You must provide a model parameter.");
+  if (param === "prompt" && request.prompt.case === undefined) fail("prompt", "You must provide a prompt.");
+  throw invalidRequest(param, describe(first, param));
+}
+
+/**
+ * {@link validateRequest} for a Tokenize or Detokenize request: the same envelope and words (a
+ * missing model or prompt as a completion's; `tokens` as a token-id prompt's).
+ */
+export function validateTokensRequest(request: TokenizeRequest | DetokenizeRequest): void {
+  const first =
+    request.$typeName === "acs.v1.TokenizeRequest"
+      ? firstViolation(TokenizeRequestSchema, request)
+      : firstViolation(DetokenizeRequestSchema, request);
+  if (first === undefined) return;
+  const param = violationParam(first);
+  if (param === "model" && request.model === "") fail("model", "You must provide a model parameter.");
+  if (param === "prompt" && request.$typeName === "acs.v1.TokenizeRequest" && request.prompt === undefined)
+    fail("prompt", "You must provide a prompt.");
   throw invalidRequest(param, describe(first, param));
 }

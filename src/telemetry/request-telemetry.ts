@@ -49,6 +49,7 @@ const rpcPath = /^\/[A-Za-z_][\w.]*\.[A-Za-z_]\w*\/[A-Za-z_]\w*$/;
 /** Routes whose lines are logged at debug: probes and scrapes come every few seconds. */
 const probeRoutes = new Set([
   "/healthz",
+  "/health",
   "/readyz",
   "/metrics",
   "/grpc.health.v1.Health/Check",
@@ -62,7 +63,7 @@ export function protocolOf(path: string, contentType: string | undefined): Proto
   if (type.startsWith("application/grpc")) return "grpc";
   if (type.startsWith("application/connect+")) return "connect";
   // An RPC path's first segment holds a dot (`/<package>.<Service>/…`): `/v1/…` is never one.
-  if (path.startsWith("/v1/")) return "rest";
+  if (path.startsWith("/v1/") || path === "/tokenize" || path === "/detokenize") return "rest";
   if (rpcPath.test(path)) return "connect";
   if (isPagePath(path)) return "page";
   return "ops";

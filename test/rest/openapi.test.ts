@@ -9,10 +9,14 @@ import {
   CompletionChoiceSchema,
   CreateCompletionRequestSchema,
   CreateCompletionResponseSchema,
+  DetokenizeRequestSchema,
+  DetokenizeResponseSchema,
   FinishReason,
   ListModelsResponseSchema,
   ModelSchema,
   StreamCompletionResponseSchema,
+  TokenizeRequestSchema,
+  TokenizeResponseSchema,
   UsageSchema,
 } from "../../gen/acs/v1/completions_pb.js";
 import { Dtype, SteeringVectorSchema } from "../../gen/acs/v1/lens_pb.js";
@@ -20,13 +24,19 @@ import { errorCatalogue } from "../../src/errors/index.js";
 import {
   completionRequestFieldNames,
   decodeCompletionRequest,
+  decodeDetokenizeRequest,
+  decodeTokenizeRequest,
+  detokenizeRequestFieldNames,
   errorCodesOfStatus,
   errorStatuses,
   type JsonSchema,
   openApiDocument,
   renderChunk,
   renderCompletion,
+  renderDetokenize,
   renderModelList,
+  renderTokenize,
+  tokenizeRequestFieldNames,
 } from "../../src/rest/index.js";
 import { createOpenApiChecker } from "../helpers/openapi-check.js";
 
@@ -58,6 +68,45 @@ describe("the OpenAPI document", () => {
     expect(propertiesOf("CompletionRequest")).toStrictEqual(fromProto);
     expect(propertiesOf("CompletionRequest")).toStrictEqual(sorted(completionRequestFieldNames));
     expect(schemas.CompletionRequest?.additionalProperties).toBe(false);
+  });
+
+  it("the tokenize and detokenize schemas have every field of their proto message, and those the decoder takes", async () => {
+    expect(propertiesOf("TokenizeRequest")).toStrictEqual(sorted(restNamesOf(TokenizeRequestSchema)));
+    expect(propertiesOf("TokenizeRequest")).toStrictEqual(sorted(tokenizeRequestFieldNames));
+    expect(propertiesOf("DetokenizeRequest")).toStrictEqual(sorted(restNamesOf(DetokenizeRequestSchema)));
+    expect(propertiesOf("DetokenizeRequest")).toStrictEqual(sorted(detokenizeRequestFieldNames));
+    expect(propertiesOf("TokenizeResponse")).toStrictEqual(sorted(restNamesOf(TokenizeResponseSchema)));
+    expect(propertiesOf("DetokenizeResponse")).toStrictEqual(sorted(restNamesOf(DetokenizeResponseSchema)));
+    const checker = createOpenApiChecker();
+    const decoders = { "/tokenize": decodeTokenizeRequest, "/detokenize": decodeDetokenizeRequest };
+    for (const [path, decode] of Object.entries(decoders)) {
+      const body = openApiDocument.paths[path]?.post?.requestBody as {
+        content: Record<string, { schema: { $ref: string }; examples: Record<string, { value: unknown }> }>;
+      };
+      const media = body.content["application/json"];
+      const name = media?.schema.$ref.split("/").at(-1) ?? "";
+      for (const { value } of Object.values(media?.examples ?? {})) {
+        expect(checker.validate(name, value)).toStrictEqual([]);
+        await expect(decode(new TextEncoder().encode(JSON.stringify(value)))).resolves.toBeDefined();
+      }
+      expect(checker.validate(name, { model: "m", prompt: "p", tokens: [1], extra: 1 })).not.toStrictEqual(
+        [],
+      );
+    }
+    const tokens = create(TokenizeResponseSchema, {
+      count: 2,
+      maxModelLen: 8,
+      tokens: [1, 2],
+      tokenStrs: ["a", "b"],
+    });
+    expect(checker.validate("TokenizeResponse", renderTokenize(tokens, true))).toStrictEqual([]);
+    expect(checker.validate("TokenizeResponse", renderTokenize(tokens, false))).toStrictEqual([]);
+    expect(
+      checker.validate(
+        "DetokenizeResponse",
+        renderDetokenize(create(DetokenizeResponseSchema, { prompt: "ab" })),
+      ),
+    ).toStrictEqual([]);
   });
 
   it("SteeringVector, Model and CompletionChoice have every field of their proto message", () => {

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file acs/v1/completions.proto.
  */
 export const file_acs_v1_completions: GenFile = /*@__PURE__*/
-  fileDesc("ChhhY3MvdjEvY29tcGxldGlvbnMucHJvdG8SBmFjcy52MSItCgtQcm9tcHRUZXh0cxIeCgZ2YWx1ZXMYASADKAlCDrpIC5IBCAgBIgRyAhABIjAKDlByb21wdFRva2VuSWRzEh4KBnZhbHVlcxgBIAMoBUIOukgLkgEICAEiBBoCKAAiRgoSUHJvbXB0VG9rZW5JZHNMaXN0EjAKBnZhbHVlcxgBIAMoCzIWLmFjcy52MS5Qcm9tcHRUb2tlbklkc0IIukgFkgECCAEifQoNU3RyZWFtT3B0aW9ucxIaCg1pbmNsdWRlX3VzYWdlGAEgASgISACIAQESIwoWY29udGludW91c191c2FnZV9zdGF0cxgCIAEoCEgBiAEBQhAKDl9pbmNsdWRlX3VzYWdlQhkKF19jb250aW51b3VzX3VzYWdlX3N0YXRzIqYPChdDcmVhdGVDb21wbGV0aW9uUmVxdWVzdBIWCgVtb2RlbBgBIAEoCUIHukgEcgIQARIXCgR0ZXh0GAIgASgJQge6SARyAhABSAASJAoFdGV4dHMYAyABKAsyEy5hY3MudjEuUHJvbXB0VGV4dHNIABIrCgl0b2tlbl9pZHMYBCABKAsyFi5hY3MudjEuUHJvbXB0VG9rZW5JZHNIABI0Cg50b2tlbl9pZHNfbGlzdBgFIAEoCzIaLmFjcy52MS5Qcm9tcHRUb2tlbklkc0xpc3RIABIgCgptYXhfdG9rZW5zGAYgASgFQge6SAQaAigBSAGIAQESGgoBbhgHIAEoBUIKukgHGgUYgAEoAUgCiAEBEjEKC3RlbXBlcmF0dXJlGAggASgBQhe6SBQSEhkAAAAAAAAAQCkAAAAAAAAAAEgDiAEBEisKBXRvcF9wGAkgASgBQhe6SBQSEhkAAAAAAADwPyEAAAAAAAAAAEgEiAEBEhwKBHN0b3AYCiADKAlCDrpIC5IBCBAEIgRyAhABEi0KDnN0cmVhbV9vcHRpb25zGAsgASgLMhUuYWNzLnYxLlN0cmVhbU9wdGlvbnMSIAoIbG9ncHJvYnMYDCABKAVCCbpIBhoEGBQoAEgFiAEBEhEKBGVjaG8YDSABKAhIBogBARI2ChBwcmVzZW5jZV9wZW5hbHR5GA4gASgBQhe6SBQSEhkAAAAAAAAAQCkAAAAAAAAAwEgHiAEBEjcKEWZyZXF1ZW5jeV9wZW5hbHR5GA8gASgBQhe6SBQSEhkAAAAAAAAAQCkAAAAAAAAAwEgIiAEBEhEKBHNlZWQYECABKANICYgBARIbCgR1c2VyGBEgASgJQgi6SAVyAxiAAkgKiAEBEiQKBXRvcF9rGBIgASgFQhC6SA0aCyj///////////8BSAuIAQESKwoFbWluX3AYEyABKAFCF7pIFBISGQAAAAAAAPA/KQAAAAAAAAAASAyIAQESOAoScmVwZXRpdGlvbl9wZW5hbHR5GBQgASgBQhe6SBQSEhkAAAAAAAAAQCEAAAAAAAAAAEgNiAEBEiAKCm1pbl90b2tlbnMYFSABKAVCB7pIBBoCKABIDogBARIXCgppZ25vcmVfZW9zGBYgASgISA+IAQESJAoOc3RvcF90b2tlbl9pZHMYFyADKAVCDLpICZIBBiIEGgIoABInChppbmNsdWRlX3N0b3Bfc3RyX2luX291dHB1dBgYIAEoCEgQiAEBEiAKE3NraXBfc3BlY2lhbF90b2tlbnMYGSABKAhIEYgBARIqCh1zcGFjZXNfYmV0d2Vlbl9zcGVjaWFsX3Rva2VucxgaIAEoCEgSiAEBEh8KEmFkZF9zcGVjaWFsX3Rva2VucxgbIAEoCEgTiAEBEicKD3Byb21wdF9sb2dwcm9icxgcIAEoBUIJukgGGgQYFCgASBSIAQESHQoQcmV0dXJuX3Rva2VuX2lkcxgdIAEoCEgViAEBEhUKCHByaW9yaXR5GB4gASgFSBaIAQESPAoWb3V0cHV0X3Jlc2lkdWFsX3N0cmVhbRgfIAEoCzIcLmFjcy52MS5PdXRwdXRSZXNpZHVhbFN0cmVhbRI2ChZhcHBseV9zdGVlcmluZ192ZWN0b3JzGCAgAygLMhYuYWNzLnYxLlN0ZWVyaW5nVmVjdG9yOrICukiuAhqUAQoIbi5ncmVlZHkSMW4gYWJvdmUgMSBuZWVkcyBhIHRlbXBlcmF0dXJlIG9mIGF0IGxlYXN0IDAuMDAwMDEaVSEoaGFzKHRoaXMubikgJiYgdGhpcy5uID4gMSkgfHwgIWhhcyh0aGlzLnRlbXBlcmF0dXJlKSB8fCB0aGlzLnRlbXBlcmF0dXJlID49IDAuMDAwMDEalAEKFW1pbl90b2tlbnMubWF4X3Rva2VucxIlbWluX3Rva2VucyBtdXN0IGJlIGF0IG1vc3QgbWF4X3Rva2VucxpUIWhhcyh0aGlzLm1pbl90b2tlbnMpIHx8ICFoYXModGhpcy5tYXhfdG9rZW5zKSB8fCB0aGlzLm1pbl90b2tlbnMgPD0gdGhpcy5tYXhfdG9rZW5zQg8KBnByb21wdBIFukgCCAFCDQoLX21heF90b2tlbnNCBAoCX25CDgoMX3RlbXBlcmF0dXJlQggKBl90b3BfcEILCglfbG9ncHJvYnNCBwoFX2VjaG9CEwoRX3ByZXNlbmNlX3BlbmFsdHlCFAoSX2ZyZXF1ZW5jeV9wZW5hbHR5QgcKBV9zZWVkQgcKBV91c2VyQggKBl90b3Bfa0IICgZfbWluX3BCFQoTX3JlcGV0aXRpb25fcGVuYWx0eUINCgtfbWluX3Rva2Vuc0INCgtfaWdub3JlX2Vvc0IdChtfaW5jbHVkZV9zdG9wX3N0cl9pbl9vdXRwdXRCFgoUX3NraXBfc3BlY2lhbF90b2tlbnNCIAoeX3NwYWNlc19iZXR3ZWVuX3NwZWNpYWxfdG9rZW5zQhUKE19hZGRfc3BlY2lhbF90b2tlbnNCEgoQX3Byb21wdF9sb2dwcm9ic0ITChFfcmV0dXJuX3Rva2VuX2lkc0ILCglfcHJpb3JpdHkiLAoKVG9wTG9ncHJvYhINCgV0b2tlbhgBIAEoCRIPCgdsb2dwcm9iGAIgASgBIjEKC1RvcExvZ3Byb2JzEiIKBnZhbHVlcxgBIAMoCzISLmFjcy52MS5Ub3BMb2dwcm9iIn8KDFRva2VuTG9ncHJvYhINCgV0b2tlbhgBIAEoCRIUCgdsb2dwcm9iGAIgASgBSACIAQESKQoMdG9wX2xvZ3Byb2JzGAMgASgLMhMuYWNzLnYxLlRvcExvZ3Byb2JzEhMKC3RleHRfb2Zmc2V0GAQgASgFQgoKCF9sb2dwcm9iIjEKCExvZ3Byb2JzEiUKB2NvbnRlbnQYASADKAsyFC5hY3MudjEuVG9rZW5Mb2dwcm9iIlcKDVByb21wdExvZ3Byb2ISEAoIdG9rZW5faWQYASABKAUSDwoHbG9ncHJvYhgCIAEoARIMCgRyYW5rGAMgASgFEhUKDWRlY29kZWRfdG9rZW4YBCABKAkiPwoWUHJvbXB0UG9zaXRpb25Mb2dwcm9icxIlCgZ2YWx1ZXMYASADKAsyFS5hY3MudjEuUHJvbXB0TG9ncHJvYiLPAgoQQ29tcGxldGlvbkNob2ljZRINCgVpbmRleBgBIAEoBRIMCgR0ZXh0GAIgASgJEiIKCGxvZ3Byb2JzGAMgASgLMhAuYWNzLnYxLkxvZ3Byb2JzEisKDWZpbmlzaF9yZWFzb24YBCABKA4yFC5hY3MudjEuRmluaXNoUmVhc29uEhUKC3N0b3Bfc3RyaW5nGAUgASgJSAASFwoNc3RvcF90b2tlbl9pZBgGIAEoBUgAEjcKD3Byb21wdF9sb2dwcm9icxgHIAMoCzIeLmFjcy52MS5Qcm9tcHRQb3NpdGlvbkxvZ3Byb2JzEhgKEHByb21wdF90b2tlbl9pZHMYCCADKAUSEQoJdG9rZW5faWRzGAkgAygFEigKC2FjdGl2YXRpb25zGAogASgLMhMuYWNzLnYxLkFjdGl2YXRpb25zQg0KC3N0b3BfcmVhc29uIk8KBVVzYWdlEhUKDXByb21wdF90b2tlbnMYASABKAUSGQoRY29tcGxldGlvbl90b2tlbnMYAiABKAUSFAoMdG90YWxfdG9rZW5zGAMgASgFIrkBChhDcmVhdGVDb21wbGV0aW9uUmVzcG9uc2USCgoCaWQYASABKAkSDwoHY3JlYXRlZBgCIAEoAxINCgVtb2RlbBgDIAEoCRIpCgdjaG9pY2VzGAQgAygLMhguYWNzLnYxLkNvbXBsZXRpb25DaG9pY2USHAoFdXNhZ2UYBSABKAsyDS5hY3MudjEuVXNhZ2USKAoLYWN0aXZhdGlvbnMYBiABKAsyEy5hY3MudjEuQWN0aXZhdGlvbnMiuQEKGFN0cmVhbUNvbXBsZXRpb25SZXNwb25zZRIKCgJpZBgBIAEoCRIPCgdjcmVhdGVkGAIgASgDEg0KBW1vZGVsGAMgASgJEikKB2Nob2ljZXMYBCADKAsyGC5hY3MudjEuQ29tcGxldGlvbkNob2ljZRIcCgV1c2FnZRgFIAEoCzINLmFjcy52MS5Vc2FnZRIoCgthY3RpdmF0aW9ucxgGIAEoCzITLmFjcy52MS5BY3RpdmF0aW9ucyITChFMaXN0TW9kZWxzUmVxdWVzdCKOAQoFTW9kZWwSCgoCaWQYASABKAkSDwoHY3JlYXRlZBgCIAEoAxIQCghvd25lZF9ieRgDIAEoCRIPCgdhbGlhc2VzGAQgAygJEhUKDW1heF9tb2RlbF9sZW4YBSABKAUSEwoLaGlkZGVuX3NpemUYBiABKAUSGQoRbnVtX2hpZGRlbl9sYXllcnMYByABKAUiMQoSTGlzdE1vZGVsc1Jlc3BvbnNlEhsKBGRhdGEYASADKAsyDS5hY3MudjEuTW9kZWwqXwoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIWChJGSU5JU0hfUkVBU09OX1NUT1AQARIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBACMo4CChJDb21wbGV0aW9uc1NlcnZpY2USVQoQQ3JlYXRlQ29tcGxldGlvbhIfLmFjcy52MS5DcmVhdGVDb21wbGV0aW9uUmVxdWVzdBogLmFjcy52MS5DcmVhdGVDb21wbGV0aW9uUmVzcG9uc2USVwoQU3RyZWFtQ29tcGxldGlvbhIfLmFjcy52MS5DcmVhdGVDb21wbGV0aW9uUmVxdWVzdBogLmFjcy52MS5TdHJlYW1Db21wbGV0aW9uUmVzcG9uc2UwARJICgpMaXN0TW9kZWxzEhkuYWNzLnYxLkxpc3RNb2RlbHNSZXF1ZXN0GhouYWNzLnYxLkxpc3RNb2RlbHNSZXNwb25zZSIDkAIBYgZwcm90bzM", [file_acs_v1_lens, file_buf_validate_validate]);
+  fileDesc("ChhhY3MvdjEvY29tcGxldGlvbnMucHJvdG8SBmFjcy52MSItCgtQcm9tcHRUZXh0cxIeCgZ2YWx1ZXMYASADKAlCDrpIC5IBCAgBIgRyAhABIjAKDlByb21wdFRva2VuSWRzEh4KBnZhbHVlcxgBIAMoBUIOukgLkgEICAEiBBoCKAAiRgoSUHJvbXB0VG9rZW5JZHNMaXN0EjAKBnZhbHVlcxgBIAMoCzIWLmFjcy52MS5Qcm9tcHRUb2tlbklkc0IIukgFkgECCAEifQoNU3RyZWFtT3B0aW9ucxIaCg1pbmNsdWRlX3VzYWdlGAEgASgISACIAQESIwoWY29udGludW91c191c2FnZV9zdGF0cxgCIAEoCEgBiAEBQhAKDl9pbmNsdWRlX3VzYWdlQhkKF19jb250aW51b3VzX3VzYWdlX3N0YXRzIqYPChdDcmVhdGVDb21wbGV0aW9uUmVxdWVzdBIWCgVtb2RlbBgBIAEoCUIHukgEcgIQARIXCgR0ZXh0GAIgASgJQge6SARyAhABSAASJAoFdGV4dHMYAyABKAsyEy5hY3MudjEuUHJvbXB0VGV4dHNIABIrCgl0b2tlbl9pZHMYBCABKAsyFi5hY3MudjEuUHJvbXB0VG9rZW5JZHNIABI0Cg50b2tlbl9pZHNfbGlzdBgFIAEoCzIaLmFjcy52MS5Qcm9tcHRUb2tlbklkc0xpc3RIABIgCgptYXhfdG9rZW5zGAYgASgFQge6SAQaAigBSAGIAQESGgoBbhgHIAEoBUIKukgHGgUYgAEoAUgCiAEBEjEKC3RlbXBlcmF0dXJlGAggASgBQhe6SBQSEhkAAAAAAAAAQCkAAAAAAAAAAEgDiAEBEisKBXRvcF9wGAkgASgBQhe6SBQSEhkAAAAAAADwPyEAAAAAAAAAAEgEiAEBEhwKBHN0b3AYCiADKAlCDrpIC5IBCBAEIgRyAhABEi0KDnN0cmVhbV9vcHRpb25zGAsgASgLMhUuYWNzLnYxLlN0cmVhbU9wdGlvbnMSIAoIbG9ncHJvYnMYDCABKAVCCbpIBhoEGBQoAEgFiAEBEhEKBGVjaG8YDSABKAhIBogBARI2ChBwcmVzZW5jZV9wZW5hbHR5GA4gASgBQhe6SBQSEhkAAAAAAAAAQCkAAAAAAAAAwEgHiAEBEjcKEWZyZXF1ZW5jeV9wZW5hbHR5GA8gASgBQhe6SBQSEhkAAAAAAAAAQCkAAAAAAAAAwEgIiAEBEhEKBHNlZWQYECABKANICYgBARIbCgR1c2VyGBEgASgJQgi6SAVyAxiAAkgKiAEBEiQKBXRvcF9rGBIgASgFQhC6SA0aCyj///////////8BSAuIAQESKwoFbWluX3AYEyABKAFCF7pIFBISGQAAAAAAAPA/KQAAAAAAAAAASAyIAQESOAoScmVwZXRpdGlvbl9wZW5hbHR5GBQgASgBQhe6SBQSEhkAAAAAAAAAQCEAAAAAAAAAAEgNiAEBEiAKCm1pbl90b2tlbnMYFSABKAVCB7pIBBoCKABIDogBARIXCgppZ25vcmVfZW9zGBYgASgISA+IAQESJAoOc3RvcF90b2tlbl9pZHMYFyADKAVCDLpICZIBBiIEGgIoABInChppbmNsdWRlX3N0b3Bfc3RyX2luX291dHB1dBgYIAEoCEgQiAEBEiAKE3NraXBfc3BlY2lhbF90b2tlbnMYGSABKAhIEYgBARIqCh1zcGFjZXNfYmV0d2Vlbl9zcGVjaWFsX3Rva2VucxgaIAEoCEgSiAEBEh8KEmFkZF9zcGVjaWFsX3Rva2VucxgbIAEoCEgTiAEBEicKD3Byb21wdF9sb2dwcm9icxgcIAEoBUIJukgGGgQYFCgASBSIAQESHQoQcmV0dXJuX3Rva2VuX2lkcxgdIAEoCEgViAEBEhUKCHByaW9yaXR5GB4gASgFSBaIAQESPAoWb3V0cHV0X3Jlc2lkdWFsX3N0cmVhbRgfIAEoCzIcLmFjcy52MS5PdXRwdXRSZXNpZHVhbFN0cmVhbRI2ChZhcHBseV9zdGVlcmluZ192ZWN0b3JzGCAgAygLMhYuYWNzLnYxLlN0ZWVyaW5nVmVjdG9yOrICukiuAhqUAQoIbi5ncmVlZHkSMW4gYWJvdmUgMSBuZWVkcyBhIHRlbXBlcmF0dXJlIG9mIGF0IGxlYXN0IDAuMDAwMDEaVSEoaGFzKHRoaXMubikgJiYgdGhpcy5uID4gMSkgfHwgIWhhcyh0aGlzLnRlbXBlcmF0dXJlKSB8fCB0aGlzLnRlbXBlcmF0dXJlID49IDAuMDAwMDEalAEKFW1pbl90b2tlbnMubWF4X3Rva2VucxIlbWluX3Rva2VucyBtdXN0IGJlIGF0IG1vc3QgbWF4X3Rva2VucxpUIWhhcyh0aGlzLm1pbl90b2tlbnMpIHx8ICFoYXModGhpcy5tYXhfdG9rZW5zKSB8fCB0aGlzLm1pbl90b2tlbnMgPD0gdGhpcy5tYXhfdG9rZW5zQg8KBnByb21wdBIFukgCCAFCDQoLX21heF90b2tlbnNCBAoCX25CDgoMX3RlbXBlcmF0dXJlQggKBl90b3BfcEILCglfbG9ncHJvYnNCBwoFX2VjaG9CEwoRX3ByZXNlbmNlX3BlbmFsdHlCFAoSX2ZyZXF1ZW5jeV9wZW5hbHR5QgcKBV9zZWVkQgcKBV91c2VyQggKBl90b3Bfa0IICgZfbWluX3BCFQoTX3JlcGV0aXRpb25fcGVuYWx0eUINCgtfbWluX3Rva2Vuc0INCgtfaWdub3JlX2Vvc0IdChtfaW5jbHVkZV9zdG9wX3N0cl9pbl9vdXRwdXRCFgoUX3NraXBfc3BlY2lhbF90b2tlbnNCIAoeX3NwYWNlc19iZXR3ZWVuX3NwZWNpYWxfdG9rZW5zQhUKE19hZGRfc3BlY2lhbF90b2tlbnNCEgoQX3Byb21wdF9sb2dwcm9ic0ITChFfcmV0dXJuX3Rva2VuX2lkc0ILCglfcHJpb3JpdHkiLAoKVG9wTG9ncHJvYhINCgV0b2tlbhgBIAEoCRIPCgdsb2dwcm9iGAIgASgBIjEKC1RvcExvZ3Byb2JzEiIKBnZhbHVlcxgBIAMoCzISLmFjcy52MS5Ub3BMb2dwcm9iIn8KDFRva2VuTG9ncHJvYhINCgV0b2tlbhgBIAEoCRIUCgdsb2dwcm9iGAIgASgBSACIAQESKQoMdG9wX2xvZ3Byb2JzGAMgASgLMhMuYWNzLnYxLlRvcExvZ3Byb2JzEhMKC3RleHRfb2Zmc2V0GAQgASgFQgoKCF9sb2dwcm9iIjEKCExvZ3Byb2JzEiUKB2NvbnRlbnQYASADKAsyFC5hY3MudjEuVG9rZW5Mb2dwcm9iIlcKDVByb21wdExvZ3Byb2ISEAoIdG9rZW5faWQYASABKAUSDwoHbG9ncHJvYhgCIAEoARIMCgRyYW5rGAMgASgFEhUKDWRlY29kZWRfdG9rZW4YBCABKAkiPwoWUHJvbXB0UG9zaXRpb25Mb2dwcm9icxIlCgZ2YWx1ZXMYASADKAsyFS5hY3MudjEuUHJvbXB0TG9ncHJvYiLPAgoQQ29tcGxldGlvbkNob2ljZRINCgVpbmRleBgBIAEoBRIMCgR0ZXh0GAIgASgJEiIKCGxvZ3Byb2JzGAMgASgLMhAuYWNzLnYxLkxvZ3Byb2JzEisKDWZpbmlzaF9yZWFzb24YBCABKA4yFC5hY3MudjEuRmluaXNoUmVhc29uEhUKC3N0b3Bfc3RyaW5nGAUgASgJSAASFwoNc3RvcF90b2tlbl9pZBgGIAEoBUgAEjcKD3Byb21wdF9sb2dwcm9icxgHIAMoCzIeLmFjcy52MS5Qcm9tcHRQb3NpdGlvbkxvZ3Byb2JzEhgKEHByb21wdF90b2tlbl9pZHMYCCADKAUSEQoJdG9rZW5faWRzGAkgAygFEigKC2FjdGl2YXRpb25zGAogASgLMhMuYWNzLnYxLkFjdGl2YXRpb25zQg0KC3N0b3BfcmVhc29uIk8KBVVzYWdlEhUKDXByb21wdF90b2tlbnMYASABKAUSGQoRY29tcGxldGlvbl90b2tlbnMYAiABKAUSFAoMdG90YWxfdG9rZW5zGAMgASgFIrkBChhDcmVhdGVDb21wbGV0aW9uUmVzcG9uc2USCgoCaWQYASABKAkSDwoHY3JlYXRlZBgCIAEoAxINCgVtb2RlbBgDIAEoCRIpCgdjaG9pY2VzGAQgAygLMhguYWNzLnYxLkNvbXBsZXRpb25DaG9pY2USHAoFdXNhZ2UYBSABKAsyDS5hY3MudjEuVXNhZ2USKAoLYWN0aXZhdGlvbnMYBiABKAsyEy5hY3MudjEuQWN0aXZhdGlvbnMiuQEKGFN0cmVhbUNvbXBsZXRpb25SZXNwb25zZRIKCgJpZBgBIAEoCRIPCgdjcmVhdGVkGAIgASgDEg0KBW1vZGVsGAMgASgJEikKB2Nob2ljZXMYBCADKAsyGC5hY3MudjEuQ29tcGxldGlvbkNob2ljZRIcCgV1c2FnZRgFIAEoCzINLmFjcy52MS5Vc2FnZRIoCgthY3RpdmF0aW9ucxgGIAEoCzITLmFjcy52MS5BY3RpdmF0aW9ucyITChFMaXN0TW9kZWxzUmVxdWVzdCKOAQoFTW9kZWwSCgoCaWQYASABKAkSDwoHY3JlYXRlZBgCIAEoAxIQCghvd25lZF9ieRgDIAEoCRIPCgdhbGlhc2VzGAQgAygJEhUKDW1heF9tb2RlbF9sZW4YBSABKAUSEwoLaGlkZGVuX3NpemUYBiABKAUSGQoRbnVtX2hpZGRlbl9sYXllcnMYByABKAUiMQoSTGlzdE1vZGVsc1Jlc3BvbnNlEhsKBGRhdGEYASADKAsyDS5hY3MudjEuTW9kZWwivwEKD1Rva2VuaXplUmVxdWVzdBIWCgVtb2RlbBgBIAEoCUIHukgEcgIQARIbCgZwcm9tcHQYAiABKAlCBrpIA8gBAUgAiAEBEh8KEmFkZF9zcGVjaWFsX3Rva2VucxgDIAEoCEgBiAEBEh4KEXJldHVybl90b2tlbl9zdHJzGAQgASgISAKIAQFCCQoHX3Byb21wdEIVChNfYWRkX3NwZWNpYWxfdG9rZW5zQhQKEl9yZXR1cm5fdG9rZW5fc3RycyJcChBUb2tlbml6ZVJlc3BvbnNlEg0KBWNvdW50GAEgASgFEhUKDW1heF9tb2RlbF9sZW4YAiABKAUSDgoGdG9rZW5zGAMgAygFEhIKCnRva2VuX3N0cnMYBCADKAkiSwoRRGV0b2tlbml6ZVJlcXVlc3QSFgoFbW9kZWwYASABKAlCB7pIBHICEAESHgoGdG9rZW5zGAIgAygFQg66SAuSAQgIASIEGgIoACIkChJEZXRva2VuaXplUmVzcG9uc2USDgoGcHJvbXB0GAEgASgJKl8KDEZpbmlzaFJlYXNvbhIdChlGSU5JU0hfUkVBU09OX1VOU1BFQ0lGSUVEEAASFgoSRklOSVNIX1JFQVNPTl9TVE9QEAESGAoURklOSVNIX1JFQVNPTl9MRU5HVEgQAjKcAwoSQ29tcGxldGlvbnNTZXJ2aWNlElUKEENyZWF0ZUNvbXBsZXRpb24SHy5hY3MudjEuQ3JlYXRlQ29tcGxldGlvblJlcXVlc3QaIC5hY3MudjEuQ3JlYXRlQ29tcGxldGlvblJlc3BvbnNlElcKEFN0cmVhbUNvbXBsZXRpb24SHy5hY3MudjEuQ3JlYXRlQ29tcGxldGlvblJlcXVlc3QaIC5hY3MudjEuU3RyZWFtQ29tcGxldGlvblJlc3BvbnNlMAESSAoKTGlzdE1vZGVscxIZLmFjcy52MS5MaXN0TW9kZWxzUmVxdWVzdBoaLmFjcy52MS5MaXN0TW9kZWxzUmVzcG9uc2UiA5ACARJCCghUb2tlbml6ZRIXLmFjcy52MS5Ub2tlbml6ZVJlcXVlc3QaGC5hY3MudjEuVG9rZW5pemVSZXNwb25zZSIDkAIBEkgKCkRldG9rZW5pemUSGS5hY3MudjEuRGV0b2tlbml6ZVJlcXVlc3QaGi5hY3MudjEuRGV0b2tlbml6ZVJlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_acs_v1_lens, file_buf_validate_validate]);
 
 /**
  * Several prompts as text (REST: `prompt` as an array of strings).
@@ -944,6 +944,141 @@ export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PUR
   messageDesc(file_acs_v1_completions, 17);
 
 /**
+ * A text to tokenize (vLLM's TokenizeCompletionRequest; its chat form, `messages`, is not served).
+ *
+ * @generated from message acs.v1.TokenizeRequest
+ */
+export type TokenizeRequest = Message<"acs.v1.TokenizeRequest"> & {
+  /**
+   * A model id or alias from ListModels, as in CreateCompletionRequest.model. Required.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * The text. Required; may be empty (then only the special tokens added, if any).
+   *
+   * @generated from field: optional string prompt = 2;
+   */
+  prompt?: string | undefined;
+
+  /**
+   * Add the tokenizer's special tokens (BOS), as a completion's prompt gets them. Default true.
+   *
+   * @generated from field: optional bool add_special_tokens = 3;
+   */
+  addSpecialTokens?: boolean | undefined;
+
+  /**
+   * Also return each token's string (TokenizeResponse.token_strs). Default false.
+   *
+   * @generated from field: optional bool return_token_strs = 4;
+   */
+  returnTokenStrs?: boolean | undefined;
+};
+
+/**
+ * Describes the message acs.v1.TokenizeRequest.
+ * Use `create(TokenizeRequestSchema)` to create a new message.
+ */
+export const TokenizeRequestSchema: GenMessage<TokenizeRequest> = /*@__PURE__*/
+  messageDesc(file_acs_v1_completions, 18);
+
+/**
+ * The tokens of a text, as Inference counts them (vLLM's TokenizeResponse).
+ *
+ * @generated from message acs.v1.TokenizeResponse
+ */
+export type TokenizeResponse = Message<"acs.v1.TokenizeResponse"> & {
+  /**
+   * Number of tokens (special tokens included).
+   *
+   * @generated from field: int32 count = 1;
+   */
+  count: number;
+
+  /**
+   * The model's longest prompt + completion, in tokens.
+   *
+   * @generated from field: int32 max_model_len = 2;
+   */
+  maxModelLen: number;
+
+  /**
+   * The token ids.
+   *
+   * @generated from field: repeated int32 tokens = 3;
+   */
+  tokens: number[];
+
+  /**
+   * Each token's string, as Inference's tokenizer writes it; only when return_token_strs was
+   * true (REST: null otherwise).
+   *
+   * @generated from field: repeated string token_strs = 4;
+   */
+  tokenStrs: string[];
+};
+
+/**
+ * Describes the message acs.v1.TokenizeResponse.
+ * Use `create(TokenizeResponseSchema)` to create a new message.
+ */
+export const TokenizeResponseSchema: GenMessage<TokenizeResponse> = /*@__PURE__*/
+  messageDesc(file_acs_v1_completions, 19);
+
+/**
+ * Token ids to turn into text (vLLM's DetokenizeRequest).
+ *
+ * @generated from message acs.v1.DetokenizeRequest
+ */
+export type DetokenizeRequest = Message<"acs.v1.DetokenizeRequest"> & {
+  /**
+   * A model id or alias from ListModels, as in CreateCompletionRequest.model. Required.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * Token ids of the model's tokenizer, at least one, each ≥ 0. An id outside the vocabulary is
+   * refused by Inference (INVALID_ARGUMENT).
+   *
+   * @generated from field: repeated int32 tokens = 2;
+   */
+  tokens: number[];
+};
+
+/**
+ * Describes the message acs.v1.DetokenizeRequest.
+ * Use `create(DetokenizeRequestSchema)` to create a new message.
+ */
+export const DetokenizeRequestSchema: GenMessage<DetokenizeRequest> = /*@__PURE__*/
+  messageDesc(file_acs_v1_completions, 20);
+
+/**
+ * The text of token ids (vLLM's DetokenizeResponse).
+ *
+ * @generated from message acs.v1.DetokenizeResponse
+ */
+export type DetokenizeResponse = Message<"acs.v1.DetokenizeResponse"> & {
+  /**
+   * The decoded text.
+   *
+   * @generated from field: string prompt = 1;
+   */
+  prompt: string;
+};
+
+/**
+ * Describes the message acs.v1.DetokenizeResponse.
+ * Use `create(DetokenizeResponseSchema)` to create a new message.
+ */
+export const DetokenizeResponseSchema: GenMessage<DetokenizeResponse> = /*@__PURE__*/
+  messageDesc(file_acs_v1_completions, 21);
+
+/**
  * Why a choice ended.
  *
  * @generated from enum acs.v1.FinishReason
@@ -984,7 +1119,8 @@ export const FinishReasonSchema: GenEnum<FinishReason> = /*@__PURE__*/
  * One port serves this service over Connect, gRPC (HTTP/2 without TLS, "h2c") and gRPC-Web, and
  * the same calls over OpenAI-compatible REST: `POST /v1/completions` is transcoded onto
  * CreateCompletion (JSON) or StreamCompletion (`stream: true`, server-sent events), and
- * `GET /v1/models` onto ListModels. Every surface runs the same checks and answers with the same
+ * `GET /v1/models` onto ListModels, vLLM's `POST /tokenize` and `POST /detokenize` onto Tokenize
+ * and Detokenize. Every surface runs the same checks and answers with the same
  * error envelope.
  *
  * Metadata (request and response headers):
@@ -1047,6 +1183,29 @@ export const CompletionsService: GenService<{
     methodKind: "unary";
     input: typeof ListModelsRequestSchema;
     output: typeof ListModelsResponseSchema;
+  },
+  /**
+   * A text's token ids as the model's tokenizer gives them, from Inference. REST: vLLM's
+   * `POST /tokenize`. The key's checks of a completion apply (UNAUTHENTICATED, NOT_FOUND,
+   * PERMISSION_DENIED); nothing is charged.
+   *
+   * @generated from rpc acs.v1.CompletionsService.Tokenize
+   */
+  tokenize: {
+    methodKind: "unary";
+    input: typeof TokenizeRequestSchema;
+    output: typeof TokenizeResponseSchema;
+  },
+  /**
+   * The text of token ids, from Inference. REST: vLLM's `POST /detokenize`. Checked as Tokenize;
+   * nothing is charged.
+   *
+   * @generated from rpc acs.v1.CompletionsService.Detokenize
+   */
+  detokenize: {
+    methodKind: "unary";
+    input: typeof DetokenizeRequestSchema;
+    output: typeof DetokenizeResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_acs_v1_completions, 0);

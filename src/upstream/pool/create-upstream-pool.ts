@@ -10,7 +10,9 @@ import type {
   VllmCompletion,
   VllmCompletionChunk,
   VllmCompletionRequest,
+  VllmDetokenizeResponse,
   VllmModelList,
+  VllmTokenizeResponse,
 } from "../vllm/types.js";
 import { chooseReplica } from "./choose-replica.js";
 
@@ -167,6 +169,9 @@ const zeroErrors = (): Record<ReplicaErrorKind, number> => ({
 });
 
 const noHeaders: Readonly<Record<string, string>> = Object.freeze({});
+
+/** The upstream request id of an attempt: the caller's, then `<id>-retry` for the failover. */
+const retryId = (id: string, attempt: number): string => (attempt === 0 ? id : `${id}-retry`);
 
 /**
  * Faults after which a request whose caller has seen nothing may go to another replica: every
@@ -457,7 +462,7 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
       r = chosen;
       link = attemptSignal(chosen, o.signal);
       yielded = false;
-      const upstreamRequestId = attempt === 0 ? o.upstreamRequestId : `${o.upstreamRequestId}-retry`;
+      const upstreamRequestId = retryId(o.upstreamRequestId, attempt);
       trace = o.trace?.({ model, replica: chosen.url, upstreamRequestId, attempt, stream: true });
       try {
         inner = chosen.client
@@ -582,7 +587,7 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
         // The caller sees nothing before the whole answer: any fault of the replica's.
         idempotentRetry,
         async (client, signal, attempt, replica) => {
-          const upstreamRequestId = attempt === 0 ? o.upstreamRequestId : `${o.upstreamRequestId}-retry`;
+          const upstreamRequestId = retryId(o.upstreamRequestId, attempt);
           const trace = o.trace?.({ model, replica, upstreamRequestId, attempt, stream: false });
           try {
             const result = await client.complete(body, {
@@ -606,6 +611,19 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
     tokenize(servedModel: string, prompt: string, addSpecialTokens: boolean, signal?: AbortSignal) {
       return withFailover<TokenizeResult>(signal, idempotentRetry, (client, s) =>
         client.tokenize(servedModel, prompt, addSpecialTokens, s),
+      );
+    },
+
+    // A caller's control calls: idempotent, so failed over like /tokenize (`<id>-retry` on the second).
+    tokenizeText(body, o) {
+      return withFailover<VllmTokenizeResponse>(o.signal, idempotentRetry, (client, signal, attempt) =>
+        client.tokenizeText(body, { signal, upstreamRequestId: retryId(o.upstreamRequestId, attempt) }),
+      );
+    },
+
+    detokenize(body, o) {
+      return withFailover<VllmDetokenizeResponse>(o.signal, idempotentRetry, (client, signal, attempt) =>
+        client.detokenize(body, { signal, upstreamRequestId: retryId(o.upstreamRequestId, attempt) }),
       );
     },
 

@@ -9,11 +9,21 @@ import { isVllmErrorBody, mapUpstreamError, upstreamSilence } from "./map-upstre
 import {
   parseVllmCompletion,
   parseVllmCompletionChunk,
+  parseVllmDetokenizeResponse,
   parseVllmJson,
   parseVllmModelList,
   parseVllmTokenizeResponse,
 } from "./parse-vllm-response.js";
-import type { VllmCompletion, VllmCompletionChunk, VllmCompletionRequest, VllmModelList } from "./types.js";
+import type {
+  VllmCompletion,
+  VllmCompletionChunk,
+  VllmCompletionRequest,
+  VllmDetokenizeRequest,
+  VllmDetokenizeResponse,
+  VllmModelList,
+  VllmTokenizeRequest,
+  VllmTokenizeResponse,
+} from "./types.js";
 
 /** Options of {@link createVllmClient}. Times in milliseconds. */
 export interface VllmClientOptions {
@@ -129,6 +139,14 @@ export interface StreamOptions {
   onRestart?: () => void;
 }
 
+/** Per-call options of a caller's control call ({@link VllmClient.tokenizeText}, `detokenize`). */
+export interface ControlCallOptions {
+  /** Aborted when the caller goes away: the upstream request is aborted, ApiError `canceled`. */
+  signal: AbortSignal;
+  /** Sent as `X-Request-Id`, made unique among live requests like {@link CompleteOptions.upstreamRequestId}. */
+  upstreamRequestId: string;
+}
+
 /** The result of {@link VllmClient.tokenize}. */
 export interface TokenizeResult {
   /** Number of tokens (BOS included when add_special_tokens). */
@@ -164,6 +182,13 @@ export interface VllmClient {
     addSpecialTokens: boolean,
     signal?: AbortSignal,
   ): Promise<TokenizeResult>;
+  /**
+   * `POST /tokenize` as a caller asked it (the REST route and the Tokenize RPC): not cached, with
+   * the caller's request id; vLLM's answer, `token_strs` included when asked for.
+   */
+  tokenizeText(body: VllmTokenizeRequest, options: ControlCallOptions): Promise<VllmTokenizeResponse>;
+  /** `POST /detokenize` (`{model, tokens}` → `{prompt}`). */
+  detokenize(body: VllmDetokenizeRequest, options: ControlCallOptions): Promise<VllmDetokenizeResponse>;
   /** `GET /v1/models`. */
   listModels(signal?: AbortSignal): Promise<VllmModelList>;
   /** `GET /health` answered 200 within 5 s and before `signal` aborts (never throws). */
@@ -829,6 +854,34 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
       const r = parseVllmTokenizeResponse(json);
       cache.set(model, addSpecialTokens, prompt, { tokens: r.tokens, maxModelLen: r.max_model_len });
       return { count: r.count, tokens: [...r.tokens], maxModelLen: r.max_model_len };
+    },
+
+    async tokenizeText(body, o) {
+      const json = await callJson({
+        pool: control,
+        method: "POST",
+        path: "/tokenize",
+        body: JSON.stringify(body),
+        accept: "application/json",
+        signal: o.signal,
+        deadlineMs: controlDeadlineMs,
+        requestId: o.upstreamRequestId,
+      });
+      return parseVllmTokenizeResponse(json);
+    },
+
+    async detokenize(body, o) {
+      const json = await callJson({
+        pool: control,
+        method: "POST",
+        path: "/detokenize",
+        body: JSON.stringify(body),
+        accept: "application/json",
+        signal: o.signal,
+        deadlineMs: controlDeadlineMs,
+        requestId: o.upstreamRequestId,
+      });
+      return parseVllmDetokenizeResponse(json);
     },
 
     async listModels(signal) {

@@ -11,6 +11,7 @@ export {
 export { createTokenizeCache, type TokenizeCache, type TokenizeEntry } from "./create-tokenize-cache.js";
 export {
   type CompleteOptions,
+  type ControlCallOptions,
   createVllmClient,
   DEFAULT_MAX_CONCURRENT_COMPLETIONS,
   newUpstreamRequestId,
@@ -37,6 +38,7 @@ export { orderedEntries, parseJsonOrdered } from "./parse-json-ordered.js";
 export {
   parseVllmCompletion,
   parseVllmCompletionChunk,
+  parseVllmDetokenizeResponse,
   parseVllmJson,
   parseVllmModelList,
   parseVllmTokenizeResponse,

@@ -5,6 +5,7 @@ import type {
   VllmCompletion,
   VllmCompletionChoice,
   VllmCompletionChunk,
+  VllmDetokenizeResponse,
   VllmLogprobs,
   VllmModel,
   VllmModelList,
@@ -210,8 +211,15 @@ export function parseVllmTokenizeResponse(json: unknown): VllmTokenizeResponse {
     const tokens = ints(o.tokens, "tokens");
     const count = int(o.count, "count");
     if (count !== tokens.length) fail("count", "the number of tokens");
-    return { count, tokens, max_model_len: int(o.max_model_len, "max_model_len") };
+    const strs = opt(o.token_strs, "token_strs", (s, p) => arr(s, p).map((x, i) => str(x, `${p}[${i}]`)));
+    if (strs !== null && strs.length !== tokens.length) fail("token_strs", "one string per token");
+    return { count, tokens, max_model_len: int(o.max_model_len, "max_model_len"), token_strs: strs };
   });
+}
+
+/** A `POST /detokenize` body → VllmDetokenizeResponse; throws ApiError 502 when malformed. */
+export function parseVllmDetokenizeResponse(json: unknown): VllmDetokenizeResponse {
+  return guard("detokenize response", json, (v) => ({ prompt: str(rec(v, "$").prompt, "prompt") }));
 }
 
 const INTEGER_KEY = /^(?:0|[1-9][0-9]{0,9})$/;

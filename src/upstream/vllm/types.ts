@@ -175,9 +175,32 @@ export interface VllmModelList {
   data: VllmModel[];
 }
 
+/** Body of `POST /tokenize` as a caller asks it (`/tokenize` of the REST surface). */
+export interface VllmTokenizeRequest {
+  /** The served model name. */
+  model: string;
+  prompt: string;
+  add_special_tokens: boolean;
+  return_token_strs: boolean;
+}
+
 /** Response of `POST /tokenize`. */
 export interface VllmTokenizeResponse {
   count: number;
   max_model_len: number;
   tokens: number[];
+  /** Each token's string, when `return_token_strs` was asked for (else null or absent). */
+  token_strs?: string[] | null;
+}
+
+/** Body of `POST /detokenize`. */
+export interface VllmDetokenizeRequest {
+  /** The served model name. */
+  model: string;
+  tokens: number[];
+}
+
+/** Response of `POST /detokenize`. */
+export interface VllmDetokenizeResponse {
+  prompt: string;
 }

@@ -3,10 +3,12 @@ import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import {
   type CreateCompletionRequest,
   CreateCompletionResponseSchema,
+  DetokenizeResponseSchema,
   FinishReason,
   ListModelsResponseSchema,
   type StreamCompletionResponse,
   StreamCompletionResponseSchema,
+  TokenizeResponseSchema,
 } from "../../../gen/acs/v1/completions_pb.js";
 import { ApiError } from "../../../src/errors/index.js";
 import { modelNotFound } from "../../../src/service/index.js";
@@ -137,6 +139,16 @@ export function createFakeApi(options: FakeApiOptions = {}) {
           },
         ],
       });
+    },
+    async tokenize(request, ctx) {
+      calls.push({ method: "tokenize", ctx });
+      refuse(request.model);
+      return create(TokenizeResponseSchema, { count: 2, maxModelLen: 131072, tokens: [128000, 9906] });
+    },
+    async detokenize(request, ctx) {
+      calls.push({ method: "detokenize", ctx });
+      refuse(request.model);
+      return create(DetokenizeResponseSchema, { prompt: "Hello" });
     },
   };
   return { api, calls, events, authenticated };

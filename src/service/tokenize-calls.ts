@@ -1,0 +1,91 @@
+import { create } from "@bufbuild/protobuf";
+import {
+  type DetokenizeRequest,
+  type DetokenizeResponse,
+  DetokenizeResponseSchema,
+  type TokenizeRequest,
+  type TokenizeResponse,
+  TokenizeResponseSchema,
+} from "../../gen/acs/v1/completions_pb.js";
+import { toApiError } from "../errors/index.js";
+import type { VllmClient } from "../upstream/index.js";
+import type { ModelRegistry, ServedModel } from "./model-registry.js";
+import type { Ledger } from "./ports.js";
+import type { CallContext, CompletionsApi } from "./types.js";
+import { validateTokensRequest } from "./validate-request.js";
+
+/** Collaborators of {@link createTokenizeCalls}: those of the completions service. */
+export interface TokenizeCallsDeps {
+  readonly models: ModelRegistry<VllmClient>;
+  /** The Budget ledger; undefined = keys off (loopback only). */
+  readonly ledger: Ledger | undefined;
+}
+
+/**
+ * Tokenize and Detokenize (vLLM's `/tokenize` and `/detokenize`): a completion's first checks in
+ * its order (proto/API.md §3) — key (401), field rules (400), model (404), model allowed for the
+ * key (403) — then the call to one of the model's replicas (the pool fails it over as any
+ * idempotent call), with the caller's request id. Nothing is held or charged, and the per-key caps
+ * on requests in flight do not apply (they count completions).
+ */
+export function createTokenizeCalls(
+  deps: TokenizeCallsDeps,
+): Pick<CompletionsApi, "tokenize" | "detokenize"> {
+  const { models, ledger } = deps;
+
+  /** The checks both calls run; the served model, or the refusal (its code recorded). */
+  async function check(
+    request: TokenizeRequest | DetokenizeRequest,
+    ctx: CallContext,
+  ): Promise<ServedModel<VllmClient>> {
+    const key = ledger === undefined ? undefined : await ledger.authenticate(ctx.authorization);
+    if (key !== undefined && ctx.record !== undefined) ctx.record.keyName = key.name ?? key.id;
+    validateTokensRequest(request);
+    const model = models.resolve(request.model);
+    if (ctx.record !== undefined) ctx.record.model = model.id;
+    if (key !== undefined) await ledger?.checkModel(key, model.id, model.aliases);
+    return model;
+  }
+
+  /** `step`, with the code of its refusal recorded for the access log and the metrics. */
+  async function recorded<T>(ctx: CallContext, step: () => Promise<T>): Promise<T> {
+    try {
+      return await step();
+    } catch (err) {
+      if (ctx.record !== undefined) ctx.record.errorCode = toApiError(err).code;
+      throw err;
+    }
+  }
+
+  return {
+    tokenize: (request, ctx) =>
+      recorded(ctx, async (): Promise<TokenizeResponse> => {
+        const model = await check(request, ctx);
+        const returnTokenStrs = request.returnTokenStrs === true;
+        const answer = await model.client.tokenizeText(
+          {
+            model: model.servedModelName,
+            prompt: request.prompt ?? "",
+            add_special_tokens: request.addSpecialTokens ?? true,
+            return_token_strs: returnTokenStrs,
+          },
+          { signal: ctx.signal, upstreamRequestId: ctx.requestId },
+        );
+        return create(TokenizeResponseSchema, {
+          count: answer.count,
+          maxModelLen: answer.max_model_len,
+          tokens: answer.tokens,
+          tokenStrs: returnTokenStrs ? (answer.token_strs ?? []) : [],
+        });
+      }),
+    detokenize: (request, ctx) =>
+      recorded(ctx, async (): Promise<DetokenizeResponse> => {
+        const model = await check(request, ctx);
+        const answer = await model.client.detokenize(
+          { model: model.servedModelName, tokens: request.tokens },
+          { signal: ctx.signal, upstreamRequestId: ctx.requestId },
+        );
+        return create(DetokenizeResponseSchema, { prompt: answer.prompt });
+      }),
+  };
+}
