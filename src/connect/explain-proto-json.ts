@@ -9,6 +9,7 @@ import {
 } from "@bufbuild/protobuf";
 import { base64Decode } from "@bufbuild/protobuf/wire";
 import { ApiError, invalidRequest } from "../errors/index.js";
+import { jsonArrayCapsOf } from "./prompt-list-caps.js";
 import {
   integerInString,
   invalidType,
@@ -288,7 +289,7 @@ export function checkProtoJson(desc: DescMessage, json: unknown): ApiError | und
 export function explainProtoJson(desc: DescMessage, bytes: Uint8Array): ApiError | undefined {
   let json: unknown;
   try {
-    json = parseStrictJson(bytes);
+    json = parseStrictJson(bytes, jsonArrayCapsOf(desc));
   } catch (err) {
     if (err instanceof ApiError) return err;
     throw err;

@@ -27,6 +27,7 @@ export {
   modelNotFound,
   type ServedModel,
 } from "./model-registry.js";
+export { maxPromptsPerRequest, tooManyPrompts } from "./checks.js";
 export type { KeyInfo, Ledger } from "./ports.js";
 export type { CallContext, CallRecord, CompletionsApi } from "./types.js";
 export { validateRequest, violationParam } from "./validate-request.js";
