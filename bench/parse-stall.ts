@@ -9,9 +9,10 @@
  *   npx tsx bench/parse-stall.ts    prints the markdown section
  *   benchParseStall()               returns it (for bench/run.ts)
  */
-import { create, toBinary } from "@bufbuild/protobuf";
+
 import http from "node:http";
 import { fileURLToPath } from "node:url";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { CreateCompletionRequestSchema } from "../gen/acs/v1/completions_pb.js";
 import { soakModel, startGatewayChild, startScriptedUpstream } from "./soak-gateway.js";
 
@@ -109,7 +110,10 @@ function quantile(sorted: readonly number[], q: number): number {
 }
 
 function median(values: readonly number[]): number {
-  return quantile([...values].sort((a, b) => a - b), 0.5);
+  return quantile(
+    [...values].sort((a, b) => a - b),
+    0.5,
+  );
 }
 
 interface Round {

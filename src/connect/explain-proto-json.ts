@@ -9,7 +9,6 @@ import {
 } from "@bufbuild/protobuf";
 import { base64Decode } from "@bufbuild/protobuf/wire";
 import { ApiError, invalidRequest } from "../errors/index.js";
-import { jsonArrayCapsOf } from "./prompt-list-caps.js";
 import {
   integerInString,
   invalidType,
@@ -21,6 +20,7 @@ import {
   readExactIntegerText,
   unknownField,
 } from "../rest/index.js";
+import { jsonArrayCapsOf } from "./prompt-list-caps.js";
 
 /** Longest piece of caller or library text echoed in a message. */
 const MAX_ECHO = 200;

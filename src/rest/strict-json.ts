@@ -477,7 +477,8 @@ class StrictJsonParser {
   private checkCap(array: unknown[]): void {
     const cap = this.cap as JsonArrayCap;
     const first = array[0];
-    if (array.length > cap.maxItems && (typeof first === "string" || Array.isArray(first))) throw cap.refuse();
+    if (array.length > cap.maxItems && (typeof first === "string" || Array.isArray(first)))
+      throw cap.refuse();
   }
 
   /**

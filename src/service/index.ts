@@ -12,6 +12,7 @@ export {
   rateLimited,
   upstreamShareCap,
 } from "./admission.js";
+export { maxPromptsPerRequest, tooManyPrompts } from "./checks.js";
 export {
   type CompletionsServiceDeps,
   clampedHeader,
@@ -27,7 +28,6 @@ export {
   modelNotFound,
   type ServedModel,
 } from "./model-registry.js";
-export { maxPromptsPerRequest, tooManyPrompts } from "./checks.js";
 export type { KeyInfo, Ledger } from "./ports.js";
 export type { CallContext, CallRecord, CompletionsApi } from "./types.js";
 export { validateRequest, violationParam } from "./validate-request.js";
