@@ -20,6 +20,7 @@ import { benchAb } from "./hotpath/ab.js";
 import { benchHotpath, type SectionOptions } from "./hotpath/hotpath.js";
 import { benchSurfaces } from "./hotpath/surfaces.js";
 import { benchLens } from "./lens.js";
+import { benchParseStall } from "./parse-stall.js";
 import { benchStreams } from "./streams/streams.js";
 import { benchStrictJson } from "./strict-json.js";
 
@@ -30,6 +31,7 @@ const sections: Record<string, (options: SectionOptions) => Promise<string>> = {
   hold: benchHoldOnRequest,
   lens: benchLens,
   "strict-json": benchStrictJson,
+  "parse-stall": benchParseStall,
   budget: benchBudget,
   hotpath: benchHotpath,
   streams: benchStreams,

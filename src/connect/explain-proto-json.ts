@@ -20,6 +20,7 @@ import {
   readExactIntegerText,
   unknownField,
 } from "../rest/index.js";
+import { jsonArrayCapsOf } from "./prompt-list-caps.js";
 
 /** Longest piece of caller or library text echoed in a message. */
 const MAX_ECHO = 200;
@@ -288,7 +289,7 @@ export function checkProtoJson(desc: DescMessage, json: unknown): ApiError | und
 export function explainProtoJson(desc: DescMessage, bytes: Uint8Array): ApiError | undefined {
   let json: unknown;
   try {
-    json = parseStrictJson(bytes);
+    json = parseStrictJson(bytes, jsonArrayCapsOf(desc));
   } catch (err) {
     if (err instanceof ApiError) return err;
     throw err;

@@ -4,6 +4,7 @@
 import type { DescMessage } from "@bufbuild/protobuf";
 import { JsonNumberText, parseStrictJson, readExactIntegerText } from "../rest/index.js";
 import { checkProtoJson } from "./explain-proto-json.js";
+import { jsonArrayCapsOf } from "./prompt-list-caps.js";
 
 const utf8 = new TextDecoder();
 
@@ -69,12 +70,15 @@ export const strictJsonTextDecoder = {
  * protobuf JSON's own form of it) and `priority`, whose string holds `-?digits` as REST reads it
  * (src/rest/decode-completion-request.ts `integerInString`). Throws the first fault (ApiError 400
  * `invalid_request`, param the field), which the error envelopes explain again in the same words.
+ * A completion request's prompt list of more than 32,000 prompts is refused while it is parsed
+ * (src/connect/prompt-list-caps.ts), before the rest of the body is read.
  */
 export function strictJsonTextDecoderFor(desc: DescMessage): { decode(input?: Uint8Array): string } {
+  const caps = jsonArrayCapsOf(desc);
   return {
     decode(input?: Uint8Array): string {
       const bytes = input ?? new Uint8Array(0);
-      const parsed = parseStrictJson(bytes);
+      const parsed = parseStrictJson(bytes, caps);
       const fault = checkProtoJson(desc, parsed);
       if (fault !== undefined) throw fault;
       return holdsNumberText(parsed) ? JSON.stringify(parsed, numberTextAsString) : utf8.decode(bytes);

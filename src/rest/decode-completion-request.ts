@@ -6,8 +6,10 @@ import {
 import type { SteeringVector, SteeringVectorSchema } from "../../gen/acs/v1/lens_pb.js";
 import { ApiError, clip, invalidRequest } from "../errors/index.js";
 import { parseTensorJson, TENSOR_KEYS } from "../lens/index.js";
+import { maxPromptsPerRequest, tooManyPrompts } from "../service/checks.js";
 import {
   isJsonNumber,
+  type JsonArrayCap,
   JsonNumberText,
   jsonNumberToDouble,
   parseStrictJson,
@@ -414,6 +416,16 @@ const requestFields = new Map<string, FieldReader<BodyInit>>([
 /** The JSON names of every field `POST /v1/completions` takes (proto/API.md §2). */
 export const completionRequestFieldNames: readonly string[] = [...requestFields.keys()];
 
+/**
+ * §3: a `prompt` list (strings, or token-id lists) longer than any size cap allows is refused
+ * while the body is parsed, as soon as its item 32,001 is read (src/service/checks.ts).
+ */
+export const PROMPT_LIST_CAP: JsonArrayCap = {
+  path: ["prompt"],
+  maxItems: maxPromptsPerRequest,
+  refuse: tooManyPrompts,
+};
+
 /** The decoded request of a parsed body (a JSON object, else 400). */
 function toCompletionRequest(json: unknown): DecodedCompletionRequest {
   if (!isObject(json)) throw invalidRequest(null, "The request body must be a JSON object.");
@@ -433,6 +445,8 @@ function toCompletionRequest(json: unknown): DecodedCompletionRequest {
  * - Only shapes and types are checked here (and int32/int64 representability); ranges and
  *   cross-field rules (n vs temperature, stream_options without stream, …) are the service's.
  * - Unknown fields are refused before any type is checked; then fields in body order.
+ * - A `prompt` list of more than 32,000 prompts is refused while the body is parsed
+ *   ({@link PROMPT_LIST_CAP}): before anything after it in the body is read or checked.
  *
  * @param body the raw request body: its bytes (strict UTF-8), or text
  * @returns the proto request and `stream` (which selects CreateCompletion or StreamCompletion)
@@ -443,7 +457,7 @@ function toCompletionRequest(json: unknown): DecodedCompletionRequest {
  *   whatever `parseTensorJson` throws for `apply_steering_vectors[i].activations`.
  */
 export function decodeCompletionRequest(body: string | Uint8Array): DecodedCompletionRequest {
-  return toCompletionRequest(parseStrictJson(body));
+  return toCompletionRequest(parseStrictJson(body, [PROMPT_LIST_CAP]));
 }
 
 /**
@@ -454,5 +468,5 @@ export function decodeCompletionRequest(body: string | Uint8Array): DecodedCompl
  * @throws ApiError as {@link decodeCompletionRequest} (the promise rejects)
  */
 export async function decodeCompletionRequestAsync(body: Uint8Array): Promise<DecodedCompletionRequest> {
-  return toCompletionRequest(await parseStrictJsonAsync(body));
+  return toCompletionRequest(await parseStrictJsonAsync(body, undefined, [PROMPT_LIST_CAP]));
 }

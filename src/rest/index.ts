@@ -73,6 +73,7 @@ export {
 } from "./sse-writer.js";
 export {
   isJsonNumber,
+  type JsonArrayCap,
   JsonNumberText,
   parseStrictJson,
   readExactInteger,

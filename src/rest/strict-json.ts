@@ -41,6 +41,19 @@ export type JsonObject = Record<string, unknown>;
 /** Deepest nesting of arrays and objects a body may have. */
 export const MAX_JSON_DEPTH = 512;
 
+/**
+ * A bound on the items of one array of a body, checked while the body is parsed: once the array
+ * at `path` (object keys from the top, each container on the way an object) holds more than
+ * `maxItems` items and its first item is a string or an array, `refuse()` is thrown at once, and
+ * the rest of the body is never read. (Numbers are not counted: an array of numbers there is one
+ * token-id prompt, not a list of prompts.)
+ */
+export interface JsonArrayCap {
+  readonly path: readonly string[];
+  readonly maxItems: number;
+  readonly refuse: () => Error;
+}
+
 /** Bytes parsed between two yields to the event loop by {@link parseStrictJsonAsync}. */
 export const JSON_SLICE_BYTES = 256 * 1024;
 
@@ -437,9 +450,35 @@ class StrictJsonParser {
   private result: unknown;
   /** The body as text when it is all ASCII (null: it is not; undefined: not looked at yet). */
   private text: string | null | undefined;
+  private readonly caps: readonly JsonArrayCap[];
+  /** The open array one of {@link caps} bounds, and that cap (at most one: paths are fixed). */
+  private capped: unknown[] | undefined;
+  private cap: JsonArrayCap | undefined;
 
-  constructor(bytes: Buffer) {
+  constructor(bytes: Buffer, caps: readonly JsonArrayCap[]) {
     this.bytes = bytes;
+    this.caps = caps;
+  }
+
+  /** A new array at the current depth: watched when a cap's path leads to it. */
+  private openArray(): unknown[] {
+    const array: unknown[] = [];
+    const keys = this.keys;
+    for (const cap of this.caps) {
+      if (cap.path.length === keys.length && cap.path.every((key, k) => keys[k] === key)) {
+        this.capped = array;
+        this.cap = cap;
+      }
+    }
+    return array;
+  }
+
+  /** Throws the cap's refusal when the watched array has grown past it. */
+  private checkCap(array: unknown[]): void {
+    const cap = this.cap as JsonArrayCap;
+    const first = array[0];
+    if (array.length > cap.maxItems && (typeof first === "string" || Array.isArray(first)))
+      throw cap.refuse();
   }
 
   /**
@@ -512,7 +551,7 @@ class StrictJsonParser {
         byte = bytes[++i];
         while (byte === SPACE || byte === LF || byte === CR || byte === TAB) byte = bytes[++i];
         if (byte !== CLOSE_BRACKET) {
-          containers.push([]);
+          containers.push(this.openArray());
           keys.push(ARRAY_FRAME);
           continue;
         }
@@ -563,6 +602,7 @@ class StrictJsonParser {
         const key = keys[depth - 1] as string | typeof ARRAY_FRAME;
         if (key === ARRAY_FRAME) {
           (container as unknown[]).push(value);
+          if (container === this.capped) this.checkCap(container as unknown[]);
           if (byte === COMMA) {
             i++;
             break;
@@ -612,7 +652,7 @@ function isJsonWhitespaceOnly(bytes: Buffer): boolean {
 }
 
 /** The body's bytes, checked as UTF-8 and not empty, and a parser ready to start. */
-function startParse(body: string | Uint8Array): StrictJsonParser {
+function startParse(body: string | Uint8Array, caps: readonly JsonArrayCap[]): StrictJsonParser {
   const bytes =
     typeof body === "string"
       ? Buffer.from(body, "utf8")
@@ -629,7 +669,7 @@ function startParse(body: string | Uint8Array): StrictJsonParser {
       "The request body is not valid JSON: it starts with a byte order mark (U+FEFF), which JSON does not allow.",
     );
   }
-  return new StrictJsonParser(bytes);
+  return new StrictJsonParser(bytes, caps);
 }
 
 function syntaxError(err: unknown): unknown {
@@ -656,15 +696,17 @@ function syntaxError(err: unknown): unknown {
  *   `1e400`, `1.0000000000000000001`). Read integers with {@link readExactInteger}, decimals with
  *   {@link jsonNumberToDouble}.
  * - At most {@link MAX_JSON_DEPTH} nested arrays and objects.
+ * - `caps` bound arrays while they are read (see {@link JsonArrayCap}).
  *
  * Strings are fresh (never slices of the body), so keeping one keeps nothing else alive.
  *
  * @throws ApiError 400 `invalid_request` (param null): invalid UTF-8, a BOM, an empty body,
  *   malformed JSON (the message says what was expected and at which byte offset), a duplicate key
- *   with a different value, nesting deeper than {@link MAX_JSON_DEPTH}.
+ *   with a different value, nesting deeper than {@link MAX_JSON_DEPTH}; and a cap's refusal, as
+ *   soon as the capped array passes it (whatever follows in the body).
  */
-export function parseStrictJson(body: string | Uint8Array): unknown {
-  const parser = startParse(body);
+export function parseStrictJson(body: string | Uint8Array, caps: readonly JsonArrayCap[] = []): unknown {
+  const parser = startParse(body, caps);
   try {
     parser.run(Number.POSITIVE_INFINITY);
   } catch (err) {
@@ -681,8 +723,9 @@ export function parseStrictJson(body: string | Uint8Array): unknown {
 export async function parseStrictJsonAsync(
   body: Uint8Array,
   sliceBytes: number = JSON_SLICE_BYTES,
+  caps: readonly JsonArrayCap[] = [],
 ): Promise<unknown> {
-  const parser = startParse(body);
+  const parser = startParse(body, caps);
   try {
     while (!parser.run(parser.offset + sliceBytes)) await yieldToEventLoop();
   } catch (err) {

@@ -23,6 +23,31 @@ export function requestShape(request: CreateCompletionRequest): RequestShape {
 }
 
 /**
+ * Most prompts a request can have: each asks for at least one token (n ≥ 1, max_tokens ≥ 1), so
+ * more than this can never pass the §3 size cap, whatever n and max_tokens are.
+ */
+export const maxPromptsPerRequest = limits.maxGeneratedTokens;
+
+/**
+ * §3 size cap, for a prompt list longer than it can ever allow: the refusal of the JSON parsers
+ * (src/rest `PROMPT_LIST_CAP`, src/connect `PROTO_PROMPT_LIST_CAPS`), given as soon as the list's
+ * item {@link maxPromptsPerRequest} + 1 is read, before the rest of the body is decoded; and of
+ * {@link checkPromptCount} for a binary message. ApiError 400 `invalid_request`, param
+ * `max_tokens` (the size cap's).
+ */
+export function tooManyPrompts(): ApiError {
+  return invalidRequest(
+    "max_tokens",
+    `At most ${limits.maxGeneratedTokens} generated tokens in all: a request with more than ${maxPromptsPerRequest} prompts asks for more, whatever n and max_tokens are (at least 1 each).`,
+  );
+}
+
+/** {@link tooManyPrompts} for a decoded request (binary protobuf: decoded before any check). */
+export function checkPromptCount(shape: RequestShape): void {
+  if (shape.prompts > maxPromptsPerRequest) throw tooManyPrompts();
+}
+
+/**
  * §4: `stream_options` only with `stream: true`; `prompt_logprobs` only without. Throws ApiError
  * 400 `invalid_request` with param `stream_options` or `prompt_logprobs`.
  */

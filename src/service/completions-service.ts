@@ -47,6 +47,7 @@ import {
   checkGeneratedTokensCap,
   checkMaxTokensGiven,
   checkMinTokens,
+  checkPromptCount,
   checkStreamOnlyFields,
   requestShape,
   resolveMaxTokens,
@@ -393,6 +394,8 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     // before the prompt is counted; after every refusal a retry cannot pass — a capture or a
     // max_tokens no prompt leaves room for are counted first only to be refused — so that a 429's
     // "retry" is not followed by a 400); prompt length; then the Hold.
+    // A prompt list no size cap allows is refused as the JSON parsers refuse it, before the key.
+    checkPromptCount(requestShape(request)); //                                  §3 > 32,000 prompts
     const key = await authenticate(ctx); //                                      §9 key (401)
     if (key !== undefined && ctx.record !== undefined) ctx.record.keyName = key.name ?? key.id;
     validateRequest(request); //                                                  §4 ranges, cross-field rules

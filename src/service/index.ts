@@ -12,6 +12,7 @@ export {
   rateLimited,
   upstreamShareCap,
 } from "./admission.js";
+export { maxPromptsPerRequest, tooManyPrompts } from "./checks.js";
 export {
   type CompletionsServiceDeps,
   clampedHeader,
