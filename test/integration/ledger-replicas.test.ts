@@ -233,7 +233,10 @@ describe("two gateway replicas on one PostgreSQL database", () => {
     const during = await Promise.all(
       Array.from({ length: 5 }, () => completeTiny(b.url, other.key, { max_tokens: 5 })),
     );
-    expect(during.map((r) => r.status), JSON.stringify(during)).toEqual([200, 200, 200, 200, 200]);
+    expect(
+      during.map((r) => r.status),
+      JSON.stringify(during),
+    ).toEqual([200, 200, 200, 200, 200]);
 
     // After the lease's expiry (2 s), the live replica's reclaim timer releases the dead one's leases.
     await until(
