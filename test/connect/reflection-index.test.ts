@@ -72,6 +72,8 @@ describe("reflection index", () => {
       "CreateCompletion",
       "StreamCompletion",
       "ListModels",
+      "Tokenize",
+      "Detokenize",
     ]);
   });
 

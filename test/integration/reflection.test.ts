@@ -32,8 +32,10 @@ describe.each(["grpc-v1", "grpc-v1alpha"])("reflection %s", (reflectProtocol) =>
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout.trim().split("\n").sort()).toEqual([
       "acs.v1.CompletionsService/CreateCompletion",
+      "acs.v1.CompletionsService/Detokenize",
       "acs.v1.CompletionsService/ListModels",
       "acs.v1.CompletionsService/StreamCompletion",
+      "acs.v1.CompletionsService/Tokenize",
       "grpc.health.v1.Health/Check",
       "grpc.health.v1.Health/List",
       "grpc.health.v1.Health/Watch",
