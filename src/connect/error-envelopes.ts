@@ -282,7 +282,7 @@ function wrap(handler: UniversalHandler, opts: ErrorEnvelopeOptions): UniversalH
         httpMethod: req.method,
         url: req.url,
         header: req.header,
-        body: capture?.bytes(),
+        body: () => capture?.bytes(),
         readMaxBytes: opts.readMaxBytes,
       });
       capture?.release();

@@ -21,8 +21,8 @@ export interface RefusedRequest {
   /** The request URL (Connect GET carries its message in the query). */
   readonly url: string;
   readonly header: Headers;
-  /** The body as received, when it was kept; undefined otherwise. */
-  readonly body: Uint8Array | undefined;
+  /** The body as received, when it was kept; undefined otherwise (read only when needed). */
+  readonly body: () => Uint8Array | undefined;
   /** The router's limit on a message, in bytes (before and after decompression). */
   readonly readMaxBytes: number;
 }
@@ -131,7 +131,7 @@ async function messageBytes(
   coding: BodyEncoding | undefined,
 ): Promise<Uint8Array | ApiError | undefined> {
   const typeName = req.method.input.typeName;
-  let bytes = req.body;
+  let bytes = req.body();
   if (form === "connect" && req.httpMethod === "GET") {
     const query = new URL(req.url).searchParams;
     const message = query.get("message") ?? "";
@@ -221,6 +221,10 @@ export async function explainProtocolError(err: ConnectError, req: RefusedReques
   if (coding instanceof ApiError) return coding;
   const timeout = badTimeout(form, req.header);
   if (timeout !== undefined) return timeout;
+  // A JSON message our strict decoder refused (src/connect/strict-json-text.ts): its ApiError is
+  // what explainProtoJson would find in the body, in the same words — without reading it again
+  // (a refused prompt list, src/connect/prompt-list-caps.ts, is never read to its end).
+  if (isJsonRequest(form, req) && err.cause instanceof ApiError) return err.cause;
   const fault = await explainBody(form, req, coding);
   if (fault !== undefined) return fault;
   if (err.code === Code.InvalidArgument || err.code === Code.Unimplemented) {
