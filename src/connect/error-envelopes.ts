@@ -21,11 +21,14 @@ import {
 } from "@connectrpc/connect/protocol-connect";
 import { findTrailerError, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { trailerFlag, trailerParse, trailerSerialize } from "@connectrpc/connect/protocol-grpc-web";
+import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { ErrorEnvelopeSchema } from "../../gen/acs/v1/error_pb.js";
 import { ApiError, type ErrorCode, errorCatalogue, newRequestId } from "../errors/index.js";
 import { decodeContentEncoding } from "../rest/index.js";
+import { maxPromptsPerRequest, tooManyPrompts } from "../service/checks.js";
 import { toConnectError } from "./error-conversion.js";
 import { explainProtocolError } from "./explain-protocol-error.js";
+import { type BinaryBodyForm, refuseLongPromptLists } from "./prompt-list-wire-count.js";
 import { protocolErrorResponse, rpcErrorForm } from "./protocol-error.js";
 import { requestIdKey } from "./routes.js";
 
@@ -255,6 +258,28 @@ function earlyRefusal(
   return new ApiError("unsupported_media_type", `${what} for ${path}: send ${types}.`);
 }
 
+/**
+ * How a completion request's binary body carries its message, when its prompt list is counted on
+ * the wire (src/connect/prompt-list-wire-count.ts): a Connect unary body with no compression, or
+ * enveloped frames (a compressed frame is skipped there); undefined for JSON and other methods.
+ */
+function promptListForm(handler: UniversalHandler, header: Headers): BinaryBodyForm | undefined {
+  if (handler.method.input.typeName !== CreateCompletionRequestSchema.typeName) return undefined;
+  const type = (header.get("content-type") ?? "").split(";")[0]?.trim().toLowerCase() ?? "";
+  if (framedBinaryTypes.has(type)) return "frames";
+  if (type !== "application/proto") return undefined;
+  const encoding = (header.get("content-encoding") ?? "identity").trim().toLowerCase();
+  return encoding === "identity" ? "message" : undefined;
+}
+
+const framedBinaryTypes = new Set([
+  "application/connect+proto",
+  "application/grpc",
+  "application/grpc+proto",
+  "application/grpc-web",
+  "application/grpc-web+proto",
+]);
+
 function wrap(handler: UniversalHandler, opts: ErrorEnvelopeOptions): UniversalHandler {
   async function withEnvelopes(request: UniversalServerRequest): Promise<UniversalServerResponse> {
     const contextValues = request.contextValues ?? createContextValues();
@@ -271,7 +296,23 @@ function wrap(handler: UniversalHandler, opts: ErrorEnvelopeOptions): UniversalH
     ) {
       capture = new BodyCapture(opts.readMaxBytes + 5);
       contextValues.set(bodyCaptureKey, capture);
-      req = { ...request, contextValues, body: tee(body as AsyncIterable<Uint8Array>, capture) };
+      const kept = capture;
+      const teed = tee(body as AsyncIterable<Uint8Array>, kept);
+      const form = promptListForm(handler, request.header);
+      req = {
+        ...request,
+        contextValues,
+        body:
+          form === undefined
+            ? teed
+            : refuseLongPromptLists(
+                teed,
+                form,
+                () => kept.bytes(),
+                maxPromptsPerRequest,
+                () => toConnectError(tooManyPrompts(), requestId),
+              ),
+      };
     }
     const contentType = req.header.get("content-type");
 

@@ -31,8 +31,9 @@ export const maxPromptsPerRequest = limits.maxGeneratedTokens;
 /**
  * §3 size cap, for a prompt list longer than it can ever allow: the refusal of the JSON parsers
  * (src/rest `PROMPT_LIST_CAP`, src/connect `PROTO_PROMPT_LIST_CAPS`), given as soon as the list's
- * item {@link maxPromptsPerRequest} + 1 is read, before the rest of the body is decoded; and of
- * {@link checkPromptCount} for a binary message. ApiError 400 `invalid_request`, param
+ * item {@link maxPromptsPerRequest} + 1 is read, before the rest of the body is decoded; of the
+ * binary bodies' wire count (src/connect/prompt-list-wire-count.ts), before protobuf-es decodes
+ * them; and of {@link checkPromptCount} for a compressed binary message. ApiError 400 `invalid_request`, param
  * `max_tokens` (the size cap's).
  */
 export function tooManyPrompts(): ApiError {
@@ -42,7 +43,7 @@ export function tooManyPrompts(): ApiError {
   );
 }
 
-/** {@link tooManyPrompts} for a decoded request (binary protobuf: decoded before any check). */
+/** {@link tooManyPrompts} for a decoded request (a compressed binary message: decoded before any check). */
 export function checkPromptCount(shape: RequestShape): void {
   if (shape.prompts > maxPromptsPerRequest) throw tooManyPrompts();
 }

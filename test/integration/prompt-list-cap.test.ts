@@ -186,3 +186,41 @@ describe("the JSON parsers refuse the list while they read it", () => {
     );
   });
 });
+
+describe("the binary decoders count the list on the wire, before protobuf-es decodes it", () => {
+  const binaryForms = ["connect-proto", "connect-stream", "grpc", "grpc-web"] as const;
+  const encode = (prompt: { case: "texts"; value: { values: string[] } } | { case: "text"; value: string }) =>
+    toBinary(
+      CreateCompletionRequestSchema,
+      create(CreateCompletionRequestSchema, { model: "tiny", maxTokens: 1, prompt }),
+    );
+  const list = (n: number) => encode({ case: "texts", value: { values: texts.slice(0, n) } });
+  // `user` (field 17) holding the byte 0xff: well-formed wire bytes, invalid UTF-8 for protobuf-es.
+  const badUser = Uint8Array.of(0x8a, 0x01, 0x01, 0xff);
+  const concat = (...parts: Uint8Array[]) => Buffer.concat(parts);
+
+  function send(surface: (typeof binaryForms)[number], message: Uint8Array) {
+    const request = requestOf(surface, "strings");
+    const body = surface === "connect-proto" ? message : frame(message);
+    return exchange(stack.url, { ...request, body });
+  }
+
+  it.each(binaryForms)("%s: the prompt list, not the invalid UTF-8 after it", async (surface) => {
+    const error = decodeError(formOf[surface], await send(surface, concat(list(PROMPTS), badUser)));
+    expect(error.envelope).toMatchObject({ param: "max_tokens", message: MESSAGE });
+    // The same fault with a short list is protobuf-es's, so the count came first.
+    const short = decodeError(formOf[surface], await send(surface, concat(list(2), badUser)));
+    expect(short.envelope.message).toMatch(/not a valid protobuf encoding/);
+  });
+
+  it.each(binaryForms)("%s: a list given twice is merged, as protobuf-es reads it", async (surface) => {
+    const half = list(16_001);
+    const error = decodeError(formOf[surface], await send(surface, concat(half, half)));
+    expect(error.envelope).toMatchObject({ param: "max_tokens", message: MESSAGE });
+  });
+
+  it("a list replaced by a later single prompt (the oneof's last member wins) is one prompt", async () => {
+    const res = await send("connect-proto", concat(list(PROMPTS), encode({ case: "text", value: "hi" })));
+    expect(res.status).toBe(200);
+  });
+});
