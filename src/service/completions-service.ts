@@ -19,10 +19,6 @@ import { ActivationsSchema } from "../../gen/acs/v1/lens_pb.js";
 import { limits } from "../config/index.js";
 import { ApiError, toApiError } from "../errors/index.js";
 import {
-  captureLayers,
-  captureLayerTokenLimit,
-  checkCaptureCap,
-  checkLensShapes,
   createSteeringBudget,
   lensVllmXargs,
   type SteeringBudget,
@@ -41,25 +37,14 @@ import {
   type VllmCompletionRequest,
 } from "../upstream/index.js";
 import { type Admission, type AdmissionTicket, createAdmission, noAdmission } from "./admission.js";
-import {
-  checkContextLength,
-  checkDeadlineFeasible,
-  checkGeneratedTokensCap,
-  checkMaxTokensGiven,
-  checkMinTokens,
-  checkPromptCount,
-  checkStreamOnlyFields,
-  requestShape,
-  resolveMaxTokens,
-} from "./checks.js";
-import { boundPromptTokens, countPromptTokens, createSpecialTokenCounter } from "./count-prompt-tokens.js";
-import { checkFanOutSeed, type FanOutPart, fanOutParts, isLensFanOut, mergeLimited } from "./lens-fan-out.js";
+import { type CheckEnv, type Draft, newDraft, runChecks } from "./completions/check-order.js";
+import { countPromptTokens, createSpecialTokenCounter } from "./count-prompt-tokens.js";
+import { type FanOutPart, fanOutParts, mergeLimited } from "./lens-fan-out.js";
 import type { ModelRegistry, ServedModel } from "./model-registry.js";
 import type { KeyInfo, Ledger } from "./ports.js";
 import { createTokenizeCalls } from "./tokenize-calls.js";
 import type { CallContext, CompletionsApi } from "./types.js";
 import { UsageMeter } from "./usage-meter.js";
-import { validateRequest } from "./validate-request.js";
 
 /** Collaborators of the completions service. */
 export interface CompletionsServiceDeps {
@@ -138,9 +123,6 @@ function recordTokens(ctx: CallContext, meter: UsageMeter): void {
   ctx.record.completionTokens = meter.generated;
 }
 
-/** Header that reports a max_tokens lowered to what the Budget holds (proto/API.md §3). */
-export const clampedHeader = "X-Acs-Max-Tokens-Clamped";
-
 /** Everything decided before Inference is called. */
 interface Prepared {
   readonly model: ServedModel<VllmClient>;
@@ -176,11 +158,6 @@ interface Prepared {
 function upstreamIds(requestId: string): () => string {
   let n = 0;
   return () => (++n === 1 ? requestId : `${requestId}-${n}`);
-}
-
-/** Where `prepare` keeps the admission ticket, so that a later refusal releases it. */
-interface AdmittedSlot {
-  ticket: AdmissionTicket;
 }
 
 /** Ids shared by every chunk of one completion. */
@@ -331,220 +308,81 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
   const admission = deps.admission ?? createAdmission();
   const onLedgerError =
     deps.onLedgerError ?? ((err: unknown) => process.emitWarning(`Budget ledger: ${String(err)}`));
-  const specialTokens = createSpecialTokenCounter();
   /** Models whose prompts came back longer than their bound: counted exactly from then on. */
   const boundBroken = new WeakSet<ServedModel<VllmClient>>();
 
   const authenticate = async (ctx: CallContext): Promise<KeyInfo | undefined> =>
     ledger === undefined ? undefined : await ledger.authenticate(ctx.authorization);
 
+  const checkEnv: CheckEnv = {
+    models,
+    ledger,
+    admission,
+    fanOutConcurrency,
+    specialTokens: createSpecialTokenCounter(),
+    boundBroken,
+  };
+
   /**
-   * {@link prepareLeased} with a fresh steering lease and a slot for the admission ticket, both
-   * released when a check refuses the request.
+   * Runs the check order (src/service/completions/check-order.ts) on a draft with a fresh
+   * steering lease, and turns what it decided into the call's Prepared; a refusal releases the
+   * lease and the admission ticket (and settles a Hold already placed to 0).
    */
   async function prepare(
     request: CreateCompletionRequest,
     ctx: CallContext,
     stream: boolean,
   ): Promise<Prepared> {
-    const steering = steeringBudget.lease();
-    const admitted: AdmittedSlot = { ticket: noAdmission };
+    const draft = newDraft(request, ctx, stream, steeringBudget.lease(), noAdmission);
     try {
-      return await prepareLeased(request, ctx, stream, steering, admitted);
+      await runChecks(draft, checkEnv);
+      return await preparedOf(draft);
     } catch (err) {
-      steering.release();
-      admitted.ticket.release();
+      draft.steeringLease.release();
+      draft.ticket.release();
       throw err;
     }
   }
 
-  /**
-   * §9 per-key caps: the request's place among its key's requests in flight (requests, streams,
-   * the model's share), or 429 `rate_limited`. Keys off: no caps (one trusted caller on loopback).
-   */
   /** A fan-out's parts run at once: the concurrency, at most what the key's share admitted. */
   function partsAtOnce(prepared: Prepared): number {
     return Math.max(1, Math.min(fanOutConcurrency, prepared.admission.upstreamRequests));
   }
 
-  function admit(
-    key: KeyInfo | undefined,
-    model: ServedModel<VllmClient>,
-    stream: boolean,
-    upstreamRequests: number,
-  ): AdmissionTicket | Promise<AdmissionTicket> {
-    if (key === undefined) return noAdmission;
-    return admission.admit(key.id, {
-      stream,
-      modelId: model.id,
-      modelCapacity: model.upstreamCapacity,
-      upstreamRequests,
-    });
-  }
-
-  async function prepareLeased(
-    request: CreateCompletionRequest,
-    ctx: CallContext,
-    stream: boolean,
-    steeringLease: SteeringLease,
-    admitted: AdmittedSlot,
-  ): Promise<Prepared> {
-    // The order of checks of proto/API.md §3: key; ranges and cross-field rules; model; the size
-    // caps; deadline_infeasible; the key's caps on requests in flight (§9: after the model checks,
-    // before the prompt is counted; after every refusal a retry cannot pass — a capture or a
-    // max_tokens no prompt leaves room for are counted first only to be refused — so that a 429's
-    // "retry" is not followed by a 400); prompt length; then the Hold.
-    // A prompt list no size cap allows is refused as the JSON parsers refuse it, before the key.
-    checkPromptCount(requestShape(request)); //                                  §3 > 32,000 prompts
-    const key = await authenticate(ctx); //                                      §9 key (401)
-    if (key !== undefined && ctx.record !== undefined) ctx.record.keyName = key.name ?? key.id;
-    validateRequest(request); //                                                  §4 ranges, cross-field rules
-    checkStreamOnlyFields(request, stream); //                                   §4 stream_options, prompt_logprobs
-    const shape = requestShape(request);
-    checkMaxTokensGiven(request, shape); //                                      §3 several prompts or n > 1
-    checkFanOutSeed(request, shape); //                                          §6 seed + k stays an int64
-    const model = models.resolve(request.model); //                             §2 model (404)
-    if (ctx.record !== undefined) ctx.record.model = model.id;
-    if (key !== undefined) await ledger?.checkModel(key, model.id, model.aliases); // §9 allowed (403)
-    const fanOut = isLensFanOut(request, shape); // one Inference request per choice (§6)
-    // A fan-out holds up to its concurrency of Inference requests: counted in the key's share.
-    const upstreamRequests = fanOut ? Math.min(shape.prompts * shape.n, fanOutConcurrency) : 1;
-    const steering = checkLensShapes(request, model, steeringLease); //          §6 shapes, values (429/413: bytes)
-    checkGeneratedTokensCap(request, shape); //                                  §3 size cap: 32,000
-    // Counts the prompt only when even a one-token prompt breaks the cap: then it refuses (400).
-    let lengths = await checkCaptureCapUncounted(request, model, shape, ctx.signal); // §6 size cap: capture
-    checkDeadlineFeasible(request, stream); //                                   §3 deadline_infeasible
-    const count = () => countPromptTokens(model.client, model.servedModelName, request, ctx.signal);
-    if (lengths === undefined && request.maxTokens !== undefined && request.maxTokens >= model.maxModelLen) {
-      // No prompt leaves room for this max_tokens: refused (400), counted for the message's numbers.
-      lengths = await count();
-      checkContextLength(model.maxModelLen, lengths, request.maxTokens); //         §3 prompt length
-    }
-    const ticket = admit(key, model, stream, upstreamRequests); //                §9 per-key caps (429)
-    admitted.ticket = ticket instanceof Promise ? await ticket : ticket; // a cluster worker asks its primary
-    // A bound of the prompt tokens when it decides the length check, else the exact count.
-    // A fan-out's parts are charged per part, each its prompt's exact count: no bounds there.
-    let bounds =
-      lengths === undefined && !fanOut ? await promptBounds(request, model, ctx.signal) : undefined;
-    lengths ??= bounds ?? (await count()); //                                   §3 prompt length
-    let maxTokens = resolveMaxTokens(request, model.maxModelLen, lengths, stream); // §3 default
-    checkContextLength(model.maxModelLen, lengths, maxTokens); //                §3 prompt length
-    checkMinTokens(request, maxTokens);
-    checkCaptureCap(request, model, { ...shape, promptTokens: sum(lengths), maxTokens }); // §6 exact, whole request
-    const capture = request.outputResidualStream !== undefined;
-    let promptTokens = sum(lengths);
-
-    let hold: Prepared["hold"];
-    if (ledger !== undefined && key !== undefined) {
-      // A fan-out is prompts × n requests of one prompt and n = 1 each: each reads its prompt.
-      const demand = fanOut
-        ? { prompts: shape.prompts * shape.n, n: 1, maxTokens, captureReplay: capture && stream }
-        : { prompts: shape.prompts, n: shape.n, maxTokens, captureReplay: capture && stream };
-      const promptDemand = (tokens: number) => (fanOut ? shape.n * tokens : tokens);
-      let placed = await ledger.placeHold(key, {
-        ...demand,
-        promptTokens: promptDemand(promptTokens),
-        promptTokensBound: bounds !== undefined,
-      }); //                                                                    §9 Hold, §3 clamp
-      if ("countNeeded" in placed) {
-        // The bound does not fit the Budget whole: the clamp or refusal is the exact count's.
-        bounds = undefined;
-        lengths = await count();
-        promptTokens = sum(lengths);
-        placed = await ledger.placeHold(key, { ...demand, promptTokens: promptDemand(promptTokens) });
-        if ("countNeeded" in placed) throw new Error("unreachable: an exact demand asked for a count");
-      }
-      hold = { id: placed.holdId, tokens: placed.heldTokens };
-      if (placed.clamped) {
-        maxTokens = placed.maxTokens;
-        ctx.setResponseHeader(clampedHeader, String(maxTokens));
-        if (ctx.record !== undefined) ctx.record.clamped = true;
-      }
-    }
+  /** The call's Prepared from a draft every check passed: the vLLM body (and a fan-out's parts). */
+  async function preparedOf(draft: Draft): Promise<Prepared> {
+    const { request, ctx, shape, hold, maxTokens } = draft;
+    const model = draft.model;
+    const lengths = draft.lengths;
+    if (model === undefined || lengths === undefined) throw new Error("unreachable: the checks did not run");
     try {
       const minTokens = request.minTokens === undefined ? undefined : Math.min(request.minTokens, maxTokens);
       const body = buildVllmRequest(minTokens === request.minTokens ? request : { ...request, minTokens }, {
         servedModelName: model.servedModelName,
         maxTokens,
-        stream,
-        vllmXargs: lensVllmXargs(request, model, steering),
+        stream: draft.stream,
+        vllmXargs: lensVllmXargs(request, model, draft.steering),
       });
-      const parts = fanOut ? fanOutParts(body, shape) : undefined;
+      const parts = draft.fanOut ? fanOutParts(body, shape) : undefined;
       ctx.onPrepared?.();
       return {
         model,
         body,
-        promptTokens: parts === undefined ? [promptTokens] : parts.map((part) => lengths[part.prompt] ?? 0),
-        promptBounds: bounds,
+        promptTokens: parts === undefined ? [sum(lengths)] : parts.map((part) => lengths[part.prompt] ?? 0),
+        promptBounds: draft.bounds,
         promptLengths: lengths,
         parts,
-        capture,
+        capture: request.outputResidualStream !== undefined,
         hold,
-        steering: steeringLease,
+        steering: draft.steeringLease,
         nextUpstreamId: upstreamIds(ctx.requestId),
         ctx,
-        admission: admitted.ticket,
+        admission: draft.ticket,
       };
     } catch (err) {
       await settle(hold, 0);
       throw err;
     }
-  }
-
-  /**
-   * Each prompt's bound of its tokens (UTF-8 bytes + the special tokens added) when it decides the
-   * length check without Inference: the model's tokenizer is byte-level, the prompts are text,
-   * max_tokens is given and every bound + max_tokens fits max_model_len. Undefined when the prompts
-   * must be counted exactly: token ids (their length is exact), the default max_tokens (it is
-   * max_model_len − the prompt's tokens), a capture (its cap and replay), prompt_logprobs (served
-   * by Inference's non-streamed answer: a caller who goes away is charged the whole Hold), a
-   * prompt near max_model_len (the refusal names the exact count).
-   */
-  async function promptBounds(
-    request: CreateCompletionRequest,
-    model: ServedModel<VllmClient>,
-    signal: AbortSignal,
-  ): Promise<number[] | undefined> {
-    const p = request.prompt.case;
-    if (p !== "text" && p !== "texts") return undefined;
-    const maxTokens = request.maxTokens;
-    if (model.byteLevelTokenizer !== true || boundBroken.has(model) || maxTokens === undefined)
-      return undefined;
-    if (request.outputResidualStream !== undefined || request.promptLogprobs !== undefined) return undefined;
-    let specials = 0;
-    if (request.addSpecialTokens ?? true) {
-      try {
-        specials = await specialTokens(model.client, model.servedModelName, signal);
-      } catch {
-        return undefined; // counted exactly, which says why Inference cannot answer, as before
-      }
-    }
-    const bounds = boundPromptTokens(request, specials);
-    for (const b of bounds) if (b + maxTokens > model.maxModelLen) return undefined;
-    return bounds;
-  }
-
-  /**
-   * The capture cap is a size cap, checked before deadline_infeasible: when even a one-token prompt
-   * would break it, the prompt is counted here (the message names its tokens) and the cap checked;
-   * returns the counts then, else undefined (the exact check follows the count).
-   */
-  async function checkCaptureCapUncounted(
-    request: CreateCompletionRequest,
-    model: ServedModel<VllmClient>,
-    shape: { readonly prompts: number; readonly n: number },
-    signal: AbortSignal,
-  ): Promise<number[] | undefined> {
-    if (request.maxTokens === undefined) return undefined;
-    const choices = shape.prompts * shape.n;
-    const layers = captureLayers(request, model);
-    if (layers * choices * (1 + request.maxTokens) <= captureLayerTokenLimit(model.hiddenSize)) {
-      return undefined;
-    }
-    const lengths = await countPromptTokens(model.client, model.servedModelName, request, signal);
-    const promptTokens = lengths.reduce((a, b) => a + b, 0);
-    checkCaptureCap(request, model, { ...shape, promptTokens, maxTokens: request.maxTokens });
-    return lengths;
   }
 
   /**

@@ -13,11 +13,8 @@ export {
   upstreamShareCap,
 } from "./admission.js";
 export { maxPromptsPerRequest, tooManyPrompts } from "./checks.js";
-export {
-  type CompletionsServiceDeps,
-  clampedHeader,
-  createCompletionsService,
-} from "./completions-service.js";
+export { clampedHeader } from "./completions/check-order.js";
+export { type CompletionsServiceDeps, createCompletionsService } from "./completions-service.js";
 export {
   type AdmitReplica,
   createModelRegistry,
