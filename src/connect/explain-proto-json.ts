@@ -8,7 +8,7 @@ import {
   ScalarType,
 } from "@bufbuild/protobuf";
 import { base64Decode } from "@bufbuild/protobuf/wire";
-import { ApiError, invalidRequest } from "../errors/index.js";
+import { ApiError, clip, invalidRequest } from "../errors/index.js";
 import {
   integerInString,
   invalidType,
@@ -21,13 +21,6 @@ import {
   unknownField,
 } from "../rest/index.js";
 import { jsonArrayCapsOf } from "./prompt-list-caps.js";
-
-/** Longest piece of caller or library text echoed in a message. */
-const MAX_ECHO = 200;
-
-function clip(text: string): string {
-  return text.length <= MAX_ECHO ? text : `${text.slice(0, MAX_ECHO)}…`;
-}
 
 type JsonObject = Record<string, unknown>;
 

@@ -4,6 +4,7 @@ import { Code, type ConnectError } from "@connectrpc/connect";
 import {
   ApiError,
   callerDeadlineExceeded,
+  clip,
   invalidRequest,
   requestTooLarge,
   unsupportedEncoding,
@@ -25,13 +26,6 @@ export interface RefusedRequest {
   readonly body: () => Uint8Array | undefined;
   /** The router's limit on a message, in bytes (before and after decompression). */
   readonly readMaxBytes: number;
-}
-
-/** Longest piece of library text echoed in a message. */
-const MAX_ECHO = 200;
-
-function clip(text: string): string {
-  return text.length <= MAX_ECHO ? text : `${text.slice(0, MAX_ECHO)}…`;
 }
 
 const grpcTimeoutUnitMs: Readonly<Record<string, number>> = {
