@@ -11,6 +11,7 @@ export { clip, MAX_ECHO_CHARS, MAX_UPSTREAM_MESSAGE_CHARS } from "./clip.js";
 export {
   callerDeadlineExceeded,
   corruptEncoding,
+  inferenceDeadlineExceeded,
   requestEncodings,
   requestTooLarge,
   unsupportedEncoding,

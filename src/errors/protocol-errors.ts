@@ -63,3 +63,15 @@ export function callerDeadlineExceeded(timeoutMs: number | undefined): ApiError 
     `The deadline the caller set${set} passed before the request finished.`,
   );
 }
+
+/**
+ * 504 `deadline_exceeded` for a non-streamed call Inference did not finish within the API's wait
+ * (`deadlineMs`, proto/API.md §5: 14 minutes): `Inference did not answer within 840000 ms.`
+ */
+export function inferenceDeadlineExceeded(deadlineMs: number, cause?: unknown): ApiError {
+  return new ApiError(
+    "deadline_exceeded",
+    `Inference did not answer within ${deadlineMs} ms.`,
+    cause === undefined ? {} : { cause },
+  );
+}

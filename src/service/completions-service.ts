@@ -17,7 +17,7 @@ import {
 } from "../../gen/acs/v1/completions_pb.js";
 import { ActivationsSchema } from "../../gen/acs/v1/lens_pb.js";
 import { limits } from "../config/index.js";
-import { ApiError, toApiError } from "../errors/index.js";
+import { ApiError, inferenceDeadlineExceeded, toApiError } from "../errors/index.js";
 import {
   createSteeringBudget,
   lensVllmXargs,
@@ -624,9 +624,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     else callerSignal.addEventListener("abort", onCaller, { once: true });
     const timer = setTimeout(() => {
       timedOut = true;
-      linked.abort(
-        new ApiError("deadline_exceeded", `Inference did not answer within ${deps.nonStreamDeadlineMs} ms.`),
-      );
+      linked.abort(inferenceDeadlineExceeded(deps.nonStreamDeadlineMs));
     }, deps.nonStreamDeadlineMs);
     const ids = completionIds(request.model);
     // The choices in the order they first came; each is the first piece of its index (a fresh
@@ -667,11 +665,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       }
     } catch (err) {
       if (timedOut && !callerSignal.aborted) {
-        throw new ApiError(
-          "deadline_exceeded",
-          `Inference did not answer within ${deps.nonStreamDeadlineMs} ms.`,
-          { cause: err },
-        );
+        throw inferenceDeadlineExceeded(deps.nonStreamDeadlineMs, err);
       }
       throw err;
     } finally {
@@ -783,13 +777,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
   ): Promise<CreateCompletionResponse> {
     const deadline = new AbortController();
     const timer = setTimeout(
-      () =>
-        deadline.abort(
-          new ApiError(
-            "deadline_exceeded",
-            `Inference did not answer within ${deps.nonStreamDeadlineMs} ms.`,
-          ),
-        ),
+      () => deadline.abort(inferenceDeadlineExceeded(deps.nonStreamDeadlineMs)),
       deps.nonStreamDeadlineMs,
     );
     const signal = AbortSignal.any([ctx.signal, deadline.signal]);

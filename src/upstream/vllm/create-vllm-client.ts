@@ -1,6 +1,6 @@
 import type { Readable } from "node:stream";
 import { type Dispatcher, Pool } from "undici";
-import { ApiError, randomHex32 } from "../../errors/index.js";
+import { ApiError, inferenceDeadlineExceeded, randomHex32 } from "../../errors/index.js";
 import { claimUpstreamRequestId, releaseUpstreamRequestId } from "../../telemetry/upstream-request-ids.js";
 import { type VllmRequestBody, vllmRequestBody } from "./build-vllm-request.js";
 import { createTokenizeCache, type TokenizeCache } from "./create-tokenize-cache.js";
@@ -658,11 +658,7 @@ class JsonCall implements Dispatcher.DispatchHandler {
     if (signal !== undefined) this.#unfollow = follow(signal, () => this.#abort(callerAbort(signal)));
     const deadlineMs = spec.deadlineMs;
     if (deadlineMs !== undefined) {
-      this.#timer = setTimeout(
-        () =>
-          this.#abort(new ApiError("deadline_exceeded", `Inference did not answer within ${deadlineMs} ms.`)),
-        deadlineMs,
-      );
+      this.#timer = setTimeout(() => this.#abort(inferenceDeadlineExceeded(deadlineMs)), deadlineMs);
     }
     const payload: VllmRequestBody | undefined =
       typeof spec.body === "string"
