@@ -37,6 +37,7 @@ import {
   type VllmCompletionRequest,
 } from "../upstream/index.js";
 import { type Admission, type AdmissionTicket, createAdmission, noAdmission } from "./admission.js";
+import { CallEnd } from "./completions/call-end.js";
 import { type CheckEnv, type Draft, newDraft, runChecks } from "./completions/check-order.js";
 import { countPromptTokens, createSpecialTokenCounter } from "./count-prompt-tokens.js";
 import { type FanOutPart, fanOutParts, mergeLimited } from "./lens-fan-out.js";
@@ -336,12 +337,27 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     const draft = newDraft(request, ctx, stream, steeringBudget.lease(), noAdmission);
     try {
       await runChecks(draft, checkEnv);
-      return await preparedOf(draft);
+      return preparedOf(draft);
     } catch (err) {
-      draft.steeringLease.release();
-      draft.ticket.release();
+      // Refused: nothing reached Inference, a Hold already placed is settled to 0.
+      await new CallEnd({ steering: draft.steeringLease, admission: draft.ticket }, () =>
+        settle(draft.hold, 0),
+      ).end(err);
       throw err;
     }
+  }
+
+  /**
+   * A call that passed its checks, running: its Prepared, its usage meter, and its one end
+   * ({@link CallEnd}: lease and ticket released, the Hold settled to the meter's charge).
+   */
+  async function begin(request: CreateCompletionRequest, ctx: CallContext, stream: boolean) {
+    const prepared = await recorded(ctx, prepare(request, ctx, stream));
+    if (stream) ctx.record?.streamStarted?.();
+    startRunning(ctx);
+    const meter = newMeter(prepared, request);
+    const call = new CallEnd(prepared, (failure) => chargeAndSettle(prepared, request, meter, failure, ctx));
+    return { prepared, meter, call };
   }
 
   /** A fan-out's parts run at once: the concurrency, at most what the key's share admitted. */
@@ -350,39 +366,34 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
   }
 
   /** The call's Prepared from a draft every check passed: the vLLM body (and a fan-out's parts). */
-  async function preparedOf(draft: Draft): Promise<Prepared> {
+  function preparedOf(draft: Draft): Prepared {
     const { request, ctx, shape, hold, maxTokens } = draft;
     const model = draft.model;
     const lengths = draft.lengths;
     if (model === undefined || lengths === undefined) throw new Error("unreachable: the checks did not run");
-    try {
-      const minTokens = request.minTokens === undefined ? undefined : Math.min(request.minTokens, maxTokens);
-      const body = buildVllmRequest(minTokens === request.minTokens ? request : { ...request, minTokens }, {
-        servedModelName: model.servedModelName,
-        maxTokens,
-        stream: draft.stream,
-        vllmXargs: lensVllmXargs(request, model, draft.steering),
-      });
-      const parts = draft.fanOut ? fanOutParts(body, shape) : undefined;
-      ctx.onPrepared?.();
-      return {
-        model,
-        body,
-        promptTokens: parts === undefined ? [sum(lengths)] : parts.map((part) => lengths[part.prompt] ?? 0),
-        promptBounds: draft.bounds,
-        promptLengths: lengths,
-        parts,
-        capture: request.outputResidualStream !== undefined,
-        hold,
-        steering: draft.steeringLease,
-        nextUpstreamId: upstreamIds(ctx.requestId),
-        ctx,
-        admission: draft.ticket,
-      };
-    } catch (err) {
-      await settle(hold, 0);
-      throw err;
-    }
+    const minTokens = request.minTokens === undefined ? undefined : Math.min(request.minTokens, maxTokens);
+    const body = buildVllmRequest(minTokens === request.minTokens ? request : { ...request, minTokens }, {
+      servedModelName: model.servedModelName,
+      maxTokens,
+      stream: draft.stream,
+      vllmXargs: lensVllmXargs(request, model, draft.steering),
+    });
+    const parts = draft.fanOut ? fanOutParts(body, shape) : undefined;
+    ctx.onPrepared?.();
+    return {
+      model,
+      body,
+      promptTokens: parts === undefined ? [sum(lengths)] : parts.map((part) => lengths[part.prompt] ?? 0),
+      promptBounds: draft.bounds,
+      promptLengths: lengths,
+      parts,
+      capture: request.outputResidualStream !== undefined,
+      hold,
+      steering: draft.steeringLease,
+      nextUpstreamId: upstreamIds(ctx.requestId),
+      ctx,
+      admission: draft.ticket,
+    };
   }
 
   /**
@@ -819,9 +830,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     request: CreateCompletionRequest,
     ctx: CallContext,
   ): Promise<CreateCompletionResponse> {
-    const prepared = await recorded(ctx, prepare(request, ctx, false));
-    startRunning(ctx);
-    const meter = newMeter(prepared, request);
+    const { prepared, meter, call } = await begin(request, ctx, false);
     let failure: unknown;
     try {
       const response =
@@ -835,9 +844,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       failure = err;
       throw recordError(ctx, toApiError(err));
     } finally {
-      prepared.steering.release();
-      prepared.admission.release();
-      await chargeAndSettle(prepared, request, meter, failure, ctx);
+      await call.end(failure);
     }
   }
 
@@ -845,10 +852,7 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
     request: CreateCompletionRequest,
     ctx: CallContext,
   ): AsyncGenerator<StreamCompletionResponse> {
-    const prepared = await recorded(ctx, prepare(request, ctx, true));
-    ctx.record?.streamStarted?.();
-    startRunning(ctx);
-    const meter = newMeter(prepared, request);
+    const { prepared, meter, call } = await begin(request, ctx, true);
     let failure: unknown;
     try {
       if (prepared.parts !== undefined) {
@@ -912,10 +916,8 @@ export function createCompletionsService(deps: CompletionsServiceDeps): Completi
       failure = err;
       throw recordError(ctx, toApiError(err));
     } finally {
-      prepared.steering.release();
-      prepared.admission.release();
       // Also when the consumer stops early (a disconnect): charged what was generated so far.
-      await chargeAndSettle(prepared, request, meter, failure, ctx);
+      await call.end(failure);
     }
   }
 
