@@ -34,11 +34,12 @@ const fractionText = (fallback: number) =>
     .default(fallback);
 
 /**
- * The environment variables the gateway reads, with their defaults (README "Configuration").
+ * The environment variables the gateway reads, with their defaults (src/OPERATIONS.md,
+ * "Configuration (environment)": test/config/operations-doc.test.ts holds that table to these keys).
  * Other variables are ignored (the environment is shared with everything else on the machine); an
  * empty value counts as unset.
  */
-const envSchema = z.object({
+export const envSchema = z.object({
   HOST: z.string().default("127.0.0.1"),
   PORT: intText(0, 65535, 8080),
   ACS_OPS_PORT: optionalIntText(0, 65535),

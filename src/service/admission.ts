@@ -1,6 +1,7 @@
 // Per-key admission: how many requests one key may have in flight at once, so that no single
-// caller can take the gateway or a model's upstream capacity from the others (README
-// "Configuration": ACS_MAX_REQUESTS_PER_KEY, ACS_MAX_STREAMS_PER_KEY, ACS_MAX_UPSTREAM_SHARE_PER_KEY).
+// caller can take the gateway or a model's upstream capacity from the others (src/OPERATIONS.md,
+// "No single caller can pin the gateway": ACS_MAX_REQUESTS_PER_KEY, ACS_MAX_STREAMS_PER_KEY,
+// ACS_MAX_UPSTREAM_SHARE_PER_KEY).
 import { limits as contractLimits } from "../config/index.js";
 import { ApiError } from "../errors/index.js";
 

@@ -283,7 +283,7 @@ describe("a generation the upstream cuts short", () => {
         res.end(answer((JSON.parse(body) as { prompt: string }).prompt));
       }),
     );
-    // Keys on: a unary call is Inference's stream collected (src/README.md), so both surfaces
+    // Keys on: a unary call is Inference's stream collected (proto/API.md §5), so both surfaces
     // read the same cut stream.
     stack = await startStack({ upstreamUrl: upstream.url, dbPath: join(dir, "cut.db") });
     const { key } = await stack.ledger!.createKey({ budgetTokens: 100_000, name: "cut" });

@@ -1,5 +1,5 @@
-// The README's examples for newcomers, extracted from README.md (each fenced block after an
-// `<!-- example: NAME -->` marker, test/helpers/readme-examples.ts) and run against a real gateway
+// The examples for newcomers (once the README's), extracted from proto/EXAMPLES.md (each fenced block
+// after an `<!-- example: NAME -->` marker, test/helpers/readme-examples.ts) and run against a real gateway
 // and the reference engine (llama-8b shape): curl's streaming, steering and capture requests, the
 // TypeScript and Python tensor decoders (checked against the independent decoder of
 // test/helpers/decode-tensor.ts), the Python openai SDK with `extra_body`, a Python gRPC client in a
@@ -55,7 +55,7 @@ interface Completion {
   activations?: { residual_stream: TensorDict };
 }
 
-describe("README examples against a real gateway", () => {
+describe("proto/EXAMPLES.md examples against a real gateway", () => {
   let stack: Stack;
   let hostPort: string;
   let work: string;
@@ -73,7 +73,7 @@ describe("README examples against a real gateway", () => {
     if (work) rmSync(work, { recursive: true, force: true });
   });
 
-  /** Runs a README shell example (aimed at the test's gateway) with bash -e. */
+  /** Runs a shell example of EXAMPLES.md (aimed at the test's gateway) with bash -e. */
   async function sh(code: string, cwd: string, env: Record<string, string> = {}): Promise<string> {
     const { stdout } = await run("bash", ["-euo", "pipefail", "-c", atGateway(code, hostPort)], {
       cwd,
@@ -115,14 +115,14 @@ describe("README examples against a real gateway", () => {
     expect(steered.choices[0]?.text).not.toBe(plain.choices[0]?.text);
   });
 
-  describe("a capture, decoded by the README's decoders", () => {
+  describe("a capture, decoded by the decoders of EXAMPLES.md", () => {
     let expected: { shape: number[]; last_position_norms: number[] };
 
     beforeAll(async () => {
       await sh(readmeExample("capture-curl").code, work);
       const capture = JSON.parse(readFileSync(join(work, "capture.json"), "utf8")) as Completion;
       const tensor = capture.activations?.residual_stream as TensorDict;
-      // The README promises bf16 as int16 bits, zstd-compressed: what the decoders are shown on.
+      // EXAMPLES.md promises bf16 as int16 bits, zstd-compressed: what the decoders are shown on.
       expect(tensor).toMatchObject({ dtype: "int16", original_dtype: "torch.bfloat16", compression: "zstd" });
       const decoded = jsDecoder.decode([tensor])[0];
       if (decoded === undefined) throw new Error("the decoder returned no tensor");
