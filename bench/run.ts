@@ -1,8 +1,9 @@
 /**
- * `npm run bench`: every benchmark section, printed and appended to bench/RESULTS.md as one new
- * dated section (its headings one level down), after the runs and sessions recorded before it,
- * which it keeps. `npm run bench -- gateway lens` runs only the named sections and prints them
- * (RESULTS.md is written by a full run only: all sections, no options). Options after the names go to the
+ * `npm run bench`: every benchmark section, printed and written to bench/RESULTS.md, where each
+ * bench keeps one section (`<!-- bench: NAME -->`, bench/results-file.ts): a run replaces the
+ * sections of the benches it ran and keeps the others; history is in git. `npm run bench --
+ * gateway lens` runs and writes only the named sections. A run with options writes nothing (its
+ * figures are not the bench's own). Options after the names go to the
  * sections that take them, e.g. `npm run bench -- hotpath --quick` (see bench/hotpath/hotpath.ts).
  * `npm run bench -- streams` runs 10,000 concurrent streams (bench/streams/streams.ts; smaller
  * counts through its BENCH_STREAMS* environment variables). `npm run bench -- ab --a CMD --b CMD`
@@ -10,7 +11,7 @@
  * bench -- surfaces` puts a stream's cost on REST, Connect and gRPC side by side
  * (bench/hotpath/surfaces.ts).
  */
-import { appendFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
 import { parseArgs } from "node:util";
 import { benchBudget } from "./budget.js";
@@ -21,6 +22,7 @@ import { benchHotpath, type SectionOptions } from "./hotpath/hotpath.js";
 import { benchSurfaces } from "./hotpath/surfaces.js";
 import { benchLens } from "./lens.js";
 import { benchParseStall } from "./parse-stall.js";
+import { withSection } from "./results-file.js";
 import { benchStreams } from "./streams/streams.js";
 import { benchStrictJson } from "./strict-json.js";
 
@@ -83,24 +85,15 @@ if (unknown.length > 0) {
 const wanted = parsed.positionals;
 const options: SectionOptions = parsed.values;
 const names = wanted.length > 0 ? wanted : Object.keys(sections).filter((n) => !onRequestOnly.has(n));
-const out: string[] = [
-  `## Full run (\`npm run bench\`) — ${new Date().toISOString()}`,
-  "",
-  `${cpus().length} × ${cpus()[0]?.model ?? "?"}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}. Figures from one run; the machine is shared, so read ratios and medians, not absolutes.`,
-  "",
-];
+const machine = `${cpus().length} × ${cpus()[0]?.model ?? "?"}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`;
+const resultsUrl = new URL("./RESULTS.md", import.meta.url);
+const write = Object.keys(options).length === 0;
 for (const name of names) {
   console.error(`bench: ${name}…`);
   const section = await (sections[name] as (o: SectionOptions) => Promise<string>)(options);
-  out.push(demoteHeadings(section), "");
   console.log(section, "\n");
-}
-if (wanted.length === 0 && Object.keys(options).length === 0) {
-  appendFileSync(new URL("./RESULTS.md", import.meta.url), `\n${out.join("\n")}`);
-  console.error("bench: appended to bench/RESULTS.md");
-}
-
-/** A section's markdown headings one level down (`## X` → `### X`), under the run's own heading. */
-function demoteHeadings(markdown: string): string {
-  return markdown.replace(/^(#{1,5}) /gm, "#$1 ");
+  if (!write) continue;
+  const stamped = `${section.trimEnd()}\n\n_\`npm run bench -- ${name}\`, ${new Date().toISOString()}, ${machine}. One run on a shared machine: read ratios and medians, not absolutes._\n`;
+  writeFileSync(resultsUrl, withSection(readFileSync(resultsUrl, "utf8"), name, stamped));
+  console.error(`bench: ${name} written to bench/RESULTS.md`);
 }
