@@ -8,7 +8,7 @@ import type {
   TokenizeRequest,
   TokenizeResponse,
 } from "../../gen/acs/v1/completions_pb.js";
-import type { CallRecord } from "../core/call-record.js";
+import type { CallRecord } from "../core/index.js";
 
 /** What a surface (REST or Connect) passes into the service for one call. */
 export interface CallContext {

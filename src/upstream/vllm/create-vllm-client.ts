@@ -1,7 +1,6 @@
 import type { Readable } from "node:stream";
 import { type Dispatcher, Pool } from "undici";
-import { claimUpstreamRequestId, releaseUpstreamRequestId } from "../../core/upstream-request-ids.js";
-import type { UpstreamTracer } from "../../core/upstream-trace.js";
+import { claimUpstreamRequestId, releaseUpstreamRequestId, type UpstreamTracer } from "../../core/index.js";
 import { ApiError, randomHex32 } from "../../errors/index.js";
 import { type VllmRequestBody, vllmRequestBody } from "./build-vllm-request.js";
 import { createTokenizeCache, type TokenizeCache } from "./create-tokenize-cache.js";
