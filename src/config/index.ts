@@ -6,11 +6,10 @@ export {
   isLoopback,
   limits,
   loadConfig,
-  type ModelConfig,
   parseBudgetDb,
-  type UpstreamConfig,
 } from "./config.js";
 export { ConfigError } from "./config-error.js";
 export { dbOpenError, redactDb } from "./db-open-error.js";
 export { type LogLevel, logLevels, parseEnv } from "./env-schema.js";
+export type { ModelConfig, UpstreamConfig } from "./model-config.js";
 export { parseModelsFile } from "./models-file.js";

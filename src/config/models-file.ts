@@ -1,7 +1,7 @@
 import { z } from "zod";
-import type { ModelConfig } from "./config.js";
 import { ConfigError } from "./config-error.js";
 import { formatIssues } from "./format-issues.js";
+import type { ModelConfig } from "./model-config.js";
 
 const name = z.string({ error: "must be a string" }).min(1, { error: "must not be empty" });
 

@@ -2,8 +2,8 @@ import { promisify } from "node:util";
 import * as zlib from "node:zlib";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Compression } from "@connectrpc/connect/protocol";
+import { inflateBounded } from "../core/index.js";
 import { ApiError } from "../errors/index.js";
-import { inflateBounded } from "../rest/index.js";
 
 const deflate = promisify(zlib.deflate);
 

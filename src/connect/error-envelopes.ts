@@ -23,8 +23,8 @@ import { findTrailerError, setTrailerStatus } from "@connectrpc/connect/protocol
 import { trailerFlag, trailerParse, trailerSerialize } from "@connectrpc/connect/protocol-grpc-web";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { ErrorEnvelopeSchema } from "../../gen/acs/v1/error_pb.js";
+import { decodeContentEncoding } from "../core/index.js";
 import { ApiError, type ErrorCode, errorCatalogue, newRequestId } from "../errors/index.js";
-import { decodeContentEncoding } from "../rest/index.js";
 import { maxPromptsPerRequest, tooManyPrompts } from "../service/checks.js";
 import { toConnectError } from "./error-conversion.js";
 import { explainProtocolError } from "./explain-protocol-error.js";

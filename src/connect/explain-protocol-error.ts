@@ -1,6 +1,7 @@
 import { type DescMethod, fromBinary } from "@bufbuild/protobuf";
 import { base64Decode } from "@bufbuild/protobuf/wire";
 import { Code, type ConnectError } from "@connectrpc/connect";
+import { type BodyEncoding, inflateBounded } from "../core/index.js";
 import {
   ApiError,
   callerDeadlineExceeded,
@@ -9,7 +10,6 @@ import {
   requestTooLarge,
   unsupportedEncoding,
 } from "../errors/index.js";
-import { type BodyEncoding, inflateBounded } from "../rest/index.js";
 import { explainProtoJson } from "./explain-proto-json.js";
 import { type RpcErrorForm, rpcErrorForm } from "./protocol-error.js";
 

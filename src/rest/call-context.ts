@@ -1,6 +1,7 @@
 import type { FastifyReply, FastifyRequest } from "fastify";
+import type { CallRecord } from "../core/index.js";
 import { ApiError } from "../errors/index.js";
-import type { CallContext, CallRecord } from "../service/types.js";
+import type { CallContext } from "../service/types.js";
 import { callRecordOf } from "../telemetry/request-telemetry.js";
 import { requestIdOf } from "./send-error.js";
 

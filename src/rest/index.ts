@@ -1,12 +1,6 @@
 export { apiDocsRoutes } from "./api-docs.js";
 export { createCallContext, createShutdownLink, type ShutdownLink } from "./call-context.js";
 export {
-  type BodyEncoding,
-  decodeContentEncoding,
-  inflateBounded,
-  parseContentEncoding,
-} from "./content-encoding.js";
-export {
   completionRequestFieldNames,
   type DecodedCompletionRequest,
   decodeCompletionRequest,

@@ -7,12 +7,12 @@ import type {
 } from "fastify";
 import type { StreamCompletionResponse } from "../../gen/acs/v1/completions_pb.js";
 import { limits } from "../config/index.js";
+import { type CallRecord, decodeContentEncoding } from "../core/index.js";
 import { ApiError, invalidRequest } from "../errors/index.js";
-import { type CallRecord, type CompletionsApi, modelNotFound } from "../service/index.js";
+import { type CompletionsApi, modelNotFound } from "../service/index.js";
 import { callRecordOf } from "../telemetry/request-telemetry.js";
 import { apiDocsRoutes } from "./api-docs.js";
 import { createCallContext, createShutdownLink, type ShutdownLink } from "./call-context.js";
-import { decodeContentEncoding } from "./content-encoding.js";
 import { decodeCompletionRequestAsync } from "./decode-completion-request.js";
 import { decodeDetokenizeRequest, decodeTokenizeRequest } from "./decode-tokens-request.js";
 import {

@@ -27,5 +27,5 @@ export {
 } from "./model-registry.js";
 export type { KeyInfo, Ledger } from "./ports.js";
 export { createTokenizeCalls, type TokenizeCallsDeps } from "./tokenize-calls.js";
-export type { CallContext, CallRecord, CompletionsApi } from "./types.js";
+export type { CallContext, CompletionsApi } from "./types.js";
 export { validateRequest, validateTokensRequest, violationParam } from "./validate-request.js";

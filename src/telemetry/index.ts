@@ -13,9 +13,3 @@ export {
 } from "./request-telemetry.js";
 export { callRecordKey, type RpcOutcome, withRpcOutcome } from "./rpc-outcome.js";
 export { createTracing, type Tracing, type TracingOptions } from "./tracing.js";
-export {
-  claimUpstreamRequestId,
-  liveUpstreamRequestIds,
-  releaseUpstreamRequestId,
-  upstreamRequestIdGroups,
-} from "./upstream-request-ids.js";

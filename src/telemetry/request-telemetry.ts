@@ -2,7 +2,7 @@
 import type { Span } from "@opentelemetry/api";
 import { SpanStatusCode } from "@opentelemetry/api";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import type { CallRecord } from "../service/index.js";
+import type { CallRecord } from "../core/index.js";
 import type { CallMetrics } from "./metrics.js";
 import type { RpcOutcome } from "./rpc-outcome.js";
 import type { Tracing } from "./tracing.js";

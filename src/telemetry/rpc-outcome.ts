@@ -9,8 +9,7 @@ import type {
 import { codeToString, endStreamFlag } from "@connectrpc/connect/protocol-connect";
 import { findTrailerError } from "@connectrpc/connect/protocol-grpc";
 import { trailerFlag, trailerParse } from "@connectrpc/connect/protocol-grpc-web";
-import { decodeContentEncoding } from "../rest/index.js";
-import type { CallRecord } from "../service/index.js";
+import { type CallRecord, decodeContentEncoding } from "../core/index.js";
 
 /** Where a wrapped handler writes the code its RPC ended with (`ok`, `invalid_argument`, …). */
 export interface RpcOutcome {

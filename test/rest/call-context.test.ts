@@ -3,9 +3,10 @@ import { request as httpRequest } from "node:http";
 import type { AddressInfo } from "node:net";
 import Fastify, { type FastifyInstance } from "fastify";
 import { afterEach, describe, expect, it } from "vitest";
+import type { CallRecord } from "../../src/core/index.js";
 import { ApiError } from "../../src/errors/index.js";
 import { createCallContext, createShutdownLink, type ShutdownLink } from "../../src/rest/index.js";
-import type { CallContext, CallRecord } from "../../src/service/types.js";
+import type { CallContext } from "../../src/service/types.js";
 
 let app: FastifyInstance | undefined;
 afterEach(async () => {

@@ -10,9 +10,9 @@ import {
   claimUpstreamRequestId,
   liveUpstreamRequestIds,
   releaseUpstreamRequestId,
-  requestIdFrom,
   upstreamRequestIdGroups,
-} from "../../src/telemetry/index.js";
+} from "../../src/core/index.js";
+import { requestIdFrom } from "../../src/telemetry/index.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 import {
   answerCompletion,

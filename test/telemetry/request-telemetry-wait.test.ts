@@ -10,7 +10,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import { pino } from "pino";
 import { Registry } from "prom-client";
 import { afterEach, describe, expect, it } from "vitest";
-import type { CallRecord } from "../../src/service/index.js";
+import type { CallRecord } from "../../src/core/index.js";
 import {
   type CallMetrics,
   callRecordOf,

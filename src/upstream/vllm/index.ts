@@ -17,9 +17,6 @@ export {
   newUpstreamRequestId,
   type StreamOptions,
   type TokenizeResult,
-  type UpstreamCallInfo,
-  type UpstreamCallTrace,
-  type UpstreamTracer,
   type VllmClient,
   type VllmClientOptions,
 } from "./create-vllm-client.js";

@@ -1,0 +1,17 @@
+// Pieces every layer may use, with no gateway import but src/errors: the record of one call (what
+// the service tells the access log, metrics and traces), how an upstream call is traced, request
+// bodies' Content-Encoding, and the process-wide unique X-Request-Id of each upstream request.
+export type { CallRecord } from "./call-record.js";
+export {
+  type BodyEncoding,
+  decodeContentEncoding,
+  inflateBounded,
+  parseContentEncoding,
+} from "./content-encoding.js";
+export {
+  claimUpstreamRequestId,
+  liveUpstreamRequestIds,
+  releaseUpstreamRequestId,
+  upstreamRequestIdGroups,
+} from "./upstream-request-ids.js";
+export type { UpstreamCallInfo, UpstreamCallTrace, UpstreamTracer } from "./upstream-trace.js";
