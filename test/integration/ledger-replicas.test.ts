@@ -61,7 +61,11 @@ async function pacedProxy(target: string, perSecond: number): Promise<Server> {
         headers,
         ...(chunks.length > 0 ? { body: Buffer.concat(chunks) } : {}),
       });
-      res.writeHead(upstream.status, Object.fromEntries(upstream.headers));
+      // The engine's hop-by-hop headers stay behind: this server says its own keep-alive timeout.
+      const answer = Object.fromEntries(upstream.headers);
+      delete answer.connection;
+      delete answer["keep-alive"];
+      res.writeHead(upstream.status, answer);
       const sse = upstream.headers.get("content-type")?.includes("text/event-stream") === true;
       let pending = "";
       for await (const chunk of upstream.body ?? []) {
@@ -83,6 +87,11 @@ async function pacedProxy(target: string, perSecond: number): Promise<Server> {
       res.destroy();
     }
   });
+  // Node closes a keep-alive connection idle for 5 s by default: a replica whose (loaded) event
+  // loop sends a request on such a connection as it closes gets "other side closed"
+  // (UND_ERR_SOCKET), a 503 with only one upstream to fail over to. A proxy of the test's own
+  // keeps its connections for longer than the test (close() ends the idle ones).
+  server.keepAliveTimeout = 120_000;
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   return server;
 }
