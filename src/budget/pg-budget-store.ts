@@ -2,10 +2,19 @@ import pg from "pg";
 import type { BudgetStore, KeyRecord } from "./budget-store.js";
 import {
   createBudgetStoreOn,
-  type HoldRow,
+  type DailyColumns,
+  dailyOf,
+  type HoldColumns,
+  holdRowOf,
+  type KeyColumns,
   type KeyRow,
-  type LeaseRow,
+  keyInsertValues,
+  keyRowOf,
+  type LeaseColumns,
+  leaseRowOf,
+  leaseUpdateValues,
   type StoreBackend,
+  schemaTooNewError,
   type TxRows,
 } from "./store-core.js";
 
@@ -120,19 +129,12 @@ const TYPES = {
   }) as typeof pg.types.getTypeParser,
 };
 
-interface KeySqlRow {
-  id: string;
-  key_hash: Buffer;
-  hint: string;
-  name: string;
-  budget_tokens: number;
-  spent_tokens: number;
-  held_tokens: number;
-  leased_tokens: number;
-  lease_block_until: number;
-  models: string[] | null;
-  created_at: number;
-  revoked_at: number | null;
+/** A `keys` row: jsonb `models` comes parsed. */
+type KeySqlRow = KeyColumns<string[] | null>;
+
+/** A boolean column as node-postgres returns it, and takes it: as it is. */
+function asBoolean(value: boolean): boolean {
+  return value;
 }
 
 const SQL = {
@@ -220,36 +222,12 @@ export async function createPostgresBudgetStore(options: PostgresBudgetStoreOpti
         return r === undefined ? undefined : toKeyRow(r);
       },
       async lockHold(id) {
-        const r = (await run(c, "lockHold", [id])).rows[0];
-        return r === undefined
-          ? undefined
-          : ({
-              id: r.id,
-              keyId: r.key_id,
-              tokens: r.tokens,
-              state: r.state,
-              usedTokens: r.used_tokens,
-              chargedTokens: r.charged_tokens,
-              expiresAt: r.expires_at,
-            } satisfies HoldRow);
+        const r = (await run<HoldColumns>(c, "lockHold", [id])).rows[0];
+        return r === undefined ? undefined : holdRowOf(r);
       },
       async lockLease(id) {
-        const r = (await run(c, "lockLease", [id])).rows[0];
-        return r === undefined
-          ? undefined
-          : ({
-              id: r.id,
-              keyId: r.key_id,
-              state: r.state,
-              tokens: r.tokens,
-              reclaimCharge: r.reclaim_charge,
-              holds: r.holds,
-              seq: r.seq,
-              lastResult: r.last_result,
-              drain: r.drain,
-              closing: r.closing,
-              expiresAt: r.expires_at,
-            } satisfies LeaseRow);
+        const r = (await run<LeaseColumns<boolean>>(c, "lockLease", [id])).rows[0];
+        return r === undefined ? undefined : leaseRowOf(r, asBoolean);
       },
       insertHold(h) {
         write("insertHold", [h.id, h.keyId, h.tokens, h.createdAt, h.expiresAt, h.instanceId]);
@@ -258,37 +236,10 @@ export async function createPostgresBudgetStore(options: PostgresBudgetStoreOpti
         write("closeHold", [id, state, used, charged, closedAt]);
       },
       insertLease(l, u) {
-        write("insertLease", [
-          l.id,
-          l.keyId,
-          l.instanceId,
-          l.createdAt,
-          u.state,
-          u.tokens,
-          u.reclaimCharge,
-          u.holds,
-          u.seq,
-          u.lastResult,
-          u.drain,
-          u.closing,
-          u.expiresAt,
-          u.closedAt,
-        ]);
+        write("insertLease", [l.id, l.keyId, l.instanceId, l.createdAt, ...leaseUpdateValues(u, asBoolean)]);
       },
       updateLease(id, u) {
-        write("updateLease", [
-          id,
-          u.state,
-          u.tokens,
-          u.reclaimCharge,
-          u.holds,
-          u.seq,
-          u.lastResult,
-          u.drain,
-          u.closing,
-          u.expiresAt,
-          u.closedAt,
-        ]);
+        write("updateLease", [id, ...leaseUpdateValues(u, asBoolean)]);
       },
       setKeyNumbers(id, spent, held, leased) {
         write("setKeyNumbers", [id, spent, held, leased]);
@@ -360,17 +311,7 @@ export async function createPostgresBudgetStore(options: PostgresBudgetStoreOpti
       await pool.query(
         `INSERT INTO keys (id, key_hash, hint, name, budget_tokens, spent_tokens, models, created_at, revoked_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-        [
-          record.id,
-          Buffer.from(record.keyHash),
-          record.hint,
-          record.name,
-          record.budgetTokens,
-          record.spentTokens,
-          record.models === null ? null : JSON.stringify(record.models),
-          record.createdAt,
-          record.revokedAt,
-        ],
+        keyInsertValues(record),
       );
     },
     async findKeyByHash(keyHash) {
@@ -400,12 +341,7 @@ export async function createPostgresBudgetStore(options: PostgresBudgetStoreOpti
           )
         ).rows[0];
         const daily = (
-          await c.query<{
-            day: string;
-            charged_tokens: number;
-            settled_holds: number;
-            reclaimed_holds: number;
-          }>(
+          await c.query<DailyColumns>(
             `SELECT day, charged_tokens, settled_holds, reclaimed_holds FROM usage_daily
              WHERE key_id = $1 ORDER BY day DESC LIMIT $2`,
             [keyId, days],
@@ -417,12 +353,7 @@ export async function createPostgresBudgetStore(options: PostgresBudgetStoreOpti
           leases: counts?.leases ?? 0,
           settledHolds: counts?.settled ?? 0,
           reclaimedHolds: counts?.reclaimed ?? 0,
-          daily: daily.map((r) => ({
-            day: r.day,
-            chargedTokens: r.charged_tokens,
-            settledHolds: r.settled_holds,
-            reclaimedHolds: r.reclaimed_holds,
-          })),
+          daily: daily.map(dailyOf),
         };
       }),
     async addBudget(keyId, tokens) {
@@ -439,22 +370,22 @@ export async function createPostgresBudgetStore(options: PostgresBudgetStoreOpti
       return (await run<{ key_id: string }>(pool, "holdKey", [holdId])).rows[0]?.key_id;
     },
     async openItems(filter) {
-      type Item = { id: string; keyId: string };
       const [where, values] =
         "expiredAt" in filter
           ? ["expires_at <= $1", [filter.expiredAt]]
           : filter.instanceId === undefined
             ? ["true", []]
             : ["instance_id = $1", [filter.instanceId]];
-      const holds = await pool.query<Item>(
-        `SELECT id, key_id AS "keyId" FROM holds WHERE state = 'open' AND ${where}`,
-        values,
-      );
-      const leases = await pool.query<Item>(
-        `SELECT id, key_id AS "keyId" FROM leases WHERE state = 'open' AND ${where}`,
-        values,
-      );
-      return { holds: holds.rows, leases: leases.rows };
+      /** The open rows of `table` that the filter picks: id and key. */
+      const open = async (table: "holds" | "leases") =>
+        (
+          await pool.query<{ id: string; keyId: string }>(
+            `SELECT id, key_id AS "keyId" FROM ${table} WHERE state = 'open' AND ${where}`,
+            values,
+          )
+        ).rows;
+      const holds = await open("holds");
+      return { holds, leases: await open("leases") };
     },
     async drainRequests(instanceId) {
       const r = await pool.query<{ id: string }>({
@@ -474,17 +405,17 @@ export async function createPostgresBudgetStore(options: PostgresBudgetStoreOpti
       return r.rows[0]?.n ?? 0;
     },
     async purgeClosed(before) {
-      const holds = await pool.query(
-        `DELETE FROM holds WHERE id IN
-           (SELECT id FROM holds WHERE state <> 'open' AND closed_at < $1 LIMIT 10000)`,
-        [before],
-      );
-      const leases = await pool.query(
-        `DELETE FROM leases WHERE id IN
-           (SELECT id FROM leases WHERE state <> 'open' AND closed_at < $1 LIMIT 10000)`,
-        [before],
-      );
-      return (holds.rowCount ?? 0) + (leases.rowCount ?? 0);
+      /** Deletes up to 10,000 rows of `table` closed before `before`; returns how many. */
+      const purge = async (table: "holds" | "leases") =>
+        (
+          await pool.query(
+            `DELETE FROM ${table} WHERE id IN
+               (SELECT id FROM ${table} WHERE state <> 'open' AND closed_at < $1 LIMIT 10000)`,
+            [before],
+          )
+        ).rowCount ?? 0;
+      const holds = await purge("holds");
+      return holds + (await purge("leases"));
     },
     async probeWrite() {
       // A transaction id makes COMMIT write (and flush) a commit record: a write of no table.
@@ -513,9 +444,7 @@ async function migrate(pool: pg.Pool): Promise<void> {
     );
     const version = rows[0]?.v ?? 0;
     if (version > POSTGRES_BUDGET_SCHEMA_VERSION) {
-      throw new Error(
-        `Budget database schema version ${version} is newer than this code knows (${POSTGRES_BUDGET_SCHEMA_VERSION})`,
-      );
+      throw schemaTooNewError(version, POSTGRES_BUDGET_SCHEMA_VERSION);
     }
     for (let v = version; v < POSTGRES_BUDGET_SCHEMA_VERSION; v++) {
       await client.query(MIGRATIONS[v] ?? "");
@@ -538,18 +467,5 @@ async function migrate(pool: pg.Pool): Promise<void> {
 }
 
 function toKeyRow(row: KeySqlRow): KeyRow {
-  return {
-    id: row.id,
-    keyHash: row.key_hash,
-    hint: row.hint,
-    name: row.name,
-    budgetTokens: row.budget_tokens,
-    spentTokens: row.spent_tokens,
-    heldTokens: row.held_tokens,
-    leasedTokens: row.leased_tokens,
-    leaseBlockUntil: row.lease_block_until,
-    models: row.models,
-    createdAt: row.created_at,
-    revokedAt: row.revoked_at,
-  };
+  return keyRowOf(row, row.models);
 }

@@ -3,10 +3,20 @@ import type { BudgetStore, KeyRecord } from "./budget-store.js";
 import { groupCommit, untilNotBusy } from "./sqlite-group-commit.js";
 import {
   createBudgetStoreOn,
-  type HoldRow,
+  type DailyColumns,
+  dailyOf,
+  type HoldColumns,
+  holdRowOf,
+  type KeyColumns,
   type KeyRow,
-  type LeaseRow,
+  keyInsertValues,
+  keyRowOf,
+  type LeaseColumns,
+  type LeaseUpdateValues,
+  leaseRowOf,
+  leaseUpdateValues,
   type StoreBackend,
+  schemaTooNewError,
   type TxRows,
 } from "./store-core.js";
 import { startWalCheckpointer, type WalCheckpointer } from "./wal-checkpointer.js";
@@ -146,43 +156,17 @@ const MIGRATIONS: readonly string[] = [
 /** The schema version this code writes (`PRAGMA user_version`): one per migration. */
 export const BUDGET_SCHEMA_VERSION: number = MIGRATIONS.length;
 
-interface KeySqlRow {
-  id: string;
-  key_hash: Buffer;
-  hint: string;
-  name: string;
-  budget_tokens: number;
-  spent_tokens: number;
-  held_tokens: number;
-  leased_tokens: number;
-  lease_block_until: number;
-  models: string | null;
-  created_at: number;
-  revoked_at: number | null;
+/** A `keys` row: `models` is JSON text. */
+type KeySqlRow = KeyColumns<string | null>;
+
+/** A boolean column as SQLite stores it (0 or 1: a CHECK keeps it so), read. */
+function fromBit(value: number): boolean {
+  return value === 1;
 }
 
-interface HoldSqlRow {
-  id: string;
-  key_id: string;
-  tokens: number;
-  state: HoldRow["state"];
-  used_tokens: number | null;
-  charged_tokens: number;
-  expires_at: number;
-}
-
-interface LeaseSqlRow {
-  id: string;
-  key_id: string;
-  state: LeaseRow["state"];
-  tokens: number;
-  reclaim_charge: number;
-  holds: number;
-  seq: number;
-  last_result: number;
-  drain: number;
-  closing: number;
-  expires_at: number;
+/** A boolean as SQLite stores it: 1 or 0. */
+function toBit(value: boolean): number {
+  return value ? 1 : 0;
 }
 
 /**
@@ -221,9 +205,9 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
   }
 
   const stmt = {
-    insertKey: db.prepare(
+    insertKey: db.prepare<ReturnType<typeof keyInsertValues>>(
       `INSERT INTO keys (id, key_hash, hint, name, budget_tokens, spent_tokens, models, created_at, revoked_at)
-       VALUES (@id, @key_hash, @hint, @name, @budget_tokens, @spent_tokens, @models, @created_at, @revoked_at)`,
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ),
     keyByHash: db.prepare<[Buffer], KeySqlRow>("SELECT * FROM keys WHERE key_hash = ?"),
     keyById: db.prepare<[string], KeySqlRow>("SELECT * FROM keys WHERE id = ?"),
@@ -236,10 +220,7 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
       `SELECT coalesce(sum(settled_holds), 0) AS settled, coalesce(sum(reclaimed_holds), 0) AS reclaimed
        FROM usage_daily WHERE key_id = ?`,
     ),
-    daily: db.prepare<
-      [string, number],
-      { day: string; charged_tokens: number; settled_holds: number; reclaimed_holds: number }
-    >(
+    daily: db.prepare<[string, number], DailyColumns>(
       `SELECT day, charged_tokens, settled_holds, reclaimed_holds FROM usage_daily
        WHERE key_id = ? ORDER BY day DESC LIMIT ?`,
     ),
@@ -263,7 +244,7 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
       `UPDATE holds SET expires_at = ?, used_tokens = max(coalesce(used_tokens, 0), ?)
        WHERE id = ? AND state = 'open'`,
     ),
-    holdById: db.prepare<[string], HoldSqlRow>(
+    holdById: db.prepare<[string], HoldColumns>(
       "SELECT id, key_id, tokens, state, used_tokens, charged_tokens, expires_at FROM holds WHERE id = ?",
     ),
     holdKey: db.prepare<[string], { key_id: string }>("SELECT key_id FROM holds WHERE id = ?"),
@@ -303,16 +284,14 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
     openLeases: db.prepare<[string | null, string | null], { id: string; keyId: string }>(
       "SELECT id, key_id AS keyId FROM leases WHERE state = 'open' AND (? IS NULL OR instance_id = ?)",
     ),
-    leaseById: db.prepare<[string], LeaseSqlRow>(
+    leaseById: db.prepare<[string], LeaseColumns<number>>(
       `SELECT id, key_id, state, tokens, reclaim_charge, holds, seq, last_result, drain, closing, expires_at
        FROM leases WHERE id = ?`,
     ),
     insertLease: db.prepare<[string, string, string, number, number]>(
       "INSERT INTO leases (id, key_id, instance_id, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
     ),
-    updateLease: db.prepare<
-      [string, number, number, number, number, number, number, number, number, number | null, string]
-    >(
+    updateLease: db.prepare<[...LeaseUpdateValues<number>, id: string]>(
       `UPDATE leases SET state = ?, tokens = ?, reclaim_charge = ?, holds = ?, seq = ?, last_result = ?,
               drain = ?, closing = ?, expires_at = ?, closed_at = ? WHERE id = ?`,
     ),
@@ -340,35 +319,11 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
     },
     async lockHold(id) {
       const r = stmt.holdById.get(id);
-      return r === undefined
-        ? undefined
-        : {
-            id: r.id,
-            keyId: r.key_id,
-            tokens: r.tokens,
-            state: r.state,
-            usedTokens: r.used_tokens,
-            chargedTokens: r.charged_tokens,
-            expiresAt: r.expires_at,
-          };
+      return r === undefined ? undefined : holdRowOf(r);
     },
     async lockLease(id) {
       const r = stmt.leaseById.get(id);
-      return r === undefined
-        ? undefined
-        : {
-            id: r.id,
-            keyId: r.key_id,
-            state: r.state,
-            tokens: r.tokens,
-            reclaimCharge: r.reclaim_charge,
-            holds: r.holds,
-            seq: r.seq,
-            lastResult: r.last_result,
-            drain: r.drain === 1,
-            closing: r.closing === 1,
-            expiresAt: r.expires_at,
-          };
+      return r === undefined ? undefined : leaseRowOf(r, fromBit);
     },
     insertHold(h) {
       stmt.insertHold.run(h.id, h.keyId, h.tokens, h.createdAt, h.expiresAt, h.instanceId);
@@ -381,19 +336,7 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
       rows.updateLease(l.id, columns);
     },
     updateLease(id, u) {
-      stmt.updateLease.run(
-        u.state,
-        u.tokens,
-        u.reclaimCharge,
-        u.holds,
-        u.seq,
-        u.lastResult,
-        u.drain ? 1 : 0,
-        u.closing ? 1 : 0,
-        u.expiresAt,
-        u.closedAt,
-        id,
-      );
+      stmt.updateLease.run(...leaseUpdateValues(u, toBit), id);
     },
     setKeyNumbers(id, spent, held, leased) {
       stmt.setKeyNumbers.run(spent, held, leased, id);
@@ -472,17 +415,7 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
     transaction: (fn) => writeTransaction(() => fn(rows)),
     insertKey: (record: KeyRecord) =>
       serial(() => {
-        stmt.insertKey.run({
-          id: record.id,
-          key_hash: Buffer.from(record.keyHash),
-          hint: record.hint,
-          name: record.name,
-          budget_tokens: record.budgetTokens,
-          spent_tokens: record.spentTokens,
-          models: record.models === null ? null : JSON.stringify(record.models),
-          created_at: record.createdAt,
-          revoked_at: record.revokedAt,
-        });
+        stmt.insertKey.run(...keyInsertValues(record));
       }),
     findKeyByHash: (keyHash) =>
       serial(() => {
@@ -502,12 +435,7 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
           leases: open.leases,
           settledHolds: totals.settled,
           reclaimedHolds: totals.reclaimed,
-          daily: stmt.daily.all(keyId, days).map((r) => ({
-            day: r.day,
-            chargedTokens: r.charged_tokens,
-            settledHolds: r.settled_holds,
-            reclaimedHolds: r.reclaimed_holds,
-          })),
+          daily: stmt.daily.all(keyId, days).map(dailyOf),
         };
       });
     },
@@ -555,9 +483,7 @@ function migrate(db: Database.Database): void {
   db.transaction(() => {
     const version = db.pragma("user_version", { simple: true }) as number;
     if (version > BUDGET_SCHEMA_VERSION) {
-      throw new Error(
-        `Budget database schema version ${version} is newer than this code knows (${BUDGET_SCHEMA_VERSION})`,
-      );
+      throw schemaTooNewError(version, BUDGET_SCHEMA_VERSION);
     }
     for (let v = version; v < BUDGET_SCHEMA_VERSION; v++) db.exec(MIGRATIONS[v] ?? "");
     if (version !== BUDGET_SCHEMA_VERSION) {
@@ -569,18 +495,5 @@ function migrate(db: Database.Database): void {
 }
 
 function toKeyRow(row: KeySqlRow): KeyRow {
-  return {
-    id: row.id,
-    keyHash: row.key_hash,
-    hint: row.hint,
-    name: row.name,
-    budgetTokens: row.budget_tokens,
-    spentTokens: row.spent_tokens,
-    heldTokens: row.held_tokens,
-    leasedTokens: row.leased_tokens,
-    leaseBlockUntil: row.lease_block_until,
-    models: row.models === null ? null : (JSON.parse(row.models) as string[]),
-    createdAt: row.created_at,
-    revokedAt: row.revoked_at,
-  };
+  return keyRowOf(row, row.models === null ? null : (JSON.parse(row.models) as string[]));
 }
