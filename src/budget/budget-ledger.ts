@@ -24,12 +24,18 @@ import {
   createLeases,
   DEFAULT_LEASE_SETTINGS,
   type LeaseOptions,
+  type LeaseSettings,
   type Leases,
 } from "./leases.js";
 import { createPostgresBudgetStore } from "./pg-budget-store.js";
 import { checkDemand, type HoldDemand } from "./plan-hold.js";
 import { createSqliteBudgetStore } from "./sqlite-budget-store.js";
-import { type LedgerSettleResult, type WritableChange, watchStoreWrites } from "./store-writes.js";
+import {
+  type LedgerSettleResult,
+  type StoreWrites,
+  type WritableChange,
+  watchStoreWrites,
+} from "./store-writes.js";
 
 /**
  * The longest a request may run without renewing its Hold: the API's 14-minute wait for a
@@ -391,6 +397,370 @@ export function utcDay(ms: number): string {
 }
 
 /**
+ * What the functions of one ledger share: its store (each write watched), leases and settings,
+ * fixed when it opens (times Unix epoch ms, durations ms), and its two maps.
+ */
+interface LedgerState {
+  readonly store: BudgetStore;
+  readonly writes: StoreWrites;
+  readonly leases: Leases | undefined;
+  readonly now: () => number;
+  readonly instanceId: string;
+  readonly holdTtlMs: number;
+  readonly settings: LeaseSettings;
+  /** How long closed Holds and leases are kept before they are purged. */
+  readonly retentionMs: number;
+  readonly authCacheTtlMs: number;
+  /**
+   * This replica's open Holds in the store (placed there, or moved there from a lost lease), by
+   * the id the request knows: the expiry the store last confirmed (Unix epoch ms) and the TTL it
+   * was given (ms). {@link BudgetLedger.standing} vouches for one without a look at the store while
+   * more than a quarter of that TTL is ahead; `lost` once a renewal found it closed (reclaimed:
+   * never vouched for again). Deleted at settle.
+   */
+  readonly storeHolds: Map<string, StoreHoldState>;
+  /** Keys read lately, by the key itself, least recently used first (see authenticate). */
+  readonly authCache: Map<string, { record: KeyRecord; at: number }>;
+}
+
+/**
+ * A Hold in the store, in one transaction (after other replicas gave back their leases' free
+ * tokens when it would clamp or refuse).
+ */
+async function placeInStore(
+  l: LedgerState,
+  keyId: string,
+  demand: HoldDemand,
+): Promise<{
+  holdId: string;
+  outcome: Exclude<PlaceHoldOutcome, { kind: "drain_requested" }>;
+  expiresAt: number;
+}> {
+  const { now, instanceId, holdTtlMs, settings, store } = l;
+  const t = now();
+  const input: PlaceHoldInput = {
+    holdId: generateHoldId(),
+    keyId,
+    demand,
+    instanceId,
+    now: t,
+    expiresAt: t + holdTtlMs,
+    drainOthersUntil: t + settings.blockMs,
+  };
+  let outcome = await store.placeHold(input);
+  let { expiresAt } = input;
+  if (outcome.kind === "drain_requested") {
+    // Other replicas lease tokens of this key: have their free tokens back, then plan once more.
+    await waitForDrains(l, keyId);
+    const t2 = now();
+    const { drainOthersUntil: _, ...again } = input;
+    expiresAt = t2 + holdTtlMs;
+    outcome = await store.placeHold({ ...again, now: t2, expiresAt });
+  }
+  if (outcome.kind === "drain_requested") {
+    throw new Error("unreachable: a placeHold without drainOthersUntil asked for a drain");
+  }
+  return { holdId: input.holdId, outcome, expiresAt };
+}
+
+/** {@link BudgetLedger.renew}: on the Hold's lease or in the store; keeps a store Hold's known expiry. */
+async function renew(l: LedgerState, holdId: string, usedTokens = 0, ttlMs?: number): Promise<boolean> {
+  const { holdTtlMs, now, storeHolds, leases, store } = l;
+  const ttl = ttlMs ?? holdTtlMs;
+  checkInt("ttlMs", ttl, 1);
+  checkInt("usedTokens", usedTokens, 0);
+  const expiresAt = now() + ttl;
+  // Read before the store answers: a renewal sent while the Hold was still on its lease (lost
+  // meanwhile, answered false) says nothing of the store Hold it moved to.
+  const inStore = storeHolds.get(holdId);
+  const renewed =
+    leases?.owns(holdId) === true
+      ? await leases.renew(holdId, usedTokens, ttl)
+      : await store.renewHold(holdId, expiresAt, usedTokens);
+  if (inStore !== undefined && storeHolds.get(holdId) === inStore) {
+    if (!renewed) inStore.lost = true;
+    else {
+      // What the store now has: a renewal writes its expiry as given, shorter ones too.
+      inStore.expiresAt = expiresAt;
+      inStore.ttlMs = ttl;
+    }
+  }
+  return renewed;
+}
+
+/**
+ * {@link BudgetLedger.standing} for a Hold in the store near or past the expiry the store last
+ * confirmed: renews it. A Hold still open was never reclaimed, so its tokens are still the
+ * request's (whatever the stall); one no longer open was reclaimed: false.
+ */
+async function confirmInStore(l: LedgerState, holdId: string, inStore: StoreHoldState): Promise<boolean> {
+  const { now } = l;
+  for (let tries = 0; ; tries++) {
+    const { ttlMs } = inStore;
+    const expiresAt = now() + ttlMs;
+    const waitMs = Math.max(inStore.expiresAt - now(), ttlMs / 8);
+    const renewed = await answeredWithin(
+      renew(l, holdId, 0, ttlMs),
+      waitMs,
+      () => `Budget store: Hold ${holdId} was not renewed within ${Math.round(waitMs)} ms`,
+    );
+    if (!renewed) return false;
+    // An answer read after the margin (a stall while the renewal was in flight) vouches for nothing.
+    if (now() < expiresAt - ttlMs / 4) return true;
+    if (tries >= 2) throw new Error(`Hold ${holdId}: the store's answers come too late to vouch for it`);
+  }
+}
+
+/**
+ * {@link BudgetLedger.standing} for a lease-backed Hold this replica could not vouch for: one
+ * step of its lease; a lease lost meanwhile (reclaimed, its tokens free for others) hands the
+ * Hold to one placed in the store for exactly what it may still use, whole or not at all.
+ */
+async function confirmLeased(l: LedgerState, leases: Leases, holdId: string): Promise<boolean> {
+  const { writes, storeHolds, holdTtlMs, now } = l;
+  const standing = await leases.confirm(holdId);
+  if (standing.kind === "current") return true;
+  if (standing.uncoveredTokens === 0) return true;
+  // Exactly uncoveredTokens: uncoveredTokens − 1 as prompt tokens and 1 generated token. A
+  // max_tokens of 1 cannot be clamped, so the Hold is whole or `insufficient` (after the other
+  // replicas' leases were asked for their free tokens).
+  const {
+    holdId: storeHoldId,
+    outcome,
+    expiresAt,
+  } = await placeInStore(l, standing.keyId, {
+    promptTokens: standing.uncoveredTokens - 1,
+    prompts: 1,
+    n: 1,
+    maxTokens: 1,
+  });
+  // Revoked meanwhile: nothing more for this key either (the ledger's 401 says so).
+  if (outcome.kind === "revoked" || outcome.kind === "unknown_key") throw revokedKey(undefined);
+  if (outcome.kind !== "held") return false;
+  if (!leases.move(holdId, storeHoldId)) {
+    // The local Hold ended meanwhile (reclaimed as stale): give the store's Hold back (kept and
+    // written later if the store fails it now).
+    await writes.settle(storeHoldId, 0);
+    return false;
+  }
+  const inStore = { expiresAt, ttlMs: holdTtlMs, lost: false };
+  storeHolds.set(holdId, inStore);
+  // An answer read after the margin (a stall once the Hold was placed) vouches for nothing.
+  return now() < expiresAt - holdTtlMs / 4 ? true : confirmInStore(l, holdId, inStore);
+}
+
+/** {@link BudgetLedger.reclaimStale}: local lease Holds, then expired store items; purges closed rows. */
+async function reclaimStale(l: LedgerState): Promise<ReclaimCount> {
+  const { leases, now, store, retentionMs } = l;
+  const local = leases?.reclaimLocal() ?? 0;
+  const t = now();
+  const r = await store.reclaimExpired(t, utcDay(t));
+  await store.purgeClosed(t - retentionMs);
+  return { holds: r.holds + local, leases: r.leases };
+}
+
+/** Waits until no live lease of another replica is still asked to drain on the key (bounded). */
+async function waitForDrains(l: LedgerState, keyId: string): Promise<void> {
+  const { settings, store, now, instanceId } = l;
+  const until = Date.now() + settings.drainWaitMs;
+  const pause = Math.max(5, Math.min(25, Math.floor(settings.drainPollMs / 2)));
+  while (Date.now() < until && (await store.drainsPending(keyId, now(), instanceId)) > 0) {
+    await new Promise((r) => setTimeout(r, pause));
+  }
+}
+
+/** The key's usage (days: see {@link BudgetLedger.usage}); UnknownIdError for an unknown key. */
+async function mustKnowKey(l: LedgerState, id: string, days?: number): Promise<KeyUsage> {
+  const { store } = l;
+  const usage = await store.keyUsage(id, days);
+  if (usage === undefined) throw new UnknownIdError("key", id);
+  return toUsage(usage);
+}
+
+/** {@link BudgetLedger.authenticate}, through the ledger's cache of keys read lately. */
+async function authenticate(l: LedgerState, authorization: string | undefined): Promise<KeyInfo> {
+  const { now, authCache, authCacheTtlMs, store } = l;
+  const parsed = parseAuthorization(authorization);
+  if (parsed.kind === "missing") throw new ApiError("invalid_api_key", NO_KEY_MESSAGE);
+  if (parsed.kind === "wrong_scheme") throw new ApiError("invalid_api_key", WRONG_SCHEME_MESSAGE);
+  const t = now();
+  let record: KeyRecord | undefined;
+  // The cache is keyed by the key itself: a hit was matched by its hash when it was read from
+  // the store, so a request with a cached key costs no hash (and no store read).
+  const cached = authCache.get(parsed.token);
+  if (cached !== undefined && t - cached.at < authCacheTtlMs) {
+    record = cached.record;
+    authCache.delete(parsed.token); // least recently used first
+    authCache.set(parsed.token, cached);
+  } else {
+    if (cached !== undefined) authCache.delete(parsed.token);
+    const hash = hashApiKey(parsed.token);
+    try {
+      record = await store.findKeyByHash(hash);
+    } catch (err) {
+      throw storeUnavailable(err, "the API key could not be checked");
+    }
+    if (record !== undefined && !hashesEqual(record.keyHash, hash)) record = undefined;
+    if (record !== undefined && authCacheTtlMs > 0) {
+      authCache.set(parsed.token, { record, at: t });
+      if (authCache.size > AUTH_CACHE_ENTRIES) {
+        const oldest = authCache.keys().next().value;
+        if (oldest !== undefined) authCache.delete(oldest);
+      }
+    }
+  }
+  if (record === undefined) {
+    const masked = maskApiKey(parsed.token);
+    throw new ApiError(
+      "invalid_api_key",
+      `Incorrect API key provided${masked === null ? "" : `: ${masked}`}. Check the key, or ask the API's operator for one.`,
+    );
+  }
+  if (record.revokedAt !== null) throw revokedKey(record.hint);
+  return { id: record.id, name: record.name, models: record.models, hint: record.hint };
+}
+
+/** {@link BudgetLedger.placeHold}: on a lease when it can, else in the store (see {@link heldInStore}). */
+async function placeHold(
+  l: LedgerState,
+  key: KeyInfo,
+  demand: HoldDemand,
+): Promise<PlacedHold | CountNeeded> {
+  const { leases, writes } = l;
+  checkDemand(demand);
+  if (leases !== undefined) {
+    let placed: Awaited<ReturnType<Leases["place"]>>;
+    try {
+      placed = await leases.place(key.id, demand);
+    } catch (err) {
+      throw storeUnavailable(err, "no Hold could be placed on the key's Budget");
+    }
+    if (placed.kind === "held") {
+      return {
+        holdId: placed.holdId,
+        maxTokens: demand.maxTokens,
+        clamped: false,
+        heldTokens: placed.tokens,
+      };
+    }
+    if (placed.kind === "revoked") throw revokedKey(key.hint);
+  }
+  if (writes.full) {
+    throw storeUnavailable(
+      new Error(`${writes.pendingSettles} settles wait for the Budget store`),
+      "no Hold could be placed on the key's Budget",
+    );
+  }
+  let placedInStore: Awaited<ReturnType<typeof placeInStore>>;
+  try {
+    placedInStore = await placeInStore(l, key.id, demand);
+  } catch (err) {
+    throw storeUnavailable(err, "no Hold could be placed on the key's Budget");
+  }
+  return heldInStore(l, key, demand, placedInStore);
+}
+
+/** The answer of a placeHold for a Hold placed in the store: the Hold, or the refusal it throws. */
+function heldInStore(
+  l: LedgerState,
+  key: KeyInfo,
+  demand: HoldDemand,
+  placedInStore: Awaited<ReturnType<typeof placeInStore>>,
+): PlacedHold | CountNeeded {
+  const { storeHolds, holdTtlMs } = l;
+  const { holdId, outcome, expiresAt } = placedInStore;
+  switch (outcome.kind) {
+    case "held":
+      storeHolds.set(holdId, { expiresAt, ttlMs: holdTtlMs, lost: false });
+      return {
+        holdId,
+        maxTokens: outcome.maxTokens,
+        clamped: outcome.clamped,
+        heldTokens: outcome.tokens,
+      };
+    case "insufficient": {
+      const available = outcome.budgetTokens - outcome.spentTokens - outcome.heldTokens;
+      throw new ApiError(
+        "insufficient_quota",
+        `You exceeded your current quota: this request needs at least ${outcome.minimumTokens} tokens ` +
+          `(${demand.promptTokens} prompt tokens + ${demand.prompts * demand.n} × 1 generated token` +
+          `${demand.captureReplay === true ? ` + ${demand.n * demand.promptTokens} tokens of the capture's replay` : ""}), ` +
+          `and the key's Budget has ${Math.max(0, available)} of ${outcome.budgetTokens} tokens left ` +
+          `(${outcome.spentTokens} spent, ${outcome.heldTokens} held by requests in flight).`,
+        { retry: quotaRetry(outcome) },
+      );
+    }
+    case "count":
+      return { countNeeded: true };
+    case "revoked":
+      throw revokedKey(key.hint);
+    case "unknown_key":
+      throw new ApiError(
+        "invalid_api_key",
+        "Incorrect API key provided. Check the key, or ask the API's operator for one.",
+      );
+  }
+}
+
+/** {@link BudgetLedger.standing}: true, or (near its expiry, or on a lease not current) a look at the store. */
+function standing(l: LedgerState, holdId: string): true | Promise<boolean> {
+  const { storeHolds, now, leases } = l;
+  const inStore = storeHolds.get(holdId);
+  if (inStore !== undefined) {
+    if (inStore.lost) return Promise.resolve(false);
+    return now() < inStore.expiresAt - inStore.ttlMs / 4 ? true : confirmInStore(l, holdId, inStore);
+  }
+  if (leases === undefined || leases.current(holdId)) return true;
+  return confirmLeased(l, leases, holdId);
+}
+
+/** {@link BudgetLedger.settle}: on the Hold's lease, or written to the store (kept while it fails). */
+async function settle(l: LedgerState, holdId: string, usedTokens: number): Promise<LedgerSettleResult> {
+  const { storeHolds, leases, writes } = l;
+  checkInt("usedTokens", usedTokens, 0);
+  storeHolds.delete(holdId);
+  if (leases?.owns(holdId) === true) return leases.settle(holdId, usedTokens);
+  const result = await writes.settle(holdId, usedTokens);
+  if (result === undefined) throw new UnknownIdError("hold", holdId);
+  return result;
+}
+
+/** {@link BudgetLedger.createKey}: a new key and its record in the store. */
+async function createKey(
+  l: LedgerState,
+  input: Parameters<BudgetLedger["createKey"]>[0],
+): Promise<CreatedKey> {
+  const { store, now } = l;
+  checkInt("budgetTokens", input.budgetTokens, 0);
+  const models = input.models === undefined ? null : [...new Set(input.models)];
+  if (models?.some((m) => m === "")) throw new RangeError("models: a model id must not be empty");
+  const key = generateApiKey();
+  const id = generateKeyId();
+  await store.insertKey({
+    id,
+    keyHash: hashApiKey(key),
+    hint: apiKeyHint(key),
+    name: input.name ?? "",
+    budgetTokens: input.budgetTokens,
+    spentTokens: 0,
+    models,
+    createdAt: now(),
+    revokedAt: null,
+  });
+  return { id, key };
+}
+
+/** {@link BudgetLedger.revoke}: revokes the key, forgets it in the cache and has its leases back. */
+async function revoke(l: LedgerState, id: string): Promise<KeySummary> {
+  const { store, now, authCache, leases } = l;
+  if (!(await store.revokeKey(id, now()))) throw new UnknownIdError("key", id);
+  for (const [hash, entry] of authCache) if (entry.record.id === id) authCache.delete(hash);
+  await leases?.drainKey(id);
+  await waitForDrains(l, id);
+  return toSummary(await mustKnowKey(l, id));
+}
+
+/**
  * Opens the ledger on a SQLite file (`path`, created and migrated on open), a PostgreSQL database
  * (`postgresUrl`, migrated on open) or a given store, and starts its timers (unref'd; they never
  * keep the process alive): reclaim, and with leases the lease steps and drain polling. Does not
@@ -438,178 +808,66 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
     leaseOption === false
       ? undefined
       : createLeases({ store, instanceId, settings, now, dayOf: utcDay, holdTtlMs, onError, writes });
+  const l: LedgerState = {
+    store,
+    writes,
+    leases,
+    now,
+    instanceId,
+    holdTtlMs,
+    settings,
+    retentionMs,
+    authCacheTtlMs,
+    storeHolds: new Map(),
+    authCache: new Map(),
+  };
   let closed = false;
 
-  const reclaimIntervalMs = options.reclaimIntervalMs ?? DEFAULT_RECLAIM_INTERVAL_MS;
+  const timer = startReclaimTimer(l, options.reclaimIntervalMs ?? DEFAULT_RECLAIM_INTERVAL_MS, onError);
+
+  const close = async (): Promise<void> => {
+    if (closed) return;
+    closed = true;
+    if (timer !== undefined) clearInterval(timer);
+    try {
+      await leases?.close();
+      await writes.close();
+    } finally {
+      await store.close();
+    }
+  };
+  return ledgerApi(l, close);
+}
+
+/**
+ * Runs reclaimStale on the ledger every `intervalMs` (none when 0), skipping a turn while the last
+ * one still runs; a failure goes to onError. The timer is unref'd; undefined when there is none.
+ */
+function startReclaimTimer(
+  l: LedgerState,
+  intervalMs: number,
+  onError: (err: unknown) => void,
+): ReturnType<typeof setInterval> | undefined {
   let reclaiming = false;
   const timer =
-    reclaimIntervalMs > 0
+    intervalMs > 0
       ? setInterval(() => {
           if (reclaiming) return;
           reclaiming = true;
-          reclaimStale()
+          reclaimStale(l)
             .catch(onError)
             .finally(() => {
               reclaiming = false;
             });
-        }, reclaimIntervalMs)
+        }, intervalMs)
       : undefined;
   timer?.unref();
+  return timer;
+}
 
-  /**
-   * A Hold in the store, in one transaction (after other replicas gave back their leases' free
-   * tokens when it would clamp or refuse).
-   */
-  async function placeInStore(
-    keyId: string,
-    demand: HoldDemand,
-  ): Promise<{
-    holdId: string;
-    outcome: Exclude<PlaceHoldOutcome, { kind: "drain_requested" }>;
-    expiresAt: number;
-  }> {
-    const t = now();
-    const input: PlaceHoldInput = {
-      holdId: generateHoldId(),
-      keyId,
-      demand,
-      instanceId,
-      now: t,
-      expiresAt: t + holdTtlMs,
-      drainOthersUntil: t + settings.blockMs,
-    };
-    let outcome = await store.placeHold(input);
-    let { expiresAt } = input;
-    if (outcome.kind === "drain_requested") {
-      // Other replicas lease tokens of this key: have their free tokens back, then plan once more.
-      await waitForDrains(keyId);
-      const t2 = now();
-      const { drainOthersUntil: _, ...again } = input;
-      expiresAt = t2 + holdTtlMs;
-      outcome = await store.placeHold({ ...again, now: t2, expiresAt });
-    }
-    if (outcome.kind === "drain_requested") {
-      throw new Error("unreachable: a placeHold without drainOthersUntil asked for a drain");
-    }
-    return { holdId: input.holdId, outcome, expiresAt };
-  }
-
-  /**
-   * This replica's open Holds in the store (placed there, or moved there from a lost lease), by
-   * the id the request knows: the expiry the store last confirmed (Unix epoch ms) and the TTL it
-   * was given (ms). {@link BudgetLedger.standing} vouches for one without a look at the store while
-   * more than a quarter of that TTL is ahead; `lost` once a renewal found it closed (reclaimed:
-   * never vouched for again). Deleted at settle.
-   */
-  const storeHolds = new Map<string, StoreHoldState>();
-
-  async function renew(holdId: string, usedTokens = 0, ttlMs?: number): Promise<boolean> {
-    const ttl = ttlMs ?? holdTtlMs;
-    checkInt("ttlMs", ttl, 1);
-    checkInt("usedTokens", usedTokens, 0);
-    const expiresAt = now() + ttl;
-    // Read before the store answers: a renewal sent while the Hold was still on its lease (lost
-    // meanwhile, answered false) says nothing of the store Hold it moved to.
-    const inStore = storeHolds.get(holdId);
-    const renewed =
-      leases?.owns(holdId) === true
-        ? await leases.renew(holdId, usedTokens, ttl)
-        : await store.renewHold(holdId, expiresAt, usedTokens);
-    if (inStore !== undefined && storeHolds.get(holdId) === inStore) {
-      if (!renewed) inStore.lost = true;
-      else {
-        // What the store now has: a renewal writes its expiry as given, shorter ones too.
-        inStore.expiresAt = expiresAt;
-        inStore.ttlMs = ttl;
-      }
-    }
-    return renewed;
-  }
-
-  /**
-   * {@link BudgetLedger.standing} for a Hold in the store near or past the expiry the store last
-   * confirmed: renews it. A Hold still open was never reclaimed, so its tokens are still the
-   * request's (whatever the stall); one no longer open was reclaimed: false.
-   */
-  async function confirmInStore(holdId: string, inStore: StoreHoldState): Promise<boolean> {
-    for (let tries = 0; ; tries++) {
-      const { ttlMs } = inStore;
-      const expiresAt = now() + ttlMs;
-      const waitMs = Math.max(inStore.expiresAt - now(), ttlMs / 8);
-      const renewed = await answeredWithin(
-        renew(holdId, 0, ttlMs),
-        waitMs,
-        () => `Budget store: Hold ${holdId} was not renewed within ${Math.round(waitMs)} ms`,
-      );
-      if (!renewed) return false;
-      // An answer read after the margin (a stall while the renewal was in flight) vouches for nothing.
-      if (now() < expiresAt - ttlMs / 4) return true;
-      if (tries >= 2) throw new Error(`Hold ${holdId}: the store's answers come too late to vouch for it`);
-    }
-  }
-
-  /**
-   * {@link BudgetLedger.standing} for a lease-backed Hold this replica could not vouch for: one
-   * step of its lease; a lease lost meanwhile (reclaimed, its tokens free for others) hands the
-   * Hold to one placed in the store for exactly what it may still use, whole or not at all.
-   */
-  async function confirmLeased(leases: Leases, holdId: string): Promise<boolean> {
-    const standing = await leases.confirm(holdId);
-    if (standing.kind === "current") return true;
-    if (standing.uncoveredTokens === 0) return true;
-    // Exactly uncoveredTokens: uncoveredTokens − 1 as prompt tokens and 1 generated token. A
-    // max_tokens of 1 cannot be clamped, so the Hold is whole or `insufficient` (after the other
-    // replicas' leases were asked for their free tokens).
-    const {
-      holdId: storeHoldId,
-      outcome,
-      expiresAt,
-    } = await placeInStore(standing.keyId, {
-      promptTokens: standing.uncoveredTokens - 1,
-      prompts: 1,
-      n: 1,
-      maxTokens: 1,
-    });
-    // Revoked meanwhile: nothing more for this key either (the ledger's 401 says so).
-    if (outcome.kind === "revoked" || outcome.kind === "unknown_key") throw revokedKey(undefined);
-    if (outcome.kind !== "held") return false;
-    if (!leases.move(holdId, storeHoldId)) {
-      // The local Hold ended meanwhile (reclaimed as stale): give the store's Hold back (kept and
-      // written later if the store fails it now).
-      await writes.settle(storeHoldId, 0);
-      return false;
-    }
-    const inStore = { expiresAt, ttlMs: holdTtlMs, lost: false };
-    storeHolds.set(holdId, inStore);
-    // An answer read after the margin (a stall once the Hold was placed) vouches for nothing.
-    return now() < expiresAt - holdTtlMs / 4 ? true : confirmInStore(holdId, inStore);
-  }
-
-  async function reclaimStale(): Promise<ReclaimCount> {
-    const local = leases?.reclaimLocal() ?? 0;
-    const t = now();
-    const r = await store.reclaimExpired(t, utcDay(t));
-    await store.purgeClosed(t - retentionMs);
-    return { holds: r.holds + local, leases: r.leases };
-  }
-
-  /** Waits until no live lease of another replica is still asked to drain on the key (bounded). */
-  async function waitForDrains(keyId: string): Promise<void> {
-    const until = Date.now() + settings.drainWaitMs;
-    const pause = Math.max(5, Math.min(25, Math.floor(settings.drainPollMs / 2)));
-    while (Date.now() < until && (await store.drainsPending(keyId, now(), instanceId)) > 0) {
-      await new Promise((r) => setTimeout(r, pause));
-    }
-  }
-
-  const authCache = new Map<string, { record: KeyRecord; at: number }>();
-
-  const mustKnowKey = async (id: string, days?: number): Promise<KeyUsage> => {
-    const usage = await store.keyUsage(id, days);
-    if (usage === undefined) throw new UnknownIdError("key", id);
-    return toUsage(usage);
-  };
-
+/** The BudgetLedger of an open ledger's state; `close` closes it (once). */
+function ledgerApi(l: LedgerState, close: () => Promise<void>): BudgetLedger {
+  const { store, writes, leases, now, instanceId } = l;
   return {
     instanceId,
     storeKind: store.kind,
@@ -620,48 +878,7 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
     get pendingSettles() {
       return writes.pendingSettles;
     },
-
-    async authenticate(authorization) {
-      const parsed = parseAuthorization(authorization);
-      if (parsed.kind === "missing") throw new ApiError("invalid_api_key", NO_KEY_MESSAGE);
-      if (parsed.kind === "wrong_scheme") throw new ApiError("invalid_api_key", WRONG_SCHEME_MESSAGE);
-      const t = now();
-      let record: KeyRecord | undefined;
-      // The cache is keyed by the key itself: a hit was matched by its hash when it was read from
-      // the store, so a request with a cached key costs no hash (and no store read).
-      const cached = authCache.get(parsed.token);
-      if (cached !== undefined && t - cached.at < authCacheTtlMs) {
-        record = cached.record;
-        authCache.delete(parsed.token); // least recently used first
-        authCache.set(parsed.token, cached);
-      } else {
-        if (cached !== undefined) authCache.delete(parsed.token);
-        const hash = hashApiKey(parsed.token);
-        try {
-          record = await store.findKeyByHash(hash);
-        } catch (err) {
-          throw storeUnavailable(err, "the API key could not be checked");
-        }
-        if (record !== undefined && !hashesEqual(record.keyHash, hash)) record = undefined;
-        if (record !== undefined && authCacheTtlMs > 0) {
-          authCache.set(parsed.token, { record, at: t });
-          if (authCache.size > AUTH_CACHE_ENTRIES) {
-            const oldest = authCache.keys().next().value;
-            if (oldest !== undefined) authCache.delete(oldest);
-          }
-        }
-      }
-      if (record === undefined) {
-        const masked = maskApiKey(parsed.token);
-        throw new ApiError(
-          "invalid_api_key",
-          `Incorrect API key provided${masked === null ? "" : `: ${masked}`}. Check the key, or ask the API's operator for one.`,
-        );
-      }
-      if (record.revokedAt !== null) throw revokedKey(record.hint);
-      return { id: record.id, name: record.name, models: record.models, hint: record.hint };
-    },
-
+    authenticate: (authorization) => authenticate(l, authorization),
     checkModel(key, modelId, aliases = []) {
       const allowed = key.models;
       if (allowed !== null && !allowed.includes(modelId) && !aliases.some((a) => allowed.includes(a))) {
@@ -674,157 +891,30 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
         );
       }
     },
-
-    placeHold: (async (key: KeyInfo, demand: HoldDemand): Promise<PlacedHold | CountNeeded> => {
-      checkDemand(demand);
-      if (leases !== undefined) {
-        let placed: Awaited<ReturnType<Leases["place"]>>;
-        try {
-          placed = await leases.place(key.id, demand);
-        } catch (err) {
-          throw storeUnavailable(err, "no Hold could be placed on the key's Budget");
-        }
-        if (placed.kind === "held") {
-          return {
-            holdId: placed.holdId,
-            maxTokens: demand.maxTokens,
-            clamped: false,
-            heldTokens: placed.tokens,
-          };
-        }
-        if (placed.kind === "revoked") throw revokedKey(key.hint);
-      }
-      if (writes.full) {
-        throw storeUnavailable(
-          new Error(`${writes.pendingSettles} settles wait for the Budget store`),
-          "no Hold could be placed on the key's Budget",
-        );
-      }
-      let placedInStore: Awaited<ReturnType<typeof placeInStore>>;
-      try {
-        placedInStore = await placeInStore(key.id, demand);
-      } catch (err) {
-        throw storeUnavailable(err, "no Hold could be placed on the key's Budget");
-      }
-      const { holdId, outcome, expiresAt } = placedInStore;
-      switch (outcome.kind) {
-        case "held":
-          storeHolds.set(holdId, { expiresAt, ttlMs: holdTtlMs, lost: false });
-          return {
-            holdId,
-            maxTokens: outcome.maxTokens,
-            clamped: outcome.clamped,
-            heldTokens: outcome.tokens,
-          };
-        case "insufficient": {
-          const available = outcome.budgetTokens - outcome.spentTokens - outcome.heldTokens;
-          throw new ApiError(
-            "insufficient_quota",
-            `You exceeded your current quota: this request needs at least ${outcome.minimumTokens} tokens ` +
-              `(${demand.promptTokens} prompt tokens + ${demand.prompts * demand.n} × 1 generated token` +
-              `${demand.captureReplay === true ? ` + ${demand.n * demand.promptTokens} tokens of the capture's replay` : ""}), ` +
-              `and the key's Budget has ${Math.max(0, available)} of ${outcome.budgetTokens} tokens left ` +
-              `(${outcome.spentTokens} spent, ${outcome.heldTokens} held by requests in flight).`,
-            { retry: quotaRetry(outcome) },
-          );
-        }
-        case "count":
-          return { countNeeded: true };
-        case "revoked":
-          throw revokedKey(key.hint);
-        case "unknown_key":
-          throw new ApiError(
-            "invalid_api_key",
-            "Incorrect API key provided. Check the key, or ask the API's operator for one.",
-          );
-      }
-    }) as BudgetLedger["placeHold"],
-
-    standing(holdId) {
-      const inStore = storeHolds.get(holdId);
-      if (inStore !== undefined) {
-        if (inStore.lost) return Promise.resolve(false);
-        return now() < inStore.expiresAt - inStore.ttlMs / 4 ? true : confirmInStore(holdId, inStore);
-      }
-      if (leases === undefined || leases.current(holdId)) return true;
-      return confirmLeased(leases, holdId);
-    },
-
-    renew,
-
-    async settle(holdId, usedTokens) {
-      checkInt("usedTokens", usedTokens, 0);
-      storeHolds.delete(holdId);
-      if (leases?.owns(holdId) === true) return leases.settle(holdId, usedTokens);
-      const result = await writes.settle(holdId, usedTokens);
-      if (result === undefined) throw new UnknownIdError("hold", holdId);
-      return result;
-    },
-
-    reclaimStale,
-
+    placeHold: ((key: KeyInfo, demand: HoldDemand) => placeHold(l, key, demand)) as BudgetLedger["placeHold"],
+    standing: (holdId) => standing(l, holdId),
+    renew: (holdId, usedTokens, ttlMs) => renew(l, holdId, usedTokens, ttlMs),
+    settle: (holdId, usedTokens) => settle(l, holdId, usedTokens),
+    reclaimStale: () => reclaimStale(l),
     async reclaimOnStart(scope = "all") {
       const t = now();
       return store.reclaimOpen(t, utcDay(t), scope === "instance" ? instanceId : undefined);
     },
-
     async syncLeases() {
       await leases?.syncAll();
     },
-
-    async close() {
-      if (closed) return;
-      closed = true;
-      if (timer !== undefined) clearInterval(timer);
-      try {
-        await leases?.close();
-        await writes.close();
-      } finally {
-        await store.close();
-      }
-    },
-
-    async createKey(input) {
-      checkInt("budgetTokens", input.budgetTokens, 0);
-      const models = input.models === undefined ? null : [...new Set(input.models)];
-      if (models?.some((m) => m === "")) throw new RangeError("models: a model id must not be empty");
-      const key = generateApiKey();
-      const id = generateKeyId();
-      await store.insertKey({
-        id,
-        keyHash: hashApiKey(key),
-        hint: apiKeyHint(key),
-        name: input.name ?? "",
-        budgetTokens: input.budgetTokens,
-        spentTokens: 0,
-        models,
-        createdAt: now(),
-        revokedAt: null,
-      });
-      return { id, key };
-    },
-
+    close,
+    createKey: (input) => createKey(l, input),
     async listKeys() {
       return (await store.listKeys()).map(toSummary);
     },
-
     async grant(id, tokens) {
       checkInt("tokens", tokens, 1);
       if (!(await store.addBudget(id, tokens))) throw new UnknownIdError("key", id);
-      return mustKnowKey(id);
+      return mustKnowKey(l, id);
     },
-
-    async revoke(id) {
-      if (!(await store.revokeKey(id, now()))) throw new UnknownIdError("key", id);
-      for (const [hash, entry] of authCache) if (entry.record.id === id) authCache.delete(hash);
-      await leases?.drainKey(id);
-      await waitForDrains(id);
-      return toSummary(await mustKnowKey(id));
-    },
-
-    usage(id, days) {
-      return mustKnowKey(id, days);
-    },
+    revoke: (id) => revoke(l, id),
+    usage: (id, days) => mustKnowKey(l, id, days),
   };
 }
 

@@ -2,10 +2,19 @@ import pg from "pg";
 import type { BudgetStore, KeyRecord } from "./budget-store.js";
 import {
   createBudgetStoreOn,
-  type HoldRow,
+  type DailyColumns,
+  dailyOf,
+  type HoldColumns,
+  holdRowOf,
+  type KeyColumns,
   type KeyRow,
-  type LeaseRow,
+  keyInsertValues,
+  keyRowOf,
+  type LeaseColumns,
+  leaseRowOf,
+  leaseUpdateValues,
   type StoreBackend,
+  schemaTooNewError,
   type TxRows,
 } from "./store-core.js";
 
@@ -120,19 +129,12 @@ const TYPES = {
   }) as typeof pg.types.getTypeParser,
 };
 
-interface KeySqlRow {
-  id: string;
-  key_hash: Buffer;
-  hint: string;
-  name: string;
-  budget_tokens: number;
-  spent_tokens: number;
-  held_tokens: number;
-  leased_tokens: number;
-  lease_block_until: number;
-  models: string[] | null;
-  created_at: number;
-  revoked_at: number | null;
+/** A `keys` row: jsonb `models` comes parsed. */
+type KeySqlRow = KeyColumns<string[] | null>;
+
+/** A boolean column as node-postgres returns it, and takes it: as it is. */
+function asBoolean(value: boolean): boolean {
+  return value;
 }
 
 const SQL = {
@@ -168,6 +170,257 @@ const SQL = {
   holdKey: "SELECT key_id FROM holds WHERE id = $1",
 } as const;
 
+/** Runs one of the {@link SQL} statements, as a named (prepared) statement, on a pool or a connection. */
+function run<R extends pg.QueryResultRow>(
+  client: pg.Pool | pg.PoolClient,
+  name: keyof typeof SQL,
+  values: unknown[],
+): Promise<pg.QueryResult<R>> {
+  return client.query<R>({ name: `acs_${name}`, text: SQL[name], values });
+}
+
+/** Row access on one connection; writes are sent at once (pipelined) and collected in `sent`. */
+function rowsOf(c: pg.PoolClient, sent: Promise<unknown>[]): TxRows {
+  const write = (name: keyof typeof SQL, values: unknown[]): void => {
+    const p = run(c, name, values);
+    p.catch(() => undefined); // seen by the transaction's Promise.all(sent), not unhandled meanwhile
+    sent.push(p);
+  };
+  return {
+    async lockKey(id) {
+      const r = (await run<KeySqlRow>(c, "lockKey", [id])).rows[0];
+      return r === undefined ? undefined : toKeyRow(r);
+    },
+    async lockHold(id) {
+      const r = (await run<HoldColumns>(c, "lockHold", [id])).rows[0];
+      return r === undefined ? undefined : holdRowOf(r);
+    },
+    async lockLease(id) {
+      const r = (await run<LeaseColumns<boolean>>(c, "lockLease", [id])).rows[0];
+      return r === undefined ? undefined : leaseRowOf(r, asBoolean);
+    },
+    insertHold(h) {
+      write("insertHold", [h.id, h.keyId, h.tokens, h.createdAt, h.expiresAt, h.instanceId]);
+    },
+    closeHold(id, state, used, charged, closedAt) {
+      write("closeHold", [id, state, used, charged, closedAt]);
+    },
+    insertLease(l, u) {
+      write("insertLease", [l.id, l.keyId, l.instanceId, l.createdAt, ...leaseUpdateValues(u, asBoolean)]);
+    },
+    updateLease(id, u) {
+      write("updateLease", [id, ...leaseUpdateValues(u, asBoolean)]);
+    },
+    setKeyNumbers(id, spent, held, leased) {
+      write("setKeyNumbers", [id, spent, held, leased]);
+    },
+    addDaily(keyId, day, charged, settled, reclaimed) {
+      write("addDaily", [keyId, day, charged, settled, reclaimed]);
+    },
+    async flagDrain(keyId, others) {
+      const r =
+        others === undefined
+          ? await run(c, "drainAll", [keyId])
+          : await run(c, "drainOthers", [keyId, others.instanceId, others.now]);
+      return r.rowCount ?? 0;
+    },
+    blockLeases(keyId, until) {
+      write("blockLeases", [keyId, until]);
+    },
+    async revoke(keyId, now) {
+      return ((await run(c, "revoke", [keyId, now])).rowCount ?? 0) === 1;
+    },
+  };
+}
+
+/**
+ * Runs fn between `begin` and COMMIT on one connection of the pool. The connection pipelines: BEGIN
+ * goes out with fn's first read, and fn's writes (collected in `sent`) with the COMMIT, so a
+ * transaction that reads the key row and writes costs two round trips. Rolls back and rethrows
+ * when fn (or a write) fails; a connection that broke meanwhile is dropped from the pool.
+ */
+async function inTransaction<T>(
+  pool: pg.Pool,
+  begin: string,
+  fn: (c: pg.PoolClient, sent: Promise<unknown>[]) => Promise<T>,
+): Promise<T> {
+  let broken: Error | undefined;
+  const client = await pool.connect();
+  // A checked-out connection's errors are its queries' (they reject); this listener keeps one
+  // that ends while the transaction runs (the server gone) from being an uncaught 'error'.
+  const onError = (err: Error): void => {
+    broken ??= err;
+  };
+  client.on("error", onError);
+  const begun = client.query(begin);
+  begun.catch(() => undefined);
+  const sent: Promise<unknown>[] = [begun];
+  try {
+    const result = await fn(client, sent);
+    const commit = client.query("COMMIT");
+    commit.catch(() => undefined);
+    sent.push(commit);
+    await Promise.all(sent);
+    return result;
+  } catch (err) {
+    await Promise.allSettled(sent);
+    try {
+      await client.query("ROLLBACK");
+    } catch (rollbackError) {
+      broken = rollbackError as Error; // the connection is unusable: the pool drops it
+    }
+    throw err;
+  } finally {
+    client.release(broken);
+    client.off("error", onError);
+  }
+}
+
+/** {@link StoreBackend.keyUsage} on a connection, inside a read-only snapshot transaction. */
+async function readKeyUsage(
+  c: pg.PoolClient,
+  keyId: string,
+  days: number,
+): ReturnType<StoreBackend["keyUsage"]> {
+  const key = (await c.query<KeySqlRow>("SELECT * FROM keys WHERE id = $1", [keyId])).rows[0];
+  if (key === undefined) return undefined;
+  const counts = (
+    await c.query<{ holds: number; leases: number; settled: number; reclaimed: number }>(
+      `SELECT (SELECT count(*) FROM holds WHERE key_id = $1 AND state = 'open') AS holds,
+              (SELECT count(*) FROM leases WHERE key_id = $1 AND state = 'open') AS leases,
+              (SELECT coalesce(sum(settled_holds), 0) FROM usage_daily WHERE key_id = $1) AS settled,
+              (SELECT coalesce(sum(reclaimed_holds), 0) FROM usage_daily WHERE key_id = $1) AS reclaimed`,
+      [keyId],
+    )
+  ).rows[0];
+  const daily = (
+    await c.query<DailyColumns>(
+      `SELECT day, charged_tokens, settled_holds, reclaimed_holds FROM usage_daily
+       WHERE key_id = $1 ORDER BY day DESC LIMIT $2`,
+      [keyId, days],
+    )
+  ).rows;
+  return {
+    key: toKeyRow(key),
+    openHolds: counts?.holds ?? 0,
+    leases: counts?.leases ?? 0,
+    settledHolds: counts?.settled ?? 0,
+    reclaimedHolds: counts?.reclaimed ?? 0,
+    daily: daily.map(dailyOf),
+  };
+}
+
+/** {@link StoreBackend.openItems}: the open Holds, then the open leases, that the filter picks. */
+async function openItems(
+  pool: pg.Pool,
+  filter: Parameters<StoreBackend["openItems"]>[0],
+): ReturnType<StoreBackend["openItems"]> {
+  const [where, values] =
+    "expiredAt" in filter
+      ? ["expires_at <= $1", [filter.expiredAt]]
+      : filter.instanceId === undefined
+        ? ["true", []]
+        : ["instance_id = $1", [filter.instanceId]];
+  /** The open rows of `table` that the filter picks: id and key. */
+  const open = async (table: "holds" | "leases") =>
+    (
+      await pool.query<{ id: string; keyId: string }>(
+        `SELECT id, key_id AS "keyId" FROM ${table} WHERE state = 'open' AND ${where}`,
+        values,
+      )
+    ).rows;
+  const holds = await open("holds");
+  return { holds, leases: await open("leases") };
+}
+
+/** {@link StoreBackend.purgeClosed}: closed Holds, then closed leases, up to 10,000 of each. */
+async function purgeClosed(pool: pg.Pool, before: number): Promise<number> {
+  /** Deletes up to 10,000 rows of `table` closed before `before`; returns how many. */
+  const purge = async (table: "holds" | "leases") =>
+    (
+      await pool.query(
+        `DELETE FROM ${table} WHERE id IN
+             (SELECT id FROM ${table} WHERE state <> 'open' AND closed_at < $1 LIMIT 10000)`,
+        [before],
+      )
+    ).rowCount ?? 0;
+  const holds = await purge("holds");
+  return holds + (await purge("leases"));
+}
+
+/** The StoreBackend of a migrated pool: its plain statements and its transactions (see {@link rowsOf}). */
+function postgresBackend(pool: pg.Pool): StoreBackend {
+  return {
+    kind: "postgres",
+    transaction: (fn) => inTransaction(pool, "BEGIN", (c, sent) => fn(rowsOf(c, sent))),
+    async insertKey(record: KeyRecord) {
+      await pool.query(
+        `INSERT INTO keys (id, key_hash, hint, name, budget_tokens, spent_tokens, models, created_at, revoked_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+        keyInsertValues(record),
+      );
+    },
+    async findKeyByHash(keyHash) {
+      const r = (
+        await pool.query<KeySqlRow>({
+          name: "acs_keyByHash",
+          text: "SELECT * FROM keys WHERE key_hash = $1",
+          values: [Buffer.from(keyHash)],
+        })
+      ).rows[0];
+      return r === undefined ? undefined : toKeyRow(r);
+    },
+    async listKeys() {
+      return (await pool.query<KeySqlRow>("SELECT * FROM keys ORDER BY created_at, id")).rows.map(toKeyRow);
+    },
+    keyUsage: (keyId, days) =>
+      inTransaction(pool, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", (c) =>
+        readKeyUsage(c, keyId, days),
+      ),
+    async addBudget(keyId, tokens) {
+      const r = await pool.query("UPDATE keys SET budget_tokens = budget_tokens + $2 WHERE id = $1", [
+        keyId,
+        tokens,
+      ]);
+      return r.rowCount === 1;
+    },
+    async renewHold(holdId, expiresAt, usedTokens) {
+      return ((await run(pool, "renew", [holdId, expiresAt, usedTokens])).rowCount ?? 0) === 1;
+    },
+    async holdKeyId(holdId) {
+      return (await run<{ key_id: string }>(pool, "holdKey", [holdId])).rows[0]?.key_id;
+    },
+    openItems: (filter) => openItems(pool, filter),
+    async drainRequests(instanceId) {
+      const r = await pool.query<{ id: string }>({
+        name: "acs_drainRequests",
+        text: "SELECT id FROM leases WHERE instance_id = $1 AND state = 'open' AND drain",
+        values: [instanceId],
+      });
+      return r.rows.map((row) => row.id);
+    },
+    async drainsPending(keyId, now, exceptInstanceId) {
+      const r = await pool.query<{ n: number }>({
+        name: "acs_drainsPending",
+        text: `SELECT count(*) AS n FROM leases
+               WHERE key_id = $1 AND state = 'open' AND drain AND expires_at > $2 AND instance_id <> $3`,
+        values: [keyId, now, exceptInstanceId],
+      });
+      return r.rows[0]?.n ?? 0;
+    },
+    purgeClosed: (before) => purgeClosed(pool, before),
+    async probeWrite() {
+      // A transaction id makes COMMIT write (and flush) a commit record: a write of no table.
+      await inTransaction(pool, "BEGIN", async (c) => {
+        await c.query("SELECT txid_current()");
+      });
+    },
+    async close() {
+      await pool.end();
+    },
+  };
+}
+
 /**
  * The shared store: a PostgreSQL database (ACS_DB=postgres://…) that several gateway replicas use
  * at once. Every write is one transaction that locks the key's row first (`SELECT … FOR UPDATE`),
@@ -200,303 +453,7 @@ export async function createPostgresBudgetStore(options: PostgresBudgetStoreOpti
     await pool.end();
     throw err;
   }
-
-  const run = <R extends pg.QueryResultRow>(
-    client: pg.Pool | pg.PoolClient,
-    name: keyof typeof SQL,
-    values: unknown[],
-  ): Promise<pg.QueryResult<R>> => client.query<R>({ name: `acs_${name}`, text: SQL[name], values });
-
-  /** Row access on one connection; writes are sent at once (pipelined) and collected in `sent`. */
-  const rowsOf = (c: pg.PoolClient, sent: Promise<unknown>[]): TxRows => {
-    const write = (name: keyof typeof SQL, values: unknown[]): void => {
-      const p = run(c, name, values);
-      p.catch(() => undefined); // seen by the transaction's Promise.all(sent), not unhandled meanwhile
-      sent.push(p);
-    };
-    return {
-      async lockKey(id) {
-        const r = (await run<KeySqlRow>(c, "lockKey", [id])).rows[0];
-        return r === undefined ? undefined : toKeyRow(r);
-      },
-      async lockHold(id) {
-        const r = (await run(c, "lockHold", [id])).rows[0];
-        return r === undefined
-          ? undefined
-          : ({
-              id: r.id,
-              keyId: r.key_id,
-              tokens: r.tokens,
-              state: r.state,
-              usedTokens: r.used_tokens,
-              chargedTokens: r.charged_tokens,
-              expiresAt: r.expires_at,
-            } satisfies HoldRow);
-      },
-      async lockLease(id) {
-        const r = (await run(c, "lockLease", [id])).rows[0];
-        return r === undefined
-          ? undefined
-          : ({
-              id: r.id,
-              keyId: r.key_id,
-              state: r.state,
-              tokens: r.tokens,
-              reclaimCharge: r.reclaim_charge,
-              holds: r.holds,
-              seq: r.seq,
-              lastResult: r.last_result,
-              drain: r.drain,
-              closing: r.closing,
-              expiresAt: r.expires_at,
-            } satisfies LeaseRow);
-      },
-      insertHold(h) {
-        write("insertHold", [h.id, h.keyId, h.tokens, h.createdAt, h.expiresAt, h.instanceId]);
-      },
-      closeHold(id, state, used, charged, closedAt) {
-        write("closeHold", [id, state, used, charged, closedAt]);
-      },
-      insertLease(l, u) {
-        write("insertLease", [
-          l.id,
-          l.keyId,
-          l.instanceId,
-          l.createdAt,
-          u.state,
-          u.tokens,
-          u.reclaimCharge,
-          u.holds,
-          u.seq,
-          u.lastResult,
-          u.drain,
-          u.closing,
-          u.expiresAt,
-          u.closedAt,
-        ]);
-      },
-      updateLease(id, u) {
-        write("updateLease", [
-          id,
-          u.state,
-          u.tokens,
-          u.reclaimCharge,
-          u.holds,
-          u.seq,
-          u.lastResult,
-          u.drain,
-          u.closing,
-          u.expiresAt,
-          u.closedAt,
-        ]);
-      },
-      setKeyNumbers(id, spent, held, leased) {
-        write("setKeyNumbers", [id, spent, held, leased]);
-      },
-      addDaily(keyId, day, charged, settled, reclaimed) {
-        write("addDaily", [keyId, day, charged, settled, reclaimed]);
-      },
-      async flagDrain(keyId, others) {
-        const r =
-          others === undefined
-            ? await run(c, "drainAll", [keyId])
-            : await run(c, "drainOthers", [keyId, others.instanceId, others.now]);
-        return r.rowCount ?? 0;
-      },
-      blockLeases(keyId, until) {
-        write("blockLeases", [keyId, until]);
-      },
-      async revoke(keyId, now) {
-        return ((await run(c, "revoke", [keyId, now])).rowCount ?? 0) === 1;
-      },
-    };
-  };
-
-  /**
-   * Runs fn between `begin` and COMMIT on one connection. The connection pipelines: BEGIN goes out
-   * with fn's first read, and fn's writes (collected in `sent`) with the COMMIT, so a transaction
-   * that reads the key row and writes costs two round trips.
-   */
-  async function inTransaction<T>(
-    begin: string,
-    fn: (c: pg.PoolClient, sent: Promise<unknown>[]) => Promise<T>,
-  ): Promise<T> {
-    let broken: Error | undefined;
-    const client = await pool.connect();
-    // A checked-out connection's errors are its queries' (they reject); this listener keeps one
-    // that ends while the transaction runs (the server gone) from being an uncaught 'error'.
-    const onError = (err: Error): void => {
-      broken ??= err;
-    };
-    client.on("error", onError);
-    const begun = client.query(begin);
-    begun.catch(() => undefined);
-    const sent: Promise<unknown>[] = [begun];
-    try {
-      const result = await fn(client, sent);
-      const commit = client.query("COMMIT");
-      commit.catch(() => undefined);
-      sent.push(commit);
-      await Promise.all(sent);
-      return result;
-    } catch (err) {
-      await Promise.allSettled(sent);
-      try {
-        await client.query("ROLLBACK");
-      } catch (rollbackError) {
-        broken = rollbackError as Error; // the connection is unusable: the pool drops it
-      }
-      throw err;
-    } finally {
-      client.release(broken);
-      client.off("error", onError);
-    }
-  }
-
-  const backend: StoreBackend = {
-    kind: "postgres",
-    transaction: (fn) => inTransaction("BEGIN", (c, sent) => fn(rowsOf(c, sent))),
-    async insertKey(record: KeyRecord) {
-      await pool.query(
-        `INSERT INTO keys (id, key_hash, hint, name, budget_tokens, spent_tokens, models, created_at, revoked_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-        [
-          record.id,
-          Buffer.from(record.keyHash),
-          record.hint,
-          record.name,
-          record.budgetTokens,
-          record.spentTokens,
-          record.models === null ? null : JSON.stringify(record.models),
-          record.createdAt,
-          record.revokedAt,
-        ],
-      );
-    },
-    async findKeyByHash(keyHash) {
-      const r = (
-        await pool.query<KeySqlRow>({
-          name: "acs_keyByHash",
-          text: "SELECT * FROM keys WHERE key_hash = $1",
-          values: [Buffer.from(keyHash)],
-        })
-      ).rows[0];
-      return r === undefined ? undefined : toKeyRow(r);
-    },
-    async listKeys() {
-      return (await pool.query<KeySqlRow>("SELECT * FROM keys ORDER BY created_at, id")).rows.map(toKeyRow);
-    },
-    keyUsage: (keyId, days) =>
-      inTransaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", async (c) => {
-        const key = (await c.query<KeySqlRow>("SELECT * FROM keys WHERE id = $1", [keyId])).rows[0];
-        if (key === undefined) return undefined;
-        const counts = (
-          await c.query<{ holds: number; leases: number; settled: number; reclaimed: number }>(
-            `SELECT (SELECT count(*) FROM holds WHERE key_id = $1 AND state = 'open') AS holds,
-                    (SELECT count(*) FROM leases WHERE key_id = $1 AND state = 'open') AS leases,
-                    (SELECT coalesce(sum(settled_holds), 0) FROM usage_daily WHERE key_id = $1) AS settled,
-                    (SELECT coalesce(sum(reclaimed_holds), 0) FROM usage_daily WHERE key_id = $1) AS reclaimed`,
-            [keyId],
-          )
-        ).rows[0];
-        const daily = (
-          await c.query<{
-            day: string;
-            charged_tokens: number;
-            settled_holds: number;
-            reclaimed_holds: number;
-          }>(
-            `SELECT day, charged_tokens, settled_holds, reclaimed_holds FROM usage_daily
-             WHERE key_id = $1 ORDER BY day DESC LIMIT $2`,
-            [keyId, days],
-          )
-        ).rows;
-        return {
-          key: toKeyRow(key),
-          openHolds: counts?.holds ?? 0,
-          leases: counts?.leases ?? 0,
-          settledHolds: counts?.settled ?? 0,
-          reclaimedHolds: counts?.reclaimed ?? 0,
-          daily: daily.map((r) => ({
-            day: r.day,
-            chargedTokens: r.charged_tokens,
-            settledHolds: r.settled_holds,
-            reclaimedHolds: r.reclaimed_holds,
-          })),
-        };
-      }),
-    async addBudget(keyId, tokens) {
-      const r = await pool.query("UPDATE keys SET budget_tokens = budget_tokens + $2 WHERE id = $1", [
-        keyId,
-        tokens,
-      ]);
-      return r.rowCount === 1;
-    },
-    async renewHold(holdId, expiresAt, usedTokens) {
-      return ((await run(pool, "renew", [holdId, expiresAt, usedTokens])).rowCount ?? 0) === 1;
-    },
-    async holdKeyId(holdId) {
-      return (await run<{ key_id: string }>(pool, "holdKey", [holdId])).rows[0]?.key_id;
-    },
-    async openItems(filter) {
-      type Item = { id: string; keyId: string };
-      const [where, values] =
-        "expiredAt" in filter
-          ? ["expires_at <= $1", [filter.expiredAt]]
-          : filter.instanceId === undefined
-            ? ["true", []]
-            : ["instance_id = $1", [filter.instanceId]];
-      const holds = await pool.query<Item>(
-        `SELECT id, key_id AS "keyId" FROM holds WHERE state = 'open' AND ${where}`,
-        values,
-      );
-      const leases = await pool.query<Item>(
-        `SELECT id, key_id AS "keyId" FROM leases WHERE state = 'open' AND ${where}`,
-        values,
-      );
-      return { holds: holds.rows, leases: leases.rows };
-    },
-    async drainRequests(instanceId) {
-      const r = await pool.query<{ id: string }>({
-        name: "acs_drainRequests",
-        text: "SELECT id FROM leases WHERE instance_id = $1 AND state = 'open' AND drain",
-        values: [instanceId],
-      });
-      return r.rows.map((row) => row.id);
-    },
-    async drainsPending(keyId, now, exceptInstanceId) {
-      const r = await pool.query<{ n: number }>({
-        name: "acs_drainsPending",
-        text: `SELECT count(*) AS n FROM leases
-               WHERE key_id = $1 AND state = 'open' AND drain AND expires_at > $2 AND instance_id <> $3`,
-        values: [keyId, now, exceptInstanceId],
-      });
-      return r.rows[0]?.n ?? 0;
-    },
-    async purgeClosed(before) {
-      const holds = await pool.query(
-        `DELETE FROM holds WHERE id IN
-           (SELECT id FROM holds WHERE state <> 'open' AND closed_at < $1 LIMIT 10000)`,
-        [before],
-      );
-      const leases = await pool.query(
-        `DELETE FROM leases WHERE id IN
-           (SELECT id FROM leases WHERE state <> 'open' AND closed_at < $1 LIMIT 10000)`,
-        [before],
-      );
-      return (holds.rowCount ?? 0) + (leases.rowCount ?? 0);
-    },
-    async probeWrite() {
-      // A transaction id makes COMMIT write (and flush) a commit record: a write of no table.
-      await inTransaction("BEGIN", async (c) => {
-        await c.query("SELECT txid_current()");
-      });
-    },
-    async close() {
-      await pool.end();
-    },
-  };
-  return createBudgetStoreOn(backend);
+  return createBudgetStoreOn(postgresBackend(pool));
 }
 
 async function migrate(pool: pg.Pool): Promise<void> {
@@ -513,9 +470,7 @@ async function migrate(pool: pg.Pool): Promise<void> {
     );
     const version = rows[0]?.v ?? 0;
     if (version > POSTGRES_BUDGET_SCHEMA_VERSION) {
-      throw new Error(
-        `Budget database schema version ${version} is newer than this code knows (${POSTGRES_BUDGET_SCHEMA_VERSION})`,
-      );
+      throw schemaTooNewError(version, POSTGRES_BUDGET_SCHEMA_VERSION);
     }
     for (let v = version; v < POSTGRES_BUDGET_SCHEMA_VERSION; v++) {
       await client.query(MIGRATIONS[v] ?? "");
@@ -538,18 +493,5 @@ async function migrate(pool: pg.Pool): Promise<void> {
 }
 
 function toKeyRow(row: KeySqlRow): KeyRow {
-  return {
-    id: row.id,
-    keyHash: row.key_hash,
-    hint: row.hint,
-    name: row.name,
-    budgetTokens: row.budget_tokens,
-    spentTokens: row.spent_tokens,
-    heldTokens: row.held_tokens,
-    leasedTokens: row.leased_tokens,
-    leaseBlockUntil: row.lease_block_until,
-    models: row.models,
-    createdAt: row.created_at,
-    revokedAt: row.revoked_at,
-  };
+  return keyRowOf(row, row.models);
 }

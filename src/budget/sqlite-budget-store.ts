@@ -3,10 +3,20 @@ import type { BudgetStore, KeyRecord } from "./budget-store.js";
 import { groupCommit, untilNotBusy } from "./sqlite-group-commit.js";
 import {
   createBudgetStoreOn,
-  type HoldRow,
+  type DailyColumns,
+  dailyOf,
+  type HoldColumns,
+  holdRowOf,
+  type KeyColumns,
   type KeyRow,
-  type LeaseRow,
+  keyInsertValues,
+  keyRowOf,
+  type LeaseColumns,
+  type LeaseUpdateValues,
+  leaseRowOf,
+  leaseUpdateValues,
   type StoreBackend,
+  schemaTooNewError,
   type TxRows,
 } from "./store-core.js";
 import { startWalCheckpointer, type WalCheckpointer } from "./wal-checkpointer.js";
@@ -146,54 +156,24 @@ const MIGRATIONS: readonly string[] = [
 /** The schema version this code writes (`PRAGMA user_version`): one per migration. */
 export const BUDGET_SCHEMA_VERSION: number = MIGRATIONS.length;
 
-interface KeySqlRow {
-  id: string;
-  key_hash: Buffer;
-  hint: string;
-  name: string;
-  budget_tokens: number;
-  spent_tokens: number;
-  held_tokens: number;
-  leased_tokens: number;
-  lease_block_until: number;
-  models: string | null;
-  created_at: number;
-  revoked_at: number | null;
+/** A `keys` row: `models` is JSON text. */
+type KeySqlRow = KeyColumns<string | null>;
+
+/** A boolean column as SQLite stores it (0 or 1: a CHECK keeps it so), read. */
+function fromBit(value: number): boolean {
+  return value === 1;
 }
 
-interface HoldSqlRow {
-  id: string;
-  key_id: string;
-  tokens: number;
-  state: HoldRow["state"];
-  used_tokens: number | null;
-  charged_tokens: number;
-  expires_at: number;
-}
-
-interface LeaseSqlRow {
-  id: string;
-  key_id: string;
-  state: LeaseRow["state"];
-  tokens: number;
-  reclaim_charge: number;
-  holds: number;
-  seq: number;
-  last_result: number;
-  drain: number;
-  closing: number;
-  expires_at: number;
+/** A boolean as SQLite stores it: 1 or 0. */
+function toBit(value: boolean): number {
+  return value ? 1 : 0;
 }
 
 /**
- * The embedded store: one SQLite file in WAL mode, shared safely by every thread and process that
- * opens it (each write is a `BEGIN IMMEDIATE` transaction, so a read-then-write never races).
- * Opens (or creates) the file and brings its schema to {@link BUDGET_SCHEMA_VERSION}; throws when
- * the file has a newer schema than this code knows. better-sqlite3 is synchronous; this store's
- * transactions run one at a time per store (a queue), each without yielding to other I/O.
+ * Opens (or creates) the SQLite file in WAL mode and migrates it; closes it again and throws when
+ * that fails (a schema newer than this code among others).
  */
-export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): BudgetStore {
-  const busyTimeoutMs = Math.max(0, Math.floor(options.busyTimeoutMs ?? 5000));
+function openDatabase(options: SqliteBudgetStoreOptions, busyTimeoutMs: number): Database.Database {
   const db = new Database(options.path);
   try {
     db.pragma(`busy_timeout = ${busyTimeoutMs}`);
@@ -205,25 +185,40 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
     db.close();
     throw err;
   }
-  let checkpointer: WalCheckpointer | undefined;
-  if ((options.walCheckpoint ?? "worker") === "worker") {
-    // SQLite's own checkpoint stays on as a safety net, 8× further apart than its default: under
-    // writes without a pause a checkpoint on another connection never catches up with the WAL's
-    // end, and only a checkpoint in a writer's commit lets the WAL start over (it would grow
-    // without bound otherwise). It then finds the pages copied and has little left to do.
-    db.pragma(`wal_autocheckpoint = ${WAL_SAFETY_NET_PAGES}`);
-    checkpointer = startWalCheckpointer(options.path, {
-      onFailure: (error) => {
-        if (db.open) db.pragma("wal_autocheckpoint = 1000"); // SQLite's default
-        process.emitWarning(`${error.message}; SQLite's automatic checkpoint takes over`);
-      },
-    });
-  }
+  return db;
+}
 
-  const stmt = {
-    insertKey: db.prepare(
+/**
+ * The checkpointer worker of the store's file (options.walCheckpoint `worker`), with SQLite's own
+ * checkpoint further apart; undefined with `automatic`.
+ */
+function startCheckpointer(
+  db: Database.Database,
+  options: SqliteBudgetStoreOptions,
+): WalCheckpointer | undefined {
+  if ((options.walCheckpoint ?? "worker") !== "worker") return undefined;
+  // SQLite's own checkpoint stays on as a safety net, 8× further apart than its default: under
+  // writes without a pause a checkpoint on another connection never catches up with the WAL's
+  // end, and only a checkpoint in a writer's commit lets the WAL start over (it would grow
+  // without bound otherwise). It then finds the pages copied and has little left to do.
+  db.pragma(`wal_autocheckpoint = ${WAL_SAFETY_NET_PAGES}`);
+  return startWalCheckpointer(options.path, {
+    onFailure: (error) => {
+      if (db.open) db.pragma("wal_autocheckpoint = 1000"); // SQLite's default
+      process.emitWarning(`${error.message}; SQLite's automatic checkpoint takes over`);
+    },
+  });
+}
+
+/**
+ * The statements on keys, usage and lease flags (see {@link prepareHoldStatements} for Holds and
+ * leases), prepared once on the migrated database.
+ */
+function prepareKeyStatements(db: Database.Database) {
+  return {
+    insertKey: db.prepare<ReturnType<typeof keyInsertValues>>(
       `INSERT INTO keys (id, key_hash, hint, name, budget_tokens, spent_tokens, models, created_at, revoked_at)
-       VALUES (@id, @key_hash, @hint, @name, @budget_tokens, @spent_tokens, @models, @created_at, @revoked_at)`,
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ),
     keyByHash: db.prepare<[Buffer], KeySqlRow>("SELECT * FROM keys WHERE key_hash = ?"),
     keyById: db.prepare<[string], KeySqlRow>("SELECT * FROM keys WHERE id = ?"),
@@ -236,10 +231,7 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
       `SELECT coalesce(sum(settled_holds), 0) AS settled, coalesce(sum(reclaimed_holds), 0) AS reclaimed
        FROM usage_daily WHERE key_id = ?`,
     ),
-    daily: db.prepare<
-      [string, number],
-      { day: string; charged_tokens: number; settled_holds: number; reclaimed_holds: number }
-    >(
+    daily: db.prepare<[string, number], DailyColumns>(
       `SELECT day, charged_tokens, settled_holds, reclaimed_holds FROM usage_daily
        WHERE key_id = ? ORDER BY day DESC LIMIT ?`,
     ),
@@ -256,33 +248,12 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
     setKeyNumbers: db.prepare<[number, number, number, string]>(
       "UPDATE keys SET spent_tokens = ?, held_tokens = ?, leased_tokens = ? WHERE id = ?",
     ),
-    insertHold: db.prepare<[string, string, number, number, number, string]>(
-      "INSERT INTO holds (id, key_id, tokens, created_at, expires_at, instance_id) VALUES (?, ?, ?, ?, ?, ?)",
-    ),
-    renew: db.prepare<[number, number, string]>(
-      `UPDATE holds SET expires_at = ?, used_tokens = max(coalesce(used_tokens, 0), ?)
-       WHERE id = ? AND state = 'open'`,
-    ),
-    holdById: db.prepare<[string], HoldSqlRow>(
-      "SELECT id, key_id, tokens, state, used_tokens, charged_tokens, expires_at FROM holds WHERE id = ?",
-    ),
-    holdKey: db.prepare<[string], { key_id: string }>("SELECT key_id FROM holds WHERE id = ?"),
     reserve: db.prepare<[number, string, number]>(
       `UPDATE keys SET held_tokens = held_tokens + ?
        WHERE id = ? AND revoked_at IS NULL AND budget_tokens - spent_tokens - held_tokens - leased_tokens >= ?`,
     ),
-    settleOpen: db.prepare<
-      [number, number, number, string],
-      { key_id: string; tokens: number; charged_tokens: number }
-    >(
-      `UPDATE holds SET state = 'settled', used_tokens = ?, charged_tokens = min(?, tokens), closed_at = ?
-       WHERE id = ? AND state = 'open' RETURNING key_id, tokens, charged_tokens`,
-    ),
     moveHeld: db.prepare<[number, number, string]>(
       "UPDATE keys SET spent_tokens = spent_tokens + ?, held_tokens = held_tokens - ? WHERE id = ?",
-    ),
-    closeHold: db.prepare<[string, number, number, number, string]>(
-      "UPDATE holds SET state = ?, used_tokens = ?, charged_tokens = ?, closed_at = ? WHERE id = ?",
     ),
     addDaily: db.prepare<[string, string, number, number, number]>(
       `INSERT INTO usage_daily (key_id, day, charged_tokens, settled_holds, reclaimed_holds) VALUES (?, ?, ?, ?, ?)
@@ -290,6 +261,42 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
          charged_tokens = charged_tokens + excluded.charged_tokens,
          settled_holds = settled_holds + excluded.settled_holds,
          reclaimed_holds = reclaimed_holds + excluded.reclaimed_holds`,
+    ),
+    drainRequests: db.prepare<[string], { id: string }>(
+      "SELECT id FROM leases WHERE instance_id = ? AND state = 'open' AND drain = 1",
+    ),
+    drainsPending: db.prepare<[string, number, string], { n: number }>(
+      `SELECT count(*) AS n FROM leases
+       WHERE key_id = ? AND state = 'open' AND drain = 1 AND expires_at > ? AND instance_id != ?`,
+    ),
+    // A write of the page it is on (page 1) that changes nothing: the probe of a store that failed to write.
+    probe: db.prepare(`PRAGMA user_version = ${BUDGET_SCHEMA_VERSION}`),
+  };
+}
+
+/** The statements on Hold and lease rows, prepared once on the migrated database. */
+function prepareHoldStatements(db: Database.Database) {
+  return {
+    insertHold: db.prepare<[string, string, number, number, number, string]>(
+      "INSERT INTO holds (id, key_id, tokens, created_at, expires_at, instance_id) VALUES (?, ?, ?, ?, ?, ?)",
+    ),
+    renew: db.prepare<[number, number, string]>(
+      `UPDATE holds SET expires_at = ?, used_tokens = max(coalesce(used_tokens, 0), ?)
+       WHERE id = ? AND state = 'open'`,
+    ),
+    holdById: db.prepare<[string], HoldColumns>(
+      "SELECT id, key_id, tokens, state, used_tokens, charged_tokens, expires_at FROM holds WHERE id = ?",
+    ),
+    holdKey: db.prepare<[string], { key_id: string }>("SELECT key_id FROM holds WHERE id = ?"),
+    settleOpen: db.prepare<
+      [number, number, number, string],
+      { key_id: string; tokens: number; charged_tokens: number }
+    >(
+      `UPDATE holds SET state = 'settled', used_tokens = ?, charged_tokens = min(?, tokens), closed_at = ?
+       WHERE id = ? AND state = 'open' RETURNING key_id, tokens, charged_tokens`,
+    ),
+    closeHold: db.prepare<[string, number, number, number, string]>(
+      "UPDATE holds SET state = ?, used_tokens = ?, charged_tokens = ?, closed_at = ? WHERE id = ?",
     ),
     expiredHolds: db.prepare<[number], { id: string; keyId: string }>(
       "SELECT id, key_id AS keyId FROM holds WHERE state = 'open' AND expires_at <= ?",
@@ -303,36 +310,34 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
     openLeases: db.prepare<[string | null, string | null], { id: string; keyId: string }>(
       "SELECT id, key_id AS keyId FROM leases WHERE state = 'open' AND (? IS NULL OR instance_id = ?)",
     ),
-    leaseById: db.prepare<[string], LeaseSqlRow>(
+    leaseById: db.prepare<[string], LeaseColumns<number>>(
       `SELECT id, key_id, state, tokens, reclaim_charge, holds, seq, last_result, drain, closing, expires_at
        FROM leases WHERE id = ?`,
     ),
     insertLease: db.prepare<[string, string, string, number, number]>(
       "INSERT INTO leases (id, key_id, instance_id, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
     ),
-    updateLease: db.prepare<
-      [string, number, number, number, number, number, number, number, number, number | null, string]
-    >(
+    updateLease: db.prepare<[...LeaseUpdateValues<number>, id: string]>(
       `UPDATE leases SET state = ?, tokens = ?, reclaim_charge = ?, holds = ?, seq = ?, last_result = ?,
               drain = ?, closing = ?, expires_at = ?, closed_at = ? WHERE id = ?`,
-    ),
-    drainRequests: db.prepare<[string], { id: string }>(
-      "SELECT id FROM leases WHERE instance_id = ? AND state = 'open' AND drain = 1",
-    ),
-    drainsPending: db.prepare<[string, number, string], { n: number }>(
-      `SELECT count(*) AS n FROM leases
-       WHERE key_id = ? AND state = 'open' AND drain = 1 AND expires_at > ? AND instance_id != ?`,
     ),
     purgeHolds: db.prepare<[number]>(
       "DELETE FROM holds WHERE id IN (SELECT id FROM holds WHERE state != 'open' AND closed_at < ? LIMIT 10000)",
     ),
-    // A write of the page it is on (page 1) that changes nothing: the probe of a store that failed to write.
-    probe: db.prepare(`PRAGMA user_version = ${BUDGET_SCHEMA_VERSION}`),
     purgeLeases: db.prepare<[number]>(
       "DELETE FROM leases WHERE id IN (SELECT id FROM leases WHERE state != 'open' AND closed_at < ? LIMIT 10000)",
     ),
   };
+}
 
+/** Every prepared statement of a store. */
+type Statements = ReturnType<typeof prepareKeyStatements> & ReturnType<typeof prepareHoldStatements>;
+
+/**
+ * Row access inside a transaction. Every "lock" is a plain read: the transaction's BEGIN IMMEDIATE
+ * holds the database's write lock already (hence also the shortcuts).
+ */
+function rowsOf(stmt: Statements): TxRows {
   const rows: TxRows = {
     async lockKey(id) {
       const row = stmt.keyById.get(id);
@@ -340,35 +345,11 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
     },
     async lockHold(id) {
       const r = stmt.holdById.get(id);
-      return r === undefined
-        ? undefined
-        : {
-            id: r.id,
-            keyId: r.key_id,
-            tokens: r.tokens,
-            state: r.state,
-            usedTokens: r.used_tokens,
-            chargedTokens: r.charged_tokens,
-            expiresAt: r.expires_at,
-          };
+      return r === undefined ? undefined : holdRowOf(r);
     },
     async lockLease(id) {
       const r = stmt.leaseById.get(id);
-      return r === undefined
-        ? undefined
-        : {
-            id: r.id,
-            keyId: r.key_id,
-            state: r.state,
-            tokens: r.tokens,
-            reclaimCharge: r.reclaim_charge,
-            holds: r.holds,
-            seq: r.seq,
-            lastResult: r.last_result,
-            drain: r.drain === 1,
-            closing: r.closing === 1,
-            expiresAt: r.expires_at,
-          };
+      return r === undefined ? undefined : leaseRowOf(r, fromBit);
     },
     insertHold(h) {
       stmt.insertHold.run(h.id, h.keyId, h.tokens, h.createdAt, h.expiresAt, h.instanceId);
@@ -381,19 +362,7 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
       rows.updateLease(l.id, columns);
     },
     updateLease(id, u) {
-      stmt.updateLease.run(
-        u.state,
-        u.tokens,
-        u.reclaimCharge,
-        u.holds,
-        u.seq,
-        u.lastResult,
-        u.drain ? 1 : 0,
-        u.closing ? 1 : 0,
-        u.expiresAt,
-        u.closedAt,
-        id,
-      );
+      stmt.updateLease.run(...leaseUpdateValues(u, toBit), id);
     },
     setKeyNumbers(id, spent, held, leased) {
       stmt.setKeyNumbers.run(spent, held, leased, id);
@@ -424,7 +393,29 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
       },
     },
   };
+  return rows;
+}
 
+/** How a store's statements and transactions take turns on its one connection. */
+interface SqliteConnection {
+  /** Runs fn once every step asked for before it has ended: one statement or transaction at a time. */
+  serial<T>(fn: () => T | Promise<T>): Promise<T>;
+  /** Runs fn between BEGIN (deferred: a read snapshot) and COMMIT, as one serial step; rolls back if it throws. */
+  readTransaction<T>(fn: () => Promise<T>): Promise<T>;
+  /** Runs fn between BEGIN IMMEDIATE and COMMIT, as one serial step; rolls back if it throws. */
+  immediateTransaction<T>(fn: () => Promise<T>): Promise<T>;
+  /** A write transaction: grouped with the others of its event-loop turn (`group`) or on its own (`each`). */
+  writeTransaction<T>(fn: () => Promise<T>): Promise<T>;
+  /** Starts the grouped transactions asked for so far (group commit); nothing with `each`. */
+  flush(): void;
+}
+
+/**
+ * The connection discipline of a store on `db`: a queue of steps, and (with `grouped`) group
+ * commit with busy_timeout = 0, a busy step being tried again on later turns for up to
+ * `busyTimeoutMs`.
+ */
+function serialConnection(db: Database.Database, grouped: boolean, busyTimeoutMs: number): SqliteConnection {
   // One statement or transaction at a time on this connection: a transaction's steps are awaited,
   // so another caller's statement would otherwise run inside it.
   let queue: Promise<unknown> = Promise.resolve();
@@ -436,7 +427,6 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
   // With group commit the connection has busy_timeout = 0 (below): a step that finds another
   // process writing is tried again on a later turn instead of sleeping in SQLite's busy handler
   // (every step here is one statement, reads, or a transaction that starts with its BEGIN).
-  const grouped = (options.commit ?? "group") === "group";
   const serial: <T>(fn: () => T | Promise<T>) => Promise<T> = grouped
     ? (fn) => rawSerial(() => untilNotBusy(fn, busyTimeoutMs))
     : rawSerial;
@@ -466,57 +456,67 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
   if (grouped) db.pragma("busy_timeout = 0");
   const writeTransaction: <T>(fn: () => Promise<T>) => Promise<T> =
     group === undefined ? (fn) => inTransaction(beginImmediate, fn) : group.transaction;
-  const backend: StoreBackend = {
+  return {
+    serial,
+    readTransaction: (fn) => inTransaction(beginDeferred, fn),
+    immediateTransaction: (fn) => inTransaction(beginImmediate, fn),
+    writeTransaction,
+    flush: () => group?.flush(),
+  };
+}
+
+/** {@link StoreBackend.keyUsage}'s reads, inside one read transaction (a snapshot). */
+function readKeyUsage(
+  stmt: Statements,
+  keyId: string,
+  days: number,
+): Awaited<ReturnType<StoreBackend["keyUsage"]>> {
+  const key = stmt.keyById.get(keyId);
+  if (key === undefined) return undefined;
+  const open = stmt.openCounts.get(keyId, keyId) ?? { holds: 0, leases: 0 };
+  const totals = stmt.totals.get(keyId) ?? { settled: 0, reclaimed: 0 };
+  return {
+    key: toKeyRow(key),
+    openHolds: open.holds,
+    leases: open.leases,
+    settledHolds: totals.settled,
+    reclaimedHolds: totals.reclaimed,
+    daily: stmt.daily.all(keyId, days).map(dailyOf),
+  };
+}
+
+/**
+ * The StoreBackend of a migrated database: its statements, run in turn on the connection, and its
+ * transactions (all of them with the rows of {@link rowsOf}); closing it stops the checkpointer.
+ */
+function sqliteBackend(
+  db: Database.Database,
+  stmt: Statements,
+  conn: SqliteConnection,
+  checkpointer: WalCheckpointer | undefined,
+): StoreBackend {
+  const rows = rowsOf(stmt);
+  return {
     kind: "sqlite",
     shortcuts: true,
-    transaction: (fn) => writeTransaction(() => fn(rows)),
+    transaction: (fn) => conn.writeTransaction(() => fn(rows)),
     insertKey: (record: KeyRecord) =>
-      serial(() => {
-        stmt.insertKey.run({
-          id: record.id,
-          key_hash: Buffer.from(record.keyHash),
-          hint: record.hint,
-          name: record.name,
-          budget_tokens: record.budgetTokens,
-          spent_tokens: record.spentTokens,
-          models: record.models === null ? null : JSON.stringify(record.models),
-          created_at: record.createdAt,
-          revoked_at: record.revokedAt,
-        });
+      conn.serial(() => {
+        stmt.insertKey.run(...keyInsertValues(record));
       }),
     findKeyByHash: (keyHash) =>
-      serial(() => {
+      conn.serial(() => {
         const row = stmt.keyByHash.get(Buffer.from(keyHash));
         return row === undefined ? undefined : toKeyRow(row);
       }),
-    listKeys: () => serial(() => stmt.listKeys.all().map(toKeyRow)),
-    keyUsage(keyId, days) {
-      return inTransaction(beginDeferred, async () => {
-        const key = stmt.keyById.get(keyId);
-        if (key === undefined) return undefined;
-        const open = stmt.openCounts.get(keyId, keyId) ?? { holds: 0, leases: 0 };
-        const totals = stmt.totals.get(keyId) ?? { settled: 0, reclaimed: 0 };
-        return {
-          key: toKeyRow(key),
-          openHolds: open.holds,
-          leases: open.leases,
-          settledHolds: totals.settled,
-          reclaimedHolds: totals.reclaimed,
-          daily: stmt.daily.all(keyId, days).map((r) => ({
-            day: r.day,
-            chargedTokens: r.charged_tokens,
-            settledHolds: r.settled_holds,
-            reclaimedHolds: r.reclaimed_holds,
-          })),
-        };
-      });
-    },
-    addBudget: (keyId, tokens) => serial(() => stmt.addBudget.run(tokens, keyId).changes === 1),
+    listKeys: () => conn.serial(() => stmt.listKeys.all().map(toKeyRow)),
+    keyUsage: (keyId, days) => conn.readTransaction(async () => readKeyUsage(stmt, keyId, days)),
+    addBudget: (keyId, tokens) => conn.serial(() => stmt.addBudget.run(tokens, keyId).changes === 1),
     renewHold: (holdId, expiresAt, usedTokens) =>
-      serial(() => stmt.renew.run(expiresAt, usedTokens, holdId).changes === 1),
-    holdKeyId: (holdId) => serial(() => stmt.holdKey.get(holdId)?.key_id),
+      conn.serial(() => stmt.renew.run(expiresAt, usedTokens, holdId).changes === 1),
+    holdKeyId: (holdId) => conn.serial(() => stmt.holdKey.get(holdId)?.key_id),
     openItems: (filter) =>
-      serial(() => {
+      conn.serial(() => {
         if ("expiredAt" in filter) {
           return {
             holds: stmt.expiredHolds.all(filter.expiredAt),
@@ -526,27 +526,42 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
         const id = filter.instanceId ?? null;
         return { holds: stmt.openHolds.all(id, id), leases: stmt.openLeases.all(id, id) };
       }),
-    drainRequests: (instanceId) => serial(() => stmt.drainRequests.all(instanceId).map((r) => r.id)),
+    drainRequests: (instanceId) => conn.serial(() => stmt.drainRequests.all(instanceId).map((r) => r.id)),
     drainsPending: (keyId, now, exceptInstanceId) =>
-      serial(() => stmt.drainsPending.get(keyId, now, exceptInstanceId)?.n ?? 0),
+      conn.serial(() => stmt.drainsPending.get(keyId, now, exceptInstanceId)?.n ?? 0),
     purgeClosed: (before) =>
-      inTransaction(
-        beginImmediate,
+      conn.immediateTransaction(
         async () => stmt.purgeHolds.run(before).changes + stmt.purgeLeases.run(before).changes,
       ),
     probeWrite: () =>
-      writeTransaction(async () => {
+      conn.writeTransaction(async () => {
         stmt.probe.run();
       }),
     close: () => {
-      group?.flush(); // the transactions asked for before the close run before it
-      return serial(async () => {
+      conn.flush(); // the transactions asked for before the close run before it
+      return conn.serial(async () => {
         await checkpointer?.close();
         if (db.open) db.close();
       });
     },
   };
-  return createBudgetStoreOn(backend);
+}
+
+/**
+ * The embedded store: one SQLite file in WAL mode, shared safely by every thread and process that
+ * opens it (each write is a `BEGIN IMMEDIATE` transaction, so a read-then-write never races).
+ * Opens (or creates) the file and brings its schema to {@link BUDGET_SCHEMA_VERSION}; throws when
+ * the file has a newer schema than this code knows. better-sqlite3 is synchronous; this store's
+ * transactions run one at a time per store (a queue), each without yielding to other I/O.
+ */
+export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): BudgetStore {
+  const busyTimeoutMs = Math.max(0, Math.floor(options.busyTimeoutMs ?? 5000));
+  const db = openDatabase(options, busyTimeoutMs);
+  const checkpointer = startCheckpointer(db, options);
+  // Prepared before the connection's discipline sets busy_timeout = 0 (group commit).
+  const stmt: Statements = { ...prepareKeyStatements(db), ...prepareHoldStatements(db) };
+  const conn = serialConnection(db, (options.commit ?? "group") === "group", busyTimeoutMs);
+  return createBudgetStoreOn(sqliteBackend(db, stmt, conn, checkpointer));
 }
 
 function migrate(db: Database.Database): void {
@@ -555,9 +570,7 @@ function migrate(db: Database.Database): void {
   db.transaction(() => {
     const version = db.pragma("user_version", { simple: true }) as number;
     if (version > BUDGET_SCHEMA_VERSION) {
-      throw new Error(
-        `Budget database schema version ${version} is newer than this code knows (${BUDGET_SCHEMA_VERSION})`,
-      );
+      throw schemaTooNewError(version, BUDGET_SCHEMA_VERSION);
     }
     for (let v = version; v < BUDGET_SCHEMA_VERSION; v++) db.exec(MIGRATIONS[v] ?? "");
     if (version !== BUDGET_SCHEMA_VERSION) {
@@ -569,18 +582,5 @@ function migrate(db: Database.Database): void {
 }
 
 function toKeyRow(row: KeySqlRow): KeyRow {
-  return {
-    id: row.id,
-    keyHash: row.key_hash,
-    hint: row.hint,
-    name: row.name,
-    budgetTokens: row.budget_tokens,
-    spentTokens: row.spent_tokens,
-    heldTokens: row.held_tokens,
-    leasedTokens: row.leased_tokens,
-    leaseBlockUntil: row.lease_block_until,
-    models: row.models === null ? null : (JSON.parse(row.models) as string[]),
-    createdAt: row.created_at,
-    revokedAt: row.revoked_at,
-  };
+  return keyRowOf(row, row.models === null ? null : (JSON.parse(row.models) as string[]));
 }
