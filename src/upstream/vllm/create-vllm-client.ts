@@ -808,6 +808,25 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
     return new JsonCall(spec, prefix, headersFor).promise;
   }
 
+  /** A control call (`/tokenize`, `/detokenize`): a small JSON body POSTed under the control deadline. */
+  function postControl(
+    path: string,
+    body: string,
+    signal: AbortSignal | undefined,
+    requestId: string,
+  ): Promise<unknown> {
+    return callJson({
+      pool: control,
+      method: "POST",
+      path,
+      body,
+      accept: "application/json",
+      signal,
+      deadlineMs: controlDeadlineMs,
+      requestId,
+    });
+  }
+
   return {
     async complete(body, o) {
       if (body.stream) throw new RangeError("complete() needs a body with stream: false");
@@ -841,46 +860,24 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
       const hit = cache.get(model, addSpecialTokens, prompt);
       if (hit !== undefined)
         return { count: hit.tokens.length, tokens: [...hit.tokens], maxModelLen: hit.maxModelLen };
-      const json = await callJson({
-        pool: control,
-        method: "POST",
-        path: "/tokenize",
-        body: JSON.stringify({ model, prompt, add_special_tokens: addSpecialTokens }),
-        accept: "application/json",
+      const json = await postControl(
+        "/tokenize",
+        JSON.stringify({ model, prompt, add_special_tokens: addSpecialTokens }),
         signal,
-        deadlineMs: controlDeadlineMs,
-        requestId: newUpstreamRequestId(),
-      });
+        newUpstreamRequestId(),
+      );
       const r = parseVllmTokenizeResponse(json);
       cache.set(model, addSpecialTokens, prompt, { tokens: r.tokens, maxModelLen: r.max_model_len });
       return { count: r.count, tokens: [...r.tokens], maxModelLen: r.max_model_len };
     },
 
     async tokenizeText(body, o) {
-      const json = await callJson({
-        pool: control,
-        method: "POST",
-        path: "/tokenize",
-        body: JSON.stringify(body),
-        accept: "application/json",
-        signal: o.signal,
-        deadlineMs: controlDeadlineMs,
-        requestId: o.upstreamRequestId,
-      });
+      const json = await postControl("/tokenize", JSON.stringify(body), o.signal, o.upstreamRequestId);
       return parseVllmTokenizeResponse(json);
     },
 
     async detokenize(body, o) {
-      const json = await callJson({
-        pool: control,
-        method: "POST",
-        path: "/detokenize",
-        body: JSON.stringify(body),
-        accept: "application/json",
-        signal: o.signal,
-        deadlineMs: controlDeadlineMs,
-        requestId: o.upstreamRequestId,
-      });
+      const json = await postControl("/detokenize", JSON.stringify(body), o.signal, o.upstreamRequestId);
       return parseVllmDetokenizeResponse(json);
     },
 
