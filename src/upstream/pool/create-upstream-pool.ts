@@ -5,6 +5,7 @@ import type {
   TokenizeResult,
   VllmClient,
 } from "../vllm/create-vllm-client.js";
+import { attemptRequestId } from "../vllm/ids.js";
 import { type UpstreamFault, upstreamFaultOf } from "../vllm/map-upstream-error.js";
 import type {
   VllmCompletion,
@@ -169,9 +170,6 @@ const zeroErrors = (): Record<ReplicaErrorKind, number> => ({
 });
 
 const noHeaders: Readonly<Record<string, string>> = Object.freeze({});
-
-/** The upstream request id of an attempt: the caller's, then `<id>-retry` for the failover. */
-const retryId = (id: string, attempt: number): string => (attempt === 0 ? id : `${id}-retry`);
 
 /**
  * Faults after which a request whose caller has seen nothing may go to another replica: every
@@ -462,7 +460,7 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
       r = chosen;
       link = attemptSignal(chosen, o.signal);
       yielded = false;
-      const upstreamRequestId = retryId(o.upstreamRequestId, attempt);
+      const upstreamRequestId = attemptRequestId(o.upstreamRequestId, attempt);
       trace = o.trace?.({ model, replica: chosen.url, upstreamRequestId, attempt, stream: true });
       try {
         inner = chosen.client
@@ -587,7 +585,7 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
         // The caller sees nothing before the whole answer: any fault of the replica's.
         idempotentRetry,
         async (client, signal, attempt, replica) => {
-          const upstreamRequestId = retryId(o.upstreamRequestId, attempt);
+          const upstreamRequestId = attemptRequestId(o.upstreamRequestId, attempt);
           const trace = o.trace?.({ model, replica, upstreamRequestId, attempt, stream: false });
           try {
             const result = await client.complete(body, {
@@ -617,13 +615,19 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
     // A caller's control calls: idempotent, so failed over like /tokenize (`<id>-retry` on the second).
     tokenizeText(body, o) {
       return withFailover<VllmTokenizeResponse>(o.signal, idempotentRetry, (client, signal, attempt) =>
-        client.tokenizeText(body, { signal, upstreamRequestId: retryId(o.upstreamRequestId, attempt) }),
+        client.tokenizeText(body, {
+          signal,
+          upstreamRequestId: attemptRequestId(o.upstreamRequestId, attempt),
+        }),
       );
     },
 
     detokenize(body, o) {
       return withFailover<VllmDetokenizeResponse>(o.signal, idempotentRetry, (client, signal, attempt) =>
-        client.detokenize(body, { signal, upstreamRequestId: retryId(o.upstreamRequestId, attempt) }),
+        client.detokenize(body, {
+          signal,
+          upstreamRequestId: attemptRequestId(o.upstreamRequestId, attempt),
+        }),
       );
     },
 

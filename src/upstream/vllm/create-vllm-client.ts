@@ -1,10 +1,11 @@
 import type { Readable } from "node:stream";
 import { type Dispatcher, Pool } from "undici";
-import { ApiError, randomHex32 } from "../../errors/index.js";
+import { ApiError } from "../../errors/index.js";
 import { claimUpstreamRequestId, releaseUpstreamRequestId } from "../../telemetry/upstream-request-ids.js";
 import { type VllmRequestBody, vllmRequestBody } from "./build-vllm-request.js";
 import { createTokenizeCache, type TokenizeCache } from "./create-tokenize-cache.js";
 import { createSseDecoder, type SseDecoder } from "./decode-sse.js";
+import { newUpstreamRequestId } from "./ids.js";
 import { isVllmErrorBody, mapUpstreamError, upstreamSilence } from "./map-upstream-error.js";
 import {
   parseVllmCompletion,
@@ -205,11 +206,6 @@ export const DEFAULT_MAX_CONCURRENT_COMPLETIONS = 16_384;
 
 /** Most bytes read after `data: [DONE]` to let the connection be reused (the chunked terminator). */
 const MAX_BYTES_AFTER_DONE = 64 * 1024;
-
-/** A fresh upstream request id: 32 lowercase hex (vLLM answers with id `cmpl-<it>`). */
-export function newUpstreamRequestId(): string {
-  return randomHex32();
-}
 
 const canceled = (): ApiError => new ApiError("canceled", "The request was canceled.");
 

@@ -14,7 +14,6 @@ export {
   type ControlCallOptions,
   createVllmClient,
   DEFAULT_MAX_CONCURRENT_COMPLETIONS,
-  newUpstreamRequestId,
   type StreamOptions,
   type TokenizeResult,
   type UpstreamCallInfo,
@@ -24,6 +23,7 @@ export {
   type VllmClientOptions,
 } from "./create-vllm-client.js";
 export { DEFAULT_MAX_SSE_EVENT_CHARS, decodeSse } from "./decode-sse.js";
+export { newCompletionId, newUpstreamRequestId } from "./ids.js";
 export {
   isVllmErrorBody,
   mapUpstreamError,
@@ -44,5 +44,5 @@ export {
   parseVllmTokenizeResponse,
 } from "./parse-vllm-response.js";
 export { ChoiceTextOffsets, TextOffsets } from "./text-offsets.js";
-export { newCompletionId, toCompletionResponse, toStreamChunk } from "./to-completion-response.js";
+export { toCompletionResponse, toStreamChunk } from "./to-completion-response.js";
 export type * from "./types.js";

@@ -10,7 +10,8 @@ import {
   type StreamCompletionResponse,
   type Usage,
 } from "../../../gen/acs/v1/completions_pb.js";
-import { ApiError, randomHex32 } from "../../errors/index.js";
+import { ApiError } from "../../errors/index.js";
+import { newCompletionId } from "./ids.js";
 import { orderedEntries } from "./parse-json-ordered.js";
 import { TextOffsets } from "./text-offsets.js";
 import type {
@@ -21,11 +22,6 @@ import type {
   VllmPromptLogprobs,
   VllmUsage,
 } from "./types.js";
-
-/** A fresh completion id: `cmpl-` + 32 lowercase hex, made by the gateway (Inference's id stays inside). */
-export function newCompletionId(): string {
-  return `cmpl-${randomHex32()}`;
-}
 
 /**
  * A non-streamed vLLM completion → the proto response. `model` is the model as the caller asked
