@@ -1,10 +1,4 @@
 import { ApiError } from "../../errors/index.js";
-import type {
-  CompleteOptions,
-  StreamOptions,
-  TokenizeResult,
-  VllmClient,
-} from "../vllm/create-vllm-client.js";
 import { attemptRequestId } from "../vllm/ids.js";
 import { type UpstreamFault, upstreamFaultOf } from "../vllm/map-upstream-error.js";
 import type {
@@ -15,6 +9,12 @@ import type {
   VllmModelList,
   VllmTokenizeResponse,
 } from "../vllm/types.js";
+import type {
+  CompleteOptions,
+  StreamOptions,
+  TokenizeResult,
+  VllmClient,
+} from "../vllm/vllm-client-types.js";
 import { chooseReplica } from "./choose-replica.js";
 
 /**

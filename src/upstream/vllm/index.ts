@@ -9,19 +9,7 @@ export {
   vllmRequestJson,
 } from "./build-vllm-request.js";
 export { createTokenizeCache, type TokenizeCache, type TokenizeEntry } from "./create-tokenize-cache.js";
-export {
-  type CompleteOptions,
-  type ControlCallOptions,
-  createVllmClient,
-  DEFAULT_MAX_CONCURRENT_COMPLETIONS,
-  type StreamOptions,
-  type TokenizeResult,
-  type UpstreamCallInfo,
-  type UpstreamCallTrace,
-  type UpstreamTracer,
-  type VllmClient,
-  type VllmClientOptions,
-} from "./create-vllm-client.js";
+export { createVllmClient, DEFAULT_MAX_CONCURRENT_COMPLETIONS } from "./create-vllm-client.js";
 export { DEFAULT_MAX_SSE_EVENT_CHARS, decodeSse } from "./decode-sse.js";
 export { newCompletionId, newUpstreamRequestId } from "./ids.js";
 export {
@@ -46,3 +34,14 @@ export {
 export { ChoiceTextOffsets, TextOffsets } from "./text-offsets.js";
 export { toCompletionResponse, toStreamChunk } from "./to-completion-response.js";
 export type * from "./types.js";
+export type {
+  CompleteOptions,
+  ControlCallOptions,
+  StreamOptions,
+  TokenizeResult,
+  UpstreamCallInfo,
+  UpstreamCallTrace,
+  UpstreamTracer,
+  VllmClient,
+  VllmClientOptions,
+} from "./vllm-client-types.js";
