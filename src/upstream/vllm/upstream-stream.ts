@@ -299,23 +299,7 @@ export class UpstreamStream
       this.#finished = true;
       const text = bodyText(this.#text);
       this.#text = undefined;
-      let error: ApiError;
-      try {
-        if (this.#status !== 200 || isVllmErrorBody(parseJson(text, "response"))) {
-          error = mapUpstreamError({ kind: "response", status: this.#status, body: text });
-        } else {
-          error = new ApiError(
-            "upstream_error",
-            `Inference answered a stream request with ${this.#contentType || "no content type"}.`,
-          );
-        }
-      } catch (e) {
-        error =
-          e instanceof ApiError
-            ? e
-            : mapUpstreamError({ kind: "transport", error: e, responseStarted: true });
-      }
-      this.#fail(error, false);
+      this.#fail(notAStream(this.#status, this.#contentType, text), false);
       return;
     }
     if (!this.#done && !this.#settled) {
@@ -339,5 +323,26 @@ export class UpstreamStream
     }
     this.#finished = true;
     this.#fail(mapUpstreamError({ kind: "transport", error, responseStarted: this.#responseStarted }), false);
+  }
+}
+
+/**
+ * The error a stream request ends with when Inference answered it with something other than an
+ * event stream (`text`, the whole body): Inference's error (any status; an error body with 200
+ * too) mapped, else `upstream_error` naming the content type it sent.
+ */
+function notAStream(status: number, contentType: string, text: string): ApiError {
+  try {
+    if (status !== 200 || isVllmErrorBody(parseJson(text, "response"))) {
+      return mapUpstreamError({ kind: "response", status, body: text });
+    }
+    return new ApiError(
+      "upstream_error",
+      `Inference answered a stream request with ${contentType || "no content type"}.`,
+    );
+  } catch (e) {
+    return e instanceof ApiError
+      ? e
+      : mapUpstreamError({ kind: "transport", error: e, responseStarted: true });
   }
 }
