@@ -1,13 +1,7 @@
 import { attemptRequestId } from "../vllm/ids.js";
-import type {
-  VllmCompletion,
-  VllmCompletionRequest,
-  VllmDetokenizeResponse,
-  VllmModelList,
-  VllmTokenizeResponse,
-} from "../vllm/types.js";
-import type { CompleteOptions, TokenizeResult } from "../vllm/vllm-client-types.js";
-import { attemptHeaders, idempotentRetry, withFailover } from "./failover.js";
+import type { VllmDetokenizeResponse, VllmModelList, VllmTokenizeResponse } from "../vllm/types.js";
+import type { TokenizeResult } from "../vllm/vllm-client-types.js";
+import { idempotentRetry, poolComplete, withFailover } from "./failover.js";
 import { poolStream } from "./pool-stream.js";
 import type { UpstreamPool, UpstreamPoolOptions } from "./pool-types.js";
 import { check, poolState } from "./replica-set.js";
@@ -39,32 +33,7 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPool {
   const firstChecks = Promise.all(p.replicas.map((r) => check(p, r))).then(() => undefined);
 
   return {
-    complete(body: VllmCompletionRequest, o: CompleteOptions): Promise<VllmCompletion> {
-      const start = Date.now();
-      return withFailover(
-        p,
-        o.signal,
-        // The caller sees nothing before the whole answer: any fault of the replica's.
-        idempotentRetry,
-        async (client, signal, attempt, replica) => {
-          const upstreamRequestId = attemptRequestId(o.upstreamRequestId, attempt);
-          const trace = o.trace?.({ model: p.model, replica, upstreamRequestId, attempt, stream: false });
-          try {
-            const result = await client.complete(body, {
-              signal,
-              deadlineMs: Math.max(1, o.deadlineMs - (Date.now() - start)),
-              upstreamRequestId,
-              headers: attemptHeaders(o.headers, trace),
-            });
-            trace?.end();
-            return result;
-          } catch (err) {
-            trace?.end(err);
-            throw err;
-          }
-        },
-      );
-    },
+    complete: (body, o) => poolComplete(p, body, o),
 
     stream: (body, o) => poolStream(p, body, o),
 

@@ -1,7 +1,10 @@
 // Failover of one call before output: what may go to another replica, and the loop that sends it.
+
+import { attemptRequestId } from "../vllm/ids.js";
 import type { UpstreamFault } from "../vllm/map-upstream-error.js";
 import { upstreamFaultOf } from "../vllm/map-upstream-error.js";
-import type { UpstreamCallTrace, VllmClient } from "../vllm/vllm-client-types.js";
+import type { VllmCompletion, VllmCompletionRequest } from "../vllm/types.js";
+import type { CompleteOptions, UpstreamCallTrace, VllmClient } from "../vllm/vllm-client-types.js";
 import { attemptSignal } from "./attempt-signal.js";
 import { anotherUp, answered, failed, noneUp, type PoolState, pick, type Replica } from "./replica-set.js";
 
@@ -62,4 +65,39 @@ export async function withFailover<T>(
       link.release();
     }
   }
+}
+
+/**
+ * A pool's `complete`: failed over until the whole answer (the caller sees nothing before it), the
+ * caller's deadline shared by the attempts, each attempt traced.
+ */
+export function poolComplete(
+  p: PoolState,
+  body: VllmCompletionRequest,
+  o: CompleteOptions,
+): Promise<VllmCompletion> {
+  const start = Date.now();
+  return withFailover(
+    p,
+    o.signal,
+    // The caller sees nothing before the whole answer: any fault of the replica's.
+    idempotentRetry,
+    async (client, signal, attempt, replica) => {
+      const upstreamRequestId = attemptRequestId(o.upstreamRequestId, attempt);
+      const trace = o.trace?.({ model: p.model, replica, upstreamRequestId, attempt, stream: false });
+      try {
+        const result = await client.complete(body, {
+          signal,
+          deadlineMs: Math.max(1, o.deadlineMs - (Date.now() - start)),
+          upstreamRequestId,
+          headers: attemptHeaders(o.headers, trace),
+        });
+        trace?.end();
+        return result;
+      } catch (err) {
+        trace?.end(err);
+        throw err;
+      }
+    },
+  );
 }
