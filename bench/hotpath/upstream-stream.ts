@@ -12,8 +12,9 @@ import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { parseArgs } from "node:util";
 import { createUpstreamPool } from "../../src/upstream/pool/index.js";
-import { createVllmClient, type VllmClient } from "../../src/upstream/vllm/create-vllm-client.js";
+import { createVllmClient } from "../../src/upstream/vllm/create-vllm-client.js";
 import type { VllmCompletionRequest } from "../../src/upstream/vllm/types.js";
+import type { VllmClient } from "../../src/upstream/vllm/vllm-client-types.js";
 
 const { values } = parseArgs({
   options: { streams: { type: "string", default: "20000" }, warmup: { type: "string", default: "5000" } },

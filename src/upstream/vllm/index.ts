@@ -9,18 +9,9 @@ export {
   vllmRequestJson,
 } from "./build-vllm-request.js";
 export { createTokenizeCache, type TokenizeCache, type TokenizeEntry } from "./create-tokenize-cache.js";
-export {
-  type CompleteOptions,
-  type ControlCallOptions,
-  createVllmClient,
-  DEFAULT_MAX_CONCURRENT_COMPLETIONS,
-  newUpstreamRequestId,
-  type StreamOptions,
-  type TokenizeResult,
-  type VllmClient,
-  type VllmClientOptions,
-} from "./create-vllm-client.js";
+export { createVllmClient, DEFAULT_MAX_CONCURRENT_COMPLETIONS } from "./create-vllm-client.js";
 export { DEFAULT_MAX_SSE_EVENT_CHARS, decodeSse } from "./decode-sse.js";
+export { newCompletionId, newUpstreamRequestId } from "./ids.js";
 export {
   isVllmErrorBody,
   mapUpstreamError,
@@ -41,5 +32,13 @@ export {
   parseVllmTokenizeResponse,
 } from "./parse-vllm-response.js";
 export { ChoiceTextOffsets, TextOffsets } from "./text-offsets.js";
-export { newCompletionId, toCompletionResponse, toStreamChunk } from "./to-completion-response.js";
+export { toCompletionResponse, toStreamChunk } from "./to-completion-response.js";
 export type * from "./types.js";
+export type {
+  CompleteOptions,
+  ControlCallOptions,
+  StreamOptions,
+  TokenizeResult,
+  VllmClient,
+  VllmClientOptions,
+} from "./vllm-client-types.js";

@@ -148,37 +148,36 @@ function choices(v: unknown): VllmCompletionChoice[] {
   return out;
 }
 
+/**
+ * The fields a completion and a stream chunk share, checked in field order (the first bad field
+ * is the one named). Written out, not spread: this runs once per streamed chunk.
+ */
+function chunkFields(o: Rec): VllmCompletionChunk {
+  return {
+    id: str(o.id ?? "", "id"),
+    object: str(o.object ?? "", "object"),
+    created: int(o.created ?? 0, "created"),
+    model: str(o.model ?? "", "model"),
+    choices: choices(o.choices),
+    usage: opt(o.usage, "usage", usage),
+  };
+}
+
 /** A non-streamed completion body (parsed JSON) → VllmCompletion; throws ApiError 502 when malformed. */
 export function parseVllmCompletion(json: unknown): VllmCompletion {
   return guard("completion", json, (v) => {
     const o = rec(v, "$");
-    // Written out, not `...header(o)`: a spread here cost ~2 µs per chunk.
-    return {
-      id: str(o.id ?? "", "id"),
-      object: str(o.object ?? "", "object"),
-      created: int(o.created ?? 0, "created"),
-      model: str(o.model ?? "", "model"),
-      choices: choices(o.choices),
-      usage: opt(o.usage, "usage", usage),
-      activations: opt(o.activations, "activations", rec) as VllmActivations | null,
-    };
+    // A chunk's fields, then `activations` set on the same object (last, as before): a spread
+    // here cost ~2 µs per chunk.
+    const completion = chunkFields(o) as VllmCompletion;
+    completion.activations = opt(o.activations, "activations", rec) as VllmActivations | null;
+    return completion;
   });
 }
 
 /** One stream event's JSON → VllmCompletionChunk; throws ApiError 502 when malformed. */
 export function parseVllmCompletionChunk(json: unknown): VllmCompletionChunk {
-  return guard("stream chunk", json, (v) => {
-    const o = rec(v, "$");
-    // Written out, not `...header(o)`: a spread here cost ~2 µs per chunk.
-    return {
-      id: str(o.id ?? "", "id"),
-      object: str(o.object ?? "", "object"),
-      created: int(o.created ?? 0, "created"),
-      model: str(o.model ?? "", "model"),
-      choices: choices(o.choices),
-      usage: opt(o.usage, "usage", usage),
-    };
-  });
+  return guard("stream chunk", json, (v) => chunkFields(rec(v, "$")));
 }
 
 /** A `GET /v1/models` body → VllmModelList; throws ApiError 502 when malformed. */

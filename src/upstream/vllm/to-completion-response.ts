@@ -10,7 +10,8 @@ import {
   type StreamCompletionResponse,
   type Usage,
 } from "../../../gen/acs/v1/completions_pb.js";
-import { ApiError, randomHex32 } from "../../errors/index.js";
+import { ApiError } from "../../errors/index.js";
+import { newCompletionId } from "./ids.js";
 import { orderedEntries } from "./parse-json-ordered.js";
 import { TextOffsets } from "./text-offsets.js";
 import type {
@@ -22,11 +23,6 @@ import type {
   VllmUsage,
 } from "./types.js";
 
-/** A fresh completion id: `cmpl-` + 32 lowercase hex, made by the gateway (Inference's id stays inside). */
-export function newCompletionId(): string {
-  return `cmpl-${randomHex32()}`;
-}
-
 /**
  * A non-streamed vLLM completion → the proto response. `model` is the model as the caller asked
  * for it (an alias stays an alias); the id is a fresh `cmpl-` + 32 hex (upstream ids never
@@ -36,13 +32,7 @@ export function newCompletionId(): string {
  * 502 `upstream_error` when a choice ended with finish_reason `abort`.
  */
 export function toCompletionResponse(v: VllmCompletion, model: string): CreateCompletionResponse {
-  const offsets = new TextOffsets();
-  const n = v.choices.length;
-  const choices: CompletionChoice[] = new Array(n);
-  for (let i = 0; i < n; i++) {
-    const choice = v.choices[i] as VllmCompletionChoice;
-    choices[i] = toChoice(choice, offsets);
-  }
+  const choices = toChoices(v.choices, new TextOffsets());
   // As create(CreateCompletionResponseSchema, {...}) builds it (see toStreamChunk), without its
   // per-field reflection: this runs once per unary request.
   const response: CreateCompletionResponse = {
@@ -74,12 +64,7 @@ export function toStreamChunk(
   // Built as `create(StreamCompletionResponseSchema, {...})` would build it (a proto3 message is a
   // plain object: `$typeName`, then each implicit-presence field in field order; an unset message
   // field is absent), without create()'s per-field reflection: this runs once per streamed chunk.
-  const n = c.choices.length;
-  const choices: CompletionChoice[] = new Array(n);
-  for (let i = 0; i < n; i++) {
-    const choice = c.choices[i] as VllmCompletionChoice;
-    choices[i] = toChoice(choice, offsets);
-  }
+  const choices = toChoices(c.choices, offsets);
   const chunk: StreamCompletionResponse = {
     $typeName: "acs.v1.StreamCompletionResponse",
     id: ids.id,
@@ -89,6 +74,14 @@ export function toStreamChunk(
   };
   if (c.usage !== null) chunk.usage = toUsage(c.usage);
   return chunk;
+}
+
+/** Each vLLM choice → its proto choice, in order, through `offsets` (see {@link toChoice}). */
+function toChoices(list: readonly VllmCompletionChoice[], offsets: TextOffsets): CompletionChoice[] {
+  const n = list.length;
+  const choices: CompletionChoice[] = new Array(n);
+  for (let i = 0; i < n; i++) choices[i] = toChoice(list[i] as VllmCompletionChoice, offsets);
+  return choices;
 }
 
 function toUsage(u: VllmUsage): Usage {

@@ -121,8 +121,8 @@ export interface VllmActivations {
   [name: string]: unknown;
 }
 
-/** Response of a non-streamed `POST /v1/completions`. */
-export interface VllmCompletion {
+/** One `data:` event of a streamed completion: one choice, or `choices: []` with the usage. */
+export interface VllmCompletionChunk {
   /** `cmpl-<X-Request-Id>`; never shown to callers. */
   id: string;
   object: string;
@@ -130,20 +130,17 @@ export interface VllmCompletion {
   created: number;
   model: string;
   choices: VllmCompletionChoice[];
+  /**
+   * A completion's usage; on a stream, set on the last chunk (`include_usage`), or on every chunk
+   * (`continuous_usage_stats`).
+   */
   usage: VllmUsage | null;
-  /** Present when `output_residual_stream` was asked for (vllm-lens). */
-  activations: VllmActivations | null;
 }
 
-/** One `data:` event of a streamed completion: one choice, or `choices: []` with the usage. */
-export interface VllmCompletionChunk {
-  id: string;
-  object: string;
-  created: number;
-  model: string;
-  choices: VllmCompletionChoice[];
-  /** Set on the last chunk (`include_usage`), or on every chunk (`continuous_usage_stats`). */
-  usage: VllmUsage | null;
+/** Response of a non-streamed `POST /v1/completions`: the fields of a chunk, plus activations. */
+export interface VllmCompletion extends VllmCompletionChunk {
+  /** Present when `output_residual_stream` was asked for (vllm-lens). */
+  activations: VllmActivations | null;
 }
 
 /** The error object of vLLM ≥ 0.10.1 (`{"error": {...}}`) or the flat older form. */

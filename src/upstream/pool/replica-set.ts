@@ -1,0 +1,260 @@
+// The replicas of one pool and their health: the pool's state in one small object, and the
+// functions that choose a replica, put one in, take one out and check it (active and passive).
+import { ApiError } from "../../errors/index.js";
+import type { UpstreamFault } from "../vllm/map-upstream-error.js";
+import type { VllmClient } from "../vllm/vllm-client-types.js";
+import { chooseReplica } from "./choose-replica.js";
+import type { PoolLogger, ReplicaErrorKind, ReplicaState, UpstreamPoolOptions } from "./pool-types.js";
+
+export interface Replica {
+  readonly url: string;
+  readonly weight: number;
+  readonly client: VllmClient;
+  state: ReplicaState;
+  reason: string | undefined;
+  outstanding: number;
+  requests: number;
+  /** The choice's virtual clock (see ReplicaLoad.sent). */
+  sent: number;
+  errors: Record<ReplicaErrorKind, number>;
+  /** Failures since its last answer. */
+  failuresInARow: number;
+  /** Take-outs since its last answer: the backoff's exponent. */
+  backoffLevel: number;
+  timer: NodeJS.Timeout | undefined;
+  checking: Promise<void> | undefined;
+  /**
+   * The attempts on it without output yet: aborted when the replica is taken out (they go
+   * elsewhere). A set, not `abort` listeners on one long-lived signal: Node's EventTarget walks its
+   * listener list on every add and remove, O(requests in flight) each (23 µs at 5,000 streams).
+   */
+  readonly attempts: Set<Attempt>;
+}
+
+/** One attempt on a replica, while it is in the replica's `attempts`. */
+export interface Attempt {
+  readonly controller: AbortController;
+  /** The replica was taken out while the attempt had no output. */
+  takenOut: boolean;
+}
+
+/** One pool's state: its settings, its replicas, whether it is closing, its failovers. */
+export interface PoolState {
+  readonly options: UpstreamPoolOptions;
+  readonly model: string;
+  readonly logger: PoolLogger | undefined;
+  readonly healthIntervalMs: number;
+  readonly checkTimeoutMs: number;
+  readonly backoffInitialMs: number;
+  readonly backoffMaxMs: number;
+  readonly failureThreshold: number;
+  readonly closing: AbortController;
+  readonly replicas: Replica[];
+  /** Requests sent again to another replica since start. */
+  failovers: number;
+}
+
+const zeroErrors = (): Record<ReplicaErrorKind, number> => ({
+  unreachable: 0,
+  broken: 0,
+  unavailable: 0,
+  rejected: 0,
+  server_error: 0,
+  silent: 0,
+  health: 0,
+});
+
+/** The state of a pool over `options.replicas`, each `starting`; throws RangeError without one. */
+export function poolState(options: UpstreamPoolOptions): PoolState {
+  const { model, logger } = options;
+  const healthIntervalMs = options.healthIntervalMs ?? 5000;
+  const checkTimeoutMs = options.checkTimeoutMs ?? 5000;
+  const backoffInitialMs = options.backoff?.initialMs ?? 1000;
+  const backoffMaxMs = options.backoff?.maxMs ?? 30_000;
+  const failureThreshold = options.failureThreshold ?? 3;
+  if (options.replicas.length === 0) throw new RangeError(`model ${model}: a pool needs a replica`);
+  const closing = new AbortController();
+  const replicas: Replica[] = options.replicas.map((r) => ({
+    url: r.url,
+    weight: r.weight ?? 1,
+    client: r.client,
+    state: "starting",
+    reason: undefined,
+    outstanding: 0,
+    requests: 0,
+    sent: 0,
+    errors: zeroErrors(),
+    failuresInARow: 0,
+    backoffLevel: 0,
+    timer: undefined,
+    checking: undefined,
+    attempts: new Set(),
+  }));
+  return {
+    options,
+    model,
+    logger,
+    healthIntervalMs,
+    checkTimeoutMs,
+    backoffInitialMs,
+    backoffMaxMs,
+    failureThreshold,
+    closing,
+    replicas,
+    failovers: 0,
+  };
+}
+
+const backoffMs = (p: PoolState, level: number) =>
+  Math.min(p.backoffMaxMs, p.backoffInitialMs * 2 ** Math.min(level, 30));
+
+function schedule(p: PoolState, r: Replica): void {
+  if (r.timer !== undefined) clearTimeout(r.timer);
+  r.timer = undefined;
+  if (p.closing.signal.aborted) return;
+  const delay = r.state === "up" ? p.healthIntervalMs : backoffMs(p, Math.max(0, r.backoffLevel - 1));
+  if (delay <= 0) return;
+  r.timer = setTimeout(() => {
+    r.timer = undefined;
+    void check(p, r);
+  }, delay);
+  r.timer.unref();
+}
+
+function putIn(p: PoolState, r: Replica): void {
+  if (r.state === "up") return;
+  const was = r.state;
+  // Level with the replicas already up: a returning replica does not take every request.
+  const up = p.replicas.filter((o) => o !== r && o.state === "up");
+  if (up.length > 0) r.sent = r.weight * Math.min(...up.map((o) => o.sent / o.weight));
+  r.state = "up";
+  r.reason = undefined;
+  r.failuresInARow = 0;
+  p.logger?.info({ model: p.model, replica: r.url, was }, `replica of ${p.model} at ${r.url} is up`);
+}
+
+function takeOut(p: PoolState, r: Replica, reason: string): void {
+  const { model, logger } = p;
+  if (r.state === "down") {
+    if (reason !== r.reason) {
+      r.reason = reason;
+      logger?.warn(
+        { model, replica: r.url, reason },
+        `replica of ${model} at ${r.url} is still down: ${reason}`,
+      );
+    }
+    return;
+  }
+  const was = r.state;
+  r.state = "down";
+  r.reason = reason;
+  r.backoffLevel++;
+  const takenOut = new ApiError("upstream_unavailable", `The replica was taken out: ${reason}`);
+  const attempts = [...r.attempts];
+  r.attempts.clear();
+  for (const attempt of attempts) {
+    attempt.takenOut = true;
+    attempt.controller.abort(takenOut);
+  }
+  const retryInMs = backoffMs(p, r.backoffLevel - 1);
+  logger?.warn(
+    { model, replica: r.url, reason, retryInMs, was },
+    `replica of ${model} at ${r.url} is down: ${reason}`,
+  );
+  schedule(p, r);
+}
+
+/** The active check: `/health`, then `admit` unless the replica is up. One at a time. */
+export function check(p: PoolState, r: Replica): Promise<void> {
+  if (r.checking !== undefined) return r.checking;
+  r.checking = (async () => {
+    // Per check, not AbortSignal.any over the pool's long-lived signal (which would keep every
+    // check's signal alive until the pool closes).
+    const controller = new AbortController();
+    const onClose = () => controller.abort();
+    p.closing.signal.addEventListener("abort", onClose, { once: true });
+    const timer = setTimeout(() => controller.abort(), p.checkTimeoutMs);
+    const signal = controller.signal;
+    try {
+      await runCheck(p, r, signal);
+    } finally {
+      clearTimeout(timer);
+      p.closing.signal.removeEventListener("abort", onClose);
+    }
+  })().finally(() => {
+    r.checking = undefined;
+  });
+  return r.checking;
+}
+
+/** One check of `r` (see {@link check}), then its next one scheduled. */
+async function runCheck(p: PoolState, r: Replica, signal: AbortSignal): Promise<void> {
+  let refusal: string | undefined;
+  if (!(await r.client.health(signal))) {
+    refusal = `GET /health failed (no 200 within ${p.checkTimeoutMs} ms)`;
+    r.errors.health++;
+  } else if (r.state !== "up" && p.options.admit !== undefined) {
+    try {
+      await p.options.admit(r.client, signal);
+    } catch (err) {
+      refusal = err instanceof Error ? err.message : String(err);
+      r.errors.health++;
+    }
+  }
+  if (p.closing.signal.aborted) return;
+  if (refusal === undefined) {
+    putIn(p, r);
+    schedule(p, r);
+  } else if (r.state === "down") {
+    // Still down: the reason may have changed; the next check waits longer.
+    takeOut(p, r, refusal);
+    r.backoffLevel++;
+    schedule(p, r);
+  } else {
+    takeOut(p, r, refusal);
+  }
+}
+
+/** The replica answered (whatever it answered): its failures in a row end. */
+export function answered(r: Replica): void {
+  r.failuresInARow = 0;
+  r.backoffLevel = 0;
+}
+
+/** Passive health: what a failed call says about its replica. */
+export function failed(p: PoolState, r: Replica, fault: UpstreamFault, err: unknown): void {
+  if (fault === "none") {
+    answered(r);
+    return;
+  }
+  r.errors[fault]++;
+  r.failuresInARow++;
+  const reason = `${fault.replace("_", " ")}: ${err instanceof Error ? err.message : String(err)}`;
+  if (r.state !== "up") return;
+  if (fault === "unreachable" || fault === "rejected" || r.failuresInARow >= p.failureThreshold) {
+    takeOut(p, r, reason);
+  } else if (fault !== "server_error") {
+    void check(p, r);
+  }
+}
+
+/** The up replica for the next request, not one of `tried`; undefined when there is none. */
+export function pick(p: PoolState, tried: ReadonlySet<Replica>): Replica | undefined {
+  const candidates = p.replicas.filter((r) => r.state === "up" && !tried.has(r));
+  const chosen = candidates[chooseReplica(candidates)];
+  if (chosen === undefined) return undefined;
+  chosen.outstanding++;
+  chosen.requests++;
+  chosen.sent++;
+  return chosen;
+}
+
+/** True while a replica that is up is not one of `tried`. */
+export const anotherUp = (p: PoolState, tried: ReadonlySet<Replica>): boolean =>
+  p.replicas.some((o) => o.state === "up" && !tried.has(o));
+
+/** The 503 of a request with no replica up (or whose replica was taken out). */
+export const noneUp = (p: PoolState, cause?: unknown): ApiError =>
+  new ApiError("upstream_unavailable", `Inference is unavailable: no replica of ${p.model} is up.`, {
+    ...(cause === undefined ? {} : { cause }),
+  });
