@@ -194,6 +194,18 @@ describe("choice", () => {
     expect(replicas.map((r) => r.ids.length)).toEqual([10, 10, 20]);
   });
 
+  it("control calls between completions do not steer the completions to one replica", async () => {
+    // A text prompt's /tokenize goes before its completion: if both advanced the same clock, the
+    // two would alternate replicas and every completion would land on the same one.
+    replicas = await Promise.all(["a", "b"].map(startReplica));
+    const p = await setup(replicas);
+    for (let i = 0; i < 10; i++) {
+      await p.tokenize("served/model", `prompt ${i}`, true, signal());
+      await texts(p, `mixed-${i}`);
+    }
+    expect(replicas.map((r) => r.ids.length)).toEqual([5, 5]);
+  });
+
   it("sends a request to the replica with the fewest outstanding requests", async () => {
     replicas = await Promise.all(["a", "b"].map(startReplica));
     const [a, b] = replicas as [Replica, Replica];

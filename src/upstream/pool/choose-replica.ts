@@ -13,7 +13,7 @@ export interface ReplicaLoad {
 
 /**
  * The index of the replica a request goes to: the fewest outstanding requests per unit of weight;
- * among equals, the fewest sent per unit of weight (so idle replicas share sequential requests in
+ * among equals, the fewest completions sent per unit of weight (so idle replicas share sequential completions in
  * proportion to their weights); then the first. -1 when `replicas` is empty. Every replica is
  * looked at: a model has a handful, so no sampling (power of two choices) is needed.
  */

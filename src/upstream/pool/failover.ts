@@ -7,7 +7,16 @@ import { upstreamFaultOf } from "../vllm/map-upstream-error.js";
 import type { VllmCompletion, VllmCompletionRequest } from "../vllm/types.js";
 import type { CompleteOptions, VllmClient } from "../vllm/vllm-client-types.js";
 import { attemptSignal } from "./attempt-signal.js";
-import { anotherUp, answered, failed, noneUp, type PoolState, pick, type Replica } from "./replica-set.js";
+import {
+  anotherUp,
+  answered,
+  type CallWork,
+  failed,
+  noneUp,
+  type PoolState,
+  pick,
+  type Replica,
+} from "./replica-set.js";
 
 const noHeaders: Readonly<Record<string, string>> = Object.freeze({});
 
@@ -35,17 +44,19 @@ export const idempotentRetry = (fault: UpstreamFault) => retryableFaults.has(fau
 
 /**
  * One call with failover: `call` runs on a chosen replica; when it fails before output with a
- * fault that `mayRetry` allows, it runs once more on another replica (attempt 1).
+ * fault that `mayRetry` allows, it runs once more on another replica (attempt 1). `work` says what
+ * the call asks of the replica ({@link pick}).
  */
 export async function withFailover<T>(
   p: PoolState,
   caller: AbortSignal | undefined,
   mayRetry: (fault: UpstreamFault, err: unknown) => boolean,
   call: (client: VllmClient, signal: AbortSignal, attempt: number, replica: string) => Promise<T>,
+  work: CallWork = "control",
 ): Promise<T> {
   const tried = new Set<Replica>();
   for (let attempt = 0; ; attempt++) {
-    const r = pick(p, tried);
+    const r = pick(p, tried, work);
     if (r === undefined) throw noneUp(p);
     tried.add(r);
     const link = attemptSignal(r, caller);
@@ -100,5 +111,6 @@ export function poolComplete(
         throw err;
       }
     },
+    "completion",
   );
 }

@@ -47,7 +47,7 @@ export function poolStream(
 
   const start = (): void => {
     attempt++;
-    const chosen = pick(p, tried);
+    const chosen = pick(p, tried, "completion");
     if (chosen === undefined) throw noneUp(p);
     tried.add(chosen);
     r = chosen;

@@ -238,14 +238,22 @@ export function failed(p: PoolState, r: Replica, fault: UpstreamFault, err: unkn
   }
 }
 
-/** The up replica for the next request, not one of `tried`; undefined when there is none. */
-export function pick(p: PoolState, tried: ReadonlySet<Replica>): Replica | undefined {
+/** What a call asks of a replica: a completion, or a control call (`/tokenize`, `/v1/models`…). */
+export type CallWork = "completion" | "control";
+
+/**
+ * The up replica for the next request, not one of `tried`; undefined when there is none. Only
+ * completions advance the choice's clock (`sent`): a text prompt's `/tokenize` goes before its
+ * completion, and if it counted too the two would alternate replicas and every completion would
+ * land on the same one.
+ */
+export function pick(p: PoolState, tried: ReadonlySet<Replica>, work: CallWork): Replica | undefined {
   const candidates = p.replicas.filter((r) => r.state === "up" && !tried.has(r));
   const chosen = candidates[chooseReplica(candidates)];
   if (chosen === undefined) return undefined;
   chosen.outstanding++;
   chosen.requests++;
-  chosen.sent++;
+  if (work === "completion") chosen.sent++;
   return chosen;
 }
 
