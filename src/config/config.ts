@@ -120,10 +120,10 @@ export interface Config {
    */
   readonly streamStallMs: number;
   /**
-   * Longest wait for the start of an upstream answer (its first SSE event: every completion but
-   * prompt_logprobs and captures is streamed from Inference), ms: past it the replica counts as
-   * failed (passive health) and the call fails over, or ends 504 `deadline_exceeded`. 0 = no
-   * bound. @default 60000 (env ACS_UPSTREAM_HEADERS_TIMEOUT_MS)
+   * Longest an upstream answer may go without an SSE event, ms: before its first (every
+   * completion but prompt_logprobs and captures is streamed from Inference) and between two until
+   * `[DONE]`. Past it the replica counts as failed (passive health) and the call fails over, or
+   * ends 504 `deadline_exceeded`. 0 = no bound. @default 60000 (env ACS_UPSTREAM_HEADERS_TIMEOUT_MS)
    */
   readonly upstreamHeadersTimeoutMs: number;
   /**

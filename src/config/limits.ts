@@ -31,10 +31,11 @@ export const limits = {
   /** Default time a stream may wait for its caller to read (drain) before it is ended, ms (§5). */
   streamStallMs: 60_000,
   /**
-   * Default longest wait for the first event of an upstream answer (every completion but
-   * prompt_logprobs and captures is streamed from Inference, so that event follows prefill), ms: past
-   * it the replica is silent — the call fails over, or ends 504 (§5). Far above a prefill of the
-   * longest prompt, so no legitimate generation is cut; a generation's length does not count.
+   * Default longest wait for an upstream answer's next event — its first (every completion but
+   * prompt_logprobs and captures is streamed from Inference, so that event follows prefill), or
+   * the next between two — ms: past it the replica is silent; the call fails over, or ends 504
+   * (§5). Far above a prefill of the longest prompt and a token's time, so no legitimate
+   * generation is cut; a generation's length does not count.
    */
   upstreamHeadersTimeoutMs: 60_000,
 } as const;

@@ -135,7 +135,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
         client: createVllmClient({
           baseUrl: u.url,
           tokenizeCache,
-          firstEventTimeoutMs: config.upstreamHeadersTimeoutMs ?? limits.upstreamHeadersTimeoutMs,
+          silenceTimeoutMs: config.upstreamHeadersTimeoutMs ?? limits.upstreamHeadersTimeoutMs,
           ...(u.apiKey === undefined ? {} : { apiKey: u.apiKey }),
           ...(m.maxConcurrentRequests === undefined ? {} : { connections: m.maxConcurrentRequests }),
         }),

@@ -12,7 +12,7 @@ import {
   createGrpcWebTransport,
   Http2SessionManager,
 } from "@connectrpc/connect-node";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { CompletionsService, CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { type RunningEngine, startEngine } from "../../src/engine/index.js";
 import { parseSse, withoutKeepalives } from "../helpers/parse-sse.js";
@@ -64,6 +64,14 @@ const resetAfterTwoChunks: Misbehaviour = (_req, res, body) => {
     res.write('{"id": "cmpl-x", "object": "text_completion", "choices": [');
   }
   setTimeout(() => res.socket?.destroy(), 50);
+};
+
+/** Two chunks (a stream), then SSE comments every 300 ms and no event: silent mid-answer, connection open. */
+const silentAfterTwoChunks: Misbehaviour = (_req, res) => {
+  res.writeHead(200, { "content-type": "text/event-stream" });
+  res.write(`data: ${JSON.stringify(piece("«fake»"))}\n\ndata: ${JSON.stringify(piece("«fake»"))}\n\n`);
+  const timer = setInterval(() => res.write(": ping\n\n"), 300);
+  res.on("close", () => clearInterval(timer));
 };
 
 /** A whole answer (SSE or JSON, as asked), sent one byte a second. */
@@ -270,5 +278,64 @@ describe.each([
       expect(body.choices[0]?.text).not.toContain("«fake»");
     }
     expect(replica.requests.filter((q) => q.url === "/v1/completions").length).toBeGreaterThan(0);
+  });
+});
+
+describe("a replica silent in the middle of its answer (two chunks, then nothing)", () => {
+  let replica: FakeUpstream;
+  let stack: Stack;
+  afterEach(async () => {
+    await stack?.close();
+    await replica?.close();
+  });
+
+  it("beside a good engine: every unary request succeeds on the other, the silence counted", async () => {
+    replica = await fakeReplica(engine, silentAfterTwoChunks);
+    stack = await stackWith(engine, [replica], { failureThreshold: 100 });
+    const results = await Promise.all(Array.from({ length: 4 }, (_, i) => rest(stack, `Hello ${i}`, false)));
+    for (const r of results) {
+      expect(r.status).toBe(200);
+      expect((JSON.parse(r.text) as { choices: Array<{ text: string }> }).choices[0]?.text).not.toContain(
+        "«fake»",
+      );
+    }
+    expect(replica.requests.filter((q) => q.url === "/v1/completions").length).toBeGreaterThan(0);
+    expect(
+      await metric(stack, "acs_upstream_replica_errors_total", `replica="${replica.url}",kind="silent"`),
+    ).toBeGreaterThan(0);
+  });
+
+  it("alone: a stream that sent chunks ends with the in-band 504 and [DONE] within the bound plus a second", async () => {
+    replica = await fakeReplica(engine, silentAfterTwoChunks);
+    stack = await stackWith(engine, [replica], { failureThreshold: 100 });
+    // Only the faulty replica: the good engine is not in this pool.
+    await stack.close();
+    stack = await startStack({
+      upstreams: [{ url: replica.url }],
+      model: { id: engine.model.id, servedModelName: engine.model.id, maxModelLen: engine.model.maxModelLen },
+      upstreamHeadersTimeoutMs: BOUND_MS,
+      keepaliveIntervalMs: 400,
+      pool: { failureThreshold: 100 },
+    });
+    const started = Date.now();
+    const r = await rest(stack, "Hello", true);
+    const ms = Date.now() - started;
+    expect(r.status).toBe(200);
+    const blocks = withoutKeepalives(parseSse(r.text));
+    expect(blocks.at(-1)).toEqual({ kind: "done" });
+    const events = blocks.flatMap((b) =>
+      b.kind === "data"
+        ? [b.data as { error?: { code: string }; choices?: Array<{ text: string; finish_reason: unknown }> }]
+        : [],
+    );
+    // The two chunks the caller got, then the error: never a normal finish.
+    expect(events.filter((e) => e.choices !== undefined).map((e) => e.choices?.[0]?.text)).toEqual([
+      "«fake»",
+      "«fake»",
+    ]);
+    expect(events.flatMap((e) => e.choices ?? []).every((c) => c.finish_reason === null)).toBe(true);
+    expect(events.at(-1)?.error?.code).toBe("deadline_exceeded");
+    expect(ms).toBeGreaterThanOrEqual(BOUND_MS - 100);
+    expect(ms).toBeLessThan(BOUND_MS + 1000);
   });
 });

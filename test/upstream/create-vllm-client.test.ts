@@ -7,6 +7,7 @@ import {
   buildVllmRequest,
   createVllmClient,
   newUpstreamRequestId,
+  upstreamFaultOf,
   type VllmClient,
   type VllmCompletionChunk,
 } from "../../src/upstream/index.js";
@@ -268,6 +269,71 @@ describe("stream", () => {
     expect(JSON.parse(up.requests[0]?.body ?? "").stream_options).toStrictEqual({
       include_usage: true,
       continuous_usage_stats: false,
+    });
+  });
+
+  describe("the silence bound (silenceTimeoutMs) holds between events too", () => {
+    const BOUND = 300;
+
+    it("events that keep coming keep it off, however long the stream", async () => {
+      const { c } = await setup(
+        (_req, res) => {
+          res.writeHead(200, { "content-type": "text/event-stream" });
+          let n = 0;
+          const timer = setInterval(() => {
+            if (++n <= 10) res.write(`data: ${JSON.stringify(chunk(0, `t${n}`))}\n\n`);
+            else {
+              clearInterval(timer);
+              res.end("data: [DONE]\n\n");
+            }
+          }, 100);
+        },
+        { silenceTimeoutMs: BOUND },
+      );
+      expect((await collect(streamOf(c))).length).toBe(10);
+    });
+
+    it("a silence after chunks → 504 deadline_exceeded (fault silent) after them", async () => {
+      const { c } = await setup(
+        (_req, res) => {
+          res.writeHead(200, { "content-type": "text/event-stream" });
+          res.write(`data: ${JSON.stringify(chunk(0, "a"))}\n\ndata: ${JSON.stringify(chunk(0, "b"))}\n\n`);
+          const timer = setInterval(() => res.write(": ping\n\n"), 50); // comments are not events
+          res.on("close", () => clearInterval(timer));
+        },
+        { silenceTimeoutMs: BOUND },
+      );
+      const got: string[] = [];
+      const started = Date.now();
+      const err = await apiErrorOf(
+        (async () => {
+          for await (const x of streamOf(c)) got.push(x.choices[0]?.text ?? "");
+        })(),
+      );
+      expect(got).toEqual(["a", "b"]);
+      expect(err.code).toBe("deadline_exceeded");
+      expect(upstreamFaultOf(err)).toBe("silent");
+      expect(Date.now() - started).toBeGreaterThanOrEqual(BOUND - 20);
+    });
+
+    it("a consumer that stops reading is not the upstream's silence", async () => {
+      // 400 × 8 KiB: far more than the socket's buffers, so reading pauses while the queue is full.
+      const big = Array.from({ length: 400 }, (_, i) => chunk(0, `${i}`.padEnd(8192, "x")));
+      const { c } = await setup(sseHandler(sse(big)), {
+        silenceTimeoutMs: BOUND,
+      });
+      const it = streamOf(c)[Symbol.asyncIterator]();
+      const first = await it.next();
+      expect(first.done).toBe(false);
+      // Far past the bound while the queue is full and the socket paused.
+      await new Promise((r) => setTimeout(r, 4 * BOUND));
+      let n = 1;
+      for (;;) {
+        const step = await it.next();
+        if (step.done === true) break;
+        n++;
+      }
+      expect(n).toBe(400);
     });
   });
 

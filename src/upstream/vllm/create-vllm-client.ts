@@ -30,7 +30,7 @@ interface ClientState {
   readonly controlDeadlineMs: number;
   readonly cache: TokenizeCache;
   readonly maxSseEventChars: number | undefined;
-  readonly firstEventTimeoutMs: number;
+  readonly silenceTimeoutMs: number;
   readonly headersFor: HeadersFor;
 }
 
@@ -55,7 +55,7 @@ function clientState(opts: VllmClientOptions): ClientState {
       ...(opts.tokenizeCacheBytes === undefined ? {} : { maxBytes: opts.tokenizeCacheBytes }),
     });
   const maxSseEventChars = opts.maxSseEventChars;
-  const firstEventTimeoutMs = opts.firstEventTimeoutMs ?? 0;
+  const silenceTimeoutMs = opts.silenceTimeoutMs ?? 0;
   const headersFor = upstreamHeaders(opts);
   return {
     prefix,
@@ -64,7 +64,7 @@ function clientState(opts: VllmClientOptions): ClientState {
     controlDeadlineMs,
     cache,
     maxSseEventChars,
-    firstEventTimeoutMs,
+    silenceTimeoutMs,
     headersFor,
   };
 }
@@ -168,7 +168,7 @@ export function createVllmClient(opts: VllmClientOptions): VllmClient {
         o,
         c.headersFor,
         c.maxSseEventChars === undefined ? undefined : { maxEventChars: c.maxSseEventChars },
-        c.firstEventTimeoutMs,
+        c.silenceTimeoutMs,
       );
     },
 

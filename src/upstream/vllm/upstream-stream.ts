@@ -59,8 +59,14 @@ export class UpstreamStream
   #text: Buffer[] | undefined;
   #status = 0;
   #contentType = "";
-  /** Runs until the first SSE event (or the end of a non-SSE answer's head): the silence bound. */
+  /**
+   * The silence bound (`silenceTimeoutMs`): runs from the request's start to `[DONE]` (or the
+   * head of a non-SSE answer), and fails the stream when no SSE event came for that long — before
+   * the first one or between two — while the socket was read (not while back-pressure paused it).
+   */
   #silence: NodeJS.Timeout | undefined;
+  /** When the last SSE event came (or the request started, or reading resumed), ms since the epoch. */
+  #lastEventAt = 0;
 
   /** The request to send and its options: dropped once dispatched (a stream lives long). */
   #body: VllmCompletionRequest | undefined;
@@ -73,7 +79,7 @@ export class UpstreamStream
     opts: StreamOptions,
     private readonly headersFor: HeadersFor,
     private readonly sseOptions: { maxEventChars: number } | undefined,
-    private readonly firstEventTimeoutMs: number,
+    private readonly silenceTimeoutMs: number,
   ) {
     this.#body = body;
     this.#opts = opts;
@@ -97,7 +103,10 @@ export class UpstreamStream
       if (this.#head === this.#queue.length) {
         this.#queue.length = 0;
         this.#head = 0;
-        if (this.#controller?.paused === true && !this.#settled) this.#controller.resume();
+        if (this.#controller?.paused === true && !this.#settled) {
+          this.#lastEventAt = Date.now(); // a pause of ours is not the upstream's silence
+          this.#controller.resume();
+        }
       }
       return Promise.resolve({ value, done: false });
     }
@@ -184,7 +193,7 @@ export class UpstreamStream
 
   #settle(): void {
     this.#settled = true;
-    this.#answerStarted();
+    this.#stopSilence();
     releaseUpstreamRequestId(this.#requestId);
     this.#unfollow?.();
     this.#unfollow = undefined;
@@ -215,18 +224,30 @@ export class UpstreamStream
     if (this.#queue.length - this.#head >= PAUSE_AT_QUEUED_CHUNKS) this.#controller?.pause();
   }
 
-  /** Inference's answer started (or the request ended): the silence bound is off. */
-  #answerStarted(): void {
+  /** `[DONE]`, a non-SSE answer's head or the request's end: the silence bound is off. */
+  #stopSilence(): void {
     if (this.#silence === undefined) return;
     clearTimeout(this.#silence);
     this.#silence = undefined;
   }
 
+  /** The silence bound's timer: fails the stream if it was quiet that long, else waits the rest. */
+  readonly #onSilence = (): void => {
+    this.#silence = undefined;
+    if (this.#settled || this.#done) return;
+    const silentMs = this.silenceTimeoutMs;
+    if (this.#controller?.paused === true) this.#lastEventAt = Date.now();
+    const quiet = Date.now() - this.#lastEventAt;
+    if (quiet >= silentMs) this.#fail(upstreamSilence(silentMs), true);
+    else this.#silence = setTimeout(this.#onSilence, silentMs - quiet);
+  };
+
   readonly #onData = (data: string): void => {
     if (this.#done || this.#settled) return;
-    this.#answerStarted();
+    this.#lastEventAt = Date.now();
     if (data === "[DONE]") {
       this.#done = true;
+      this.#stopSilence();
       return;
     }
     try {
@@ -247,9 +268,11 @@ export class UpstreamStream
     this.#controller = controller;
     if (this.#abortReason !== undefined) controller.abort(this.#abortReason);
     // From the request's start on a connection: a wait in this client's own queue is not silence.
-    const silentMs = this.firstEventTimeoutMs;
-    if (silentMs > 0 && !this.#settled && this.#silence === undefined)
-      this.#silence = setTimeout(() => this.#fail(upstreamSilence(silentMs), true), silentMs);
+    const silentMs = this.silenceTimeoutMs;
+    if (silentMs > 0 && !this.#settled && this.#silence === undefined) {
+      this.#lastEventAt = Date.now();
+      this.#silence = setTimeout(this.#onSilence, silentMs);
+    }
   }
 
   onResponseStart(
@@ -267,7 +290,7 @@ export class UpstreamStream
     this.#status = statusCode;
     if (statusCode !== 200 || !this.#contentType.startsWith("text/event-stream")) {
       // An error answer (a body read to its end, under the body timeout), not a silence.
-      this.#answerStarted();
+      this.#stopSilence();
       this.#text = [];
     } else this.#sse = createSseDecoder(this.#onData, this.sseOptions);
   }

@@ -41,13 +41,15 @@ export interface VllmClientOptions {
   /** Longest silence between two body reads (streams included). @default 900_000 (15 min) */
   bodyTimeoutMs?: number;
   /**
-   * Longest wait for a stream's first SSE event, from its dispatch (Inference's response headers
-   * alone, its SSE comments and the gateway's own keepalives to its caller do not count): then the
-   * request is aborted with {@link upstreamSilence}'s 504 (fault `silent`). 0 = no bound.
+   * Longest a stream may go without an SSE event, in ms: from its dispatch to the first event, and
+   * between two events until `[DONE]` (Inference's response headers alone, its SSE comments and
+   * the gateway's own keepalives to its caller do not count; time the socket was paused for a slow
+   * consumer does not either): then the request is aborted with {@link upstreamSilence}'s 504
+   * (fault `silent`). 0 = no bound.
    * Non-streamed calls (`complete`) are not bound by it: vLLM sends their headers only at the end.
    * @default 0
    */
-  firstEventTimeoutMs?: number;
+  silenceTimeoutMs?: number;
   /** Longest TCP connect. @default 10_000 */
   connectTimeoutMs?: number;
   /** Bounds of the `/tokenize` LRU cache. @default 4096 entries, 64 MiB */
@@ -132,8 +134,8 @@ export interface VllmClient {
   /**
    * `POST /v1/completions` with streaming (`body.stream` must be true): the chunks until
    * `data: [DONE]`. Throws ApiError: an in-band error event → its mapped error; a stream that ends
-   * without `[DONE]`, is reset, or carries garbage → 502 `upstream_error`; no first event within
-   * `firstEventTimeoutMs` → 504 `deadline_exceeded` (fault `silent`); `canceled` on the signal.
+   * without `[DONE]`, is reset, or carries garbage → 502 `upstream_error`; no event for
+   * `silenceTimeoutMs` → 504 `deadline_exceeded` (fault `silent`); `canceled` on the signal.
    * Stopping early (break, return, throw in the loop) aborts the upstream request at once.
    */
   stream(body: VllmCompletionRequest, options: StreamOptions): AsyncIterable<VllmCompletionChunk>;
