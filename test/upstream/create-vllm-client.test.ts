@@ -305,9 +305,11 @@ describe("stream", () => {
       );
       const got: string[] = [];
       const started = Date.now();
+      // The caller's own bound, far past the client's: without the bound the stream would wait.
       const err = await apiErrorOf(
         (async () => {
-          for await (const x of streamOf(c)) got.push(x.choices[0]?.text ?? "");
+          for await (const x of streamOf(c, AbortSignal.timeout(10 * BOUND)))
+            got.push(x.choices[0]?.text ?? "");
         })(),
       );
       expect(got).toEqual(["a", "b"]);
