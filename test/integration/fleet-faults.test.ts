@@ -144,6 +144,17 @@ async function stackWith(
   });
 }
 
+/** The gateway with `faulty` as its model's only replica, kept up through its failures. */
+function loneStack(engine: RunningEngine, faulty: FakeUpstream): Promise<Stack> {
+  return startStack({
+    upstreams: [{ url: faulty.url }],
+    model: { id: engine.model.id, servedModelName: engine.model.id, maxModelLen: engine.model.maxModelLen },
+    upstreamHeadersTimeoutMs: BOUND_MS,
+    keepaliveIntervalMs: 400,
+    pool: { failureThreshold: 100 },
+  });
+}
+
 let engine: RunningEngine;
 beforeAll(async () => {
   engine = await startEngine({ preset: "tiny" });
@@ -193,14 +204,8 @@ describe("a single silent upstream: a stream ends with the error within the boun
   const transports: Record<string, Transport> = {};
   beforeAll(async () => {
     replica = await fakeReplica(engine, commentsOnly);
-    stack = await startStack({
-      upstreams: [{ url: replica.url }],
-      model: { id: engine.model.id, servedModelName: engine.model.id, maxModelLen: engine.model.maxModelLen },
-      upstreamHeadersTimeoutMs: BOUND_MS,
-      keepaliveIntervalMs: 400,
-      // Kept up through the four silences, so that each surface sees the in-band failure.
-      pool: { failureThreshold: 100 },
-    });
+    // Kept up through the four silences, so that each surface sees the in-band failure.
+    stack = await loneStack(engine, replica);
     h2 = new Http2SessionManager(stack.url);
     transports.connect = createConnectTransport({ baseUrl: stack.url, httpVersion: "1.1" });
     transports.grpc = createGrpcTransport({ baseUrl: stack.url, sessionManager: h2 });
@@ -307,16 +312,7 @@ describe("a replica silent in the middle of its answer (two chunks, then nothing
 
   it("alone: a stream that sent chunks ends with the in-band 504 and [DONE] within the bound plus a second", async () => {
     replica = await fakeReplica(engine, silentAfterTwoChunks);
-    stack = await stackWith(engine, [replica], { failureThreshold: 100 });
-    // Only the faulty replica: the good engine is not in this pool.
-    await stack.close();
-    stack = await startStack({
-      upstreams: [{ url: replica.url }],
-      model: { id: engine.model.id, servedModelName: engine.model.id, maxModelLen: engine.model.maxModelLen },
-      upstreamHeadersTimeoutMs: BOUND_MS,
-      keepaliveIntervalMs: 400,
-      pool: { failureThreshold: 100 },
-    });
+    stack = await loneStack(engine, replica);
     const started = Date.now();
     const r = await rest(stack, "Hello", true);
     const ms = Date.now() - started;

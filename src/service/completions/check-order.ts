@@ -285,7 +285,8 @@ function captureCap(draft: Draft): void {
  * is the exact count's.
  */
 async function hold(draft: Draft, env: CheckEnv): Promise<void> {
-  const { key, ledger } = { key: draft.key, ledger: env.ledger };
+  const { key } = draft;
+  const { ledger } = env;
   if (ledger === undefined || key === undefined) return;
   const { shape, fanOut } = draft;
   const capture = draft.request.outputResidualStream !== undefined;
