@@ -1,5 +1,4 @@
 import { create, toBinary } from "@bufbuild/protobuf";
-import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
   CompletionChoiceSchema,
@@ -10,8 +9,6 @@ import {
 } from "../../gen/acs/v1/completions_pb.js";
 import { ApiError } from "../../src/errors/index.js";
 import {
-  orderedEntries,
-  parseJsonOrdered,
   parseVllmCompletion,
   parseVllmCompletionChunk,
   parseVllmJson,
@@ -262,44 +259,6 @@ describe("toCompletionResponse, built by hand", () => {
       expect(toBinary(CreateCompletionResponseSchema, r)).toStrictEqual(
         toBinary(CreateCompletionResponseSchema, viaCreate),
       );
-    }
-  });
-});
-
-describe("parseJsonOrdered", () => {
-  it("gives the same values as JSON.parse (property)", () => {
-    fc.assert(
-      fc.property(fc.jsonValue(), (value) => {
-        const text = JSON.stringify(value);
-        expect(parseJsonOrdered(text)).toStrictEqual(JSON.parse(text));
-        const spaced = JSON.stringify(value, null, 2);
-        expect(parseJsonOrdered(spaced)).toStrictEqual(JSON.parse(spaced));
-      }),
-      { numRuns: 500 },
-    );
-  });
-
-  it("keeps the source order of integer-like keys", () => {
-    const o = parseJsonOrdered('{"b": 1, "10": 2, "a": 3, "2": 4}') as Record<string, number>;
-    expect(Object.keys(o)).toStrictEqual(["2", "10", "b", "a"]);
-    expect(orderedEntries(o)).toStrictEqual([
-      ["b", 1],
-      ["10", 2],
-      ["a", 3],
-      ["2", 4],
-    ]);
-  });
-
-  it("decodes escapes, keeps __proto__ as data, and refuses invalid JSON", () => {
-    const o = parseJsonOrdered('{"__proto__": {"x": 1}, "s": "a\\"b\\\\\\u00e9\\n"}') as Record<
-      string,
-      unknown
-    >;
-    expect(Object.getPrototypeOf(o)).toBe(Object.prototype);
-    expect(Object.hasOwn(o, "__proto__")).toBe(true);
-    expect(o.s).toBe('a"b\\é\n');
-    for (const bad of ["", "{", '{"a" 1}', "[1,]", "01", '"\u0001"', "nul", "1 2", '{"a":1,}']) {
-      expect(() => parseJsonOrdered(bad), bad).toThrow(SyntaxError);
     }
   });
 });
