@@ -1,6 +1,7 @@
 // A pool's `stream`: failover before the first chunk (or, for a caller that collects it, at any
 // point), as a plain async iterator over the chosen replica's stream.
 
+import type { UpstreamCallTrace } from "../../core/index.js";
 import { attemptRequestId } from "../vllm/ids.js";
 import { type UpstreamFault, upstreamFaultOf } from "../vllm/map-upstream-error.js";
 import type { VllmCompletionChunk, VllmCompletionRequest } from "../vllm/types.js";
@@ -8,9 +9,6 @@ import type { StreamOptions } from "../vllm/vllm-client-types.js";
 import { type AttemptSignal, attemptSignal } from "./attempt-signal.js";
 import { attemptHeaders, retryableFaults } from "./failover.js";
 import { anotherUp, answered, failed, noneUp, type PoolState, pick, type Replica } from "./replica-set.js";
-
-/** One attempt's trace, as the caller's tracer gives it. */
-type AttemptTrace = ReturnType<NonNullable<StreamOptions["trace"]>>;
 
 /** One pool stream's state: the request, the replicas tried, and the attempt under way. */
 interface PoolStream {
@@ -32,7 +30,7 @@ interface PoolStream {
   /** The current attempt's replica, signal, trace and iterator: set together, cleared together. */
   r: Replica | undefined;
   link: AttemptSignal | undefined;
-  trace: AttemptTrace | undefined;
+  trace: UpstreamCallTrace | undefined;
   inner: AsyncIterator<VllmCompletionChunk> | undefined;
 }
 
