@@ -16,7 +16,7 @@ import { Bench } from "tinybench";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { createCompletionsService, createModelRegistry } from "../../src/service/index.js";
 import { validateRequest } from "../../src/service/validate-request.js";
-import { createVllmClient, TextOffsets, toStreamChunk } from "../../src/upstream/index.js";
+import { createVllmClient, TextOffsets, toStreamChunk, VllmInference } from "../../src/upstream/index.js";
 
 const { values } = parseArgs({
   options: { warmup: { type: "string" }, n: { type: "string" }, "in-memory": { type: "boolean" } },
@@ -87,7 +87,7 @@ const registry = createModelRegistry(
       ownedBy: "acs",
     } as never,
   ],
-  () => Object.assign(client, { serving: () => true }),
+  () => new VllmInference(Object.assign(client, { serving: () => true })),
 );
 const api = createCompletionsService({ models: registry, ledger: undefined, nonStreamDeadlineMs: 840_000 });
 

@@ -76,7 +76,7 @@ function float32Source(raw: Uint8Array, dtype: Dtype.BFLOAT16 | Dtype.FLOAT16 | 
  */
 export function lensVllmXargs(
   request: CreateCompletionRequest,
-  model: LensModelFacts,
+  model: Pick<LensModelFacts, "numLayers">,
   decoded: readonly Uint8Array[] = [],
 ): Record<string, string | JsonText> {
   const xargs: Record<string, string | JsonText> = {};

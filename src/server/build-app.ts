@@ -24,6 +24,7 @@ import {
   createVllmClient,
   type UpstreamPool,
   type UpstreamPoolOptions,
+  VllmInference,
 } from "../upstream/index.js";
 import { buildServer, type ServerDeps } from "./build-server.js";
 import type { Lifecycle } from "./lifecycle.js";
@@ -93,7 +94,7 @@ export interface AppOptions {
 export interface App {
   readonly app: FastifyInstance;
   readonly metrics: GatewayMetrics;
-  readonly registry: ModelRegistry<UpstreamPool>;
+  readonly registry: ModelRegistry<VllmInference<UpstreamPool>>;
   /** The Budget ledger; undefined with keys off. */
   readonly ledger: BudgetLedger | undefined;
   /** Per-key requests in flight and their caps (used with keys on). */
@@ -146,7 +147,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
       logger,
     });
     pools.push({ model: m.id, pool });
-    return pool;
+    return new VllmInference(pool);
   });
   const closePools = async () => {
     await Promise.all(pools.splice(0).map(({ pool }) => pool.close()));

@@ -1,6 +1,6 @@
 // The checks of a completion request that need no Inference call, one function per rule of the
 // contract (proto/API.md §3, §4). The service runs them in the contract's order (see
-// completions-service.ts, `prepare`); each has unit tests of its own (test/service/checks.test.ts).
+// completions/check-order.ts); each has unit tests of its own (test/service/checks.test.ts).
 import type { CreateCompletionRequest } from "../../gen/acs/v1/completions_pb.js";
 import { limits } from "../config/index.js";
 import { ApiError, invalidRequest } from "../errors/index.js";

@@ -1,5 +1,5 @@
 import type { CreateCompletionRequest } from "../../gen/acs/v1/completions_pb.js";
-import type { VllmClient } from "../upstream/index.js";
+import type { Inference } from "../upstream/index.js";
 
 /** Most `/tokenize` calls one request has in flight at once. */
 export const MAX_CONCURRENT_TOKENIZE = 8;
@@ -7,12 +7,12 @@ export const MAX_CONCURRENT_TOKENIZE = 8;
 /**
  * The tokens of each prompt of `request`, as the Hold counts them (BOS included when
  * add_special_tokens): token-id prompts by their length; text prompts by Inference's `/tokenize`
- * (the client caches answers). Identical texts of one request are counted once, and at most
+ * (cached by the port). Identical texts of one request are counted once, and at most
  * {@link MAX_CONCURRENT_TOKENIZE} calls run at a time. Throws the client's ApiError (e.g. 503
  * when Inference is down, `canceled` on `signal`).
  */
 export async function countPromptTokens(
-  client: Pick<VllmClient, "tokenize">,
+  client: Pick<Inference, "tokenize">,
   servedModelName: string,
   request: CreateCompletionRequest,
   signal: AbortSignal,
@@ -67,7 +67,7 @@ export function boundPromptTokens(request: CreateCompletionRequest, specialToken
  * the client's ApiError.
  */
 export function createSpecialTokenCounter(): (
-  client: Pick<VllmClient, "tokenize">,
+  client: Pick<Inference, "tokenize">,
   servedModelName: string,
   signal: AbortSignal,
 ) => Promise<number> {

@@ -14,7 +14,7 @@ export {
 } from "./admission.js";
 export { maxPromptsPerRequest, tooManyPrompts } from "./checks.js";
 export { clampedHeader } from "./completions/check-order.js";
-export { type CompletionsServiceDeps, createCompletionsService } from "./completions-service.js";
+export { type CompletionsServiceDeps, createCompletionsService } from "./completions/index.js";
 export {
   type AdmitReplica,
   createModelRegistry,

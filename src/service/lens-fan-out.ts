@@ -5,7 +5,7 @@
 import pLimit from "p-limit";
 import type { CreateCompletionRequest } from "../../gen/acs/v1/completions_pb.js";
 import { ApiError } from "../errors/index.js";
-import type { VllmCompletionRequest } from "../upstream/index.js";
+import type { Inference, InferenceRequest } from "../upstream/index.js";
 import type { RequestShape } from "./checks.js";
 
 /** One upstream request of a fan-out: the choice it produces and its body. */
@@ -14,8 +14,8 @@ export interface FanOutPart {
   readonly index: number;
   /** Which prompt of the request (0-based). */
   readonly prompt: number;
-  /** The Inference body: that prompt alone, n = 1, seed + sample_index when a seed was given. */
-  readonly body: VllmCompletionRequest;
+  /** The Inference request: that prompt alone, n = 1, seed + sample_index when a seed was given. */
+  readonly body: InferenceRequest;
 }
 
 /**
@@ -48,23 +48,16 @@ export function checkFanOutSeed(request: CreateCompletionRequest, shape: Request
 }
 
 /**
- * The parts of a fan-out of `body` (the request's whole vLLM body, all prompts, n = shape.n): for
- * prompt p and sample k, part p × n + k with `prompt` = that prompt (text or token ids), n = 1, and
- * `seed` = seed + k (exact, as a bigint) when the body has a seed, else none. Every other field
- * (vllm_xargs with the steering vectors and the capture included) is the same object in each part.
+ * The parts of a fan-out of `body` (the request's whole Inference request, all prompts, n =
+ * shape.n): for prompt p and sample k, part p × n + k runs that prompt alone with n = 1 and seed +
+ * k when the request has a seed ({@link Inference.fanOut}).
  */
-export function fanOutParts(body: VllmCompletionRequest, shape: RequestShape): FanOutPart[] {
-  const prompts: VllmCompletionRequest["prompt"][] =
-    shape.prompts === 1 ? [body.prompt] : (body.prompt as string[] | number[][]);
-  const parts: FanOutPart[] = [];
-  prompts.forEach((prompt, p) => {
-    for (let k = 0; k < shape.n; k++) {
-      const part: VllmCompletionRequest = { ...body, prompt, n: 1 };
-      if (body.seed !== undefined) part.seed = body.seed + BigInt(k);
-      parts.push({ index: p * shape.n + k, prompt: p, body: part });
-    }
-  });
-  return parts;
+export function fanOutParts(inference: Inference, body: InferenceRequest, shape: RequestShape): FanOutPart[] {
+  return inference.fanOut(body, shape.prompts, shape.n).map((part, index) => ({
+    index,
+    prompt: Math.floor(index / shape.n),
+    body: part,
+  }));
 }
 
 /** At most this many items wait in the merge's queue before a source is held up (backpressure). */

@@ -2,7 +2,7 @@ import type { ModelConfig } from "../config/index.js";
 import { ApiError } from "../errors/index.js";
 import { DEFAULT_MAX_CONCURRENT_COMPLETIONS } from "../upstream/index.js";
 
-/** The part of an Inference client the registry's replica check needs (src/upstream/vllm). */
+/** The part of an Inference server's client the registry's replica check needs (src/upstream). */
 export interface ModelsSource {
   listModels(signal?: AbortSignal): Promise<{ data: Array<{ id: string; max_model_len?: number | null }> }>;
 }

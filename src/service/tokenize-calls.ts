@@ -1,14 +1,11 @@
-import { create } from "@bufbuild/protobuf";
-import {
-  type DetokenizeRequest,
-  type DetokenizeResponse,
-  DetokenizeResponseSchema,
-  type TokenizeRequest,
-  type TokenizeResponse,
-  TokenizeResponseSchema,
+import type {
+  DetokenizeRequest,
+  DetokenizeResponse,
+  TokenizeRequest,
+  TokenizeResponse,
 } from "../../gen/acs/v1/completions_pb.js";
 import { toApiError } from "../errors/index.js";
-import type { VllmClient } from "../upstream/index.js";
+import type { Inference } from "../upstream/index.js";
 import type { ModelRegistry, ServedModel } from "./model-registry.js";
 import type { Ledger } from "./ports.js";
 import type { CallContext, CompletionsApi } from "./types.js";
@@ -16,7 +13,7 @@ import { validateTokensRequest } from "./validate-request.js";
 
 /** Collaborators of {@link createTokenizeCalls}: those of the completions service. */
 export interface TokenizeCallsDeps {
-  readonly models: ModelRegistry<VllmClient>;
+  readonly models: ModelRegistry<Inference>;
   /** The Budget ledger; undefined = keys off (loopback only). */
   readonly ledger: Ledger | undefined;
 }
@@ -37,7 +34,7 @@ export function createTokenizeCalls(
   async function check(
     request: TokenizeRequest | DetokenizeRequest,
     ctx: CallContext,
-  ): Promise<ServedModel<VllmClient>> {
+  ): Promise<ServedModel<Inference>> {
     const key = ledger === undefined ? undefined : await ledger.authenticate(ctx.authorization);
     if (key !== undefined && ctx.record !== undefined) ctx.record.keyName = key.name ?? key.id;
     validateTokensRequest(request);
@@ -61,31 +58,18 @@ export function createTokenizeCalls(
     tokenize: (request, ctx) =>
       recorded(ctx, async (): Promise<TokenizeResponse> => {
         const model = await check(request, ctx);
-        const returnTokenStrs = request.returnTokenStrs === true;
-        const answer = await model.client.tokenizeText(
-          {
-            model: model.servedModelName,
-            prompt: request.prompt ?? "",
-            add_special_tokens: request.addSpecialTokens ?? true,
-            return_token_strs: returnTokenStrs,
-          },
-          { signal: ctx.signal, upstreamRequestId: ctx.requestId },
-        );
-        return create(TokenizeResponseSchema, {
-          count: answer.count,
-          maxModelLen: answer.max_model_len,
-          tokens: answer.tokens,
-          tokenStrs: returnTokenStrs ? (answer.token_strs ?? []) : [],
+        return await model.client.tokenizeText(model.servedModelName, request, {
+          signal: ctx.signal,
+          upstreamRequestId: ctx.requestId,
         });
       }),
     detokenize: (request, ctx) =>
       recorded(ctx, async (): Promise<DetokenizeResponse> => {
         const model = await check(request, ctx);
-        const answer = await model.client.detokenize(
-          { model: model.servedModelName, tokens: request.tokens },
-          { signal: ctx.signal, upstreamRequestId: ctx.requestId },
-        );
-        return create(DetokenizeResponseSchema, { prompt: answer.prompt });
+        return await model.client.detokenize(model.servedModelName, request, {
+          signal: ctx.signal,
+          upstreamRequestId: ctx.requestId,
+        });
       }),
   };
 }

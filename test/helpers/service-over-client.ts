@@ -5,7 +5,7 @@ import {
   createCompletionsService,
   createModelRegistry,
 } from "../../src/service/index.js";
-import type { VllmClient } from "../../src/upstream/index.js";
+import { type VllmClient, VllmInference } from "../../src/upstream/index.js";
 
 /**
  * The completions service over one model `m` (served as `served`, max_model_len 4096, 2 layers of
@@ -27,7 +27,7 @@ export function serviceOverClient(
     ownedBy: "acs",
   } as unknown as ModelConfig;
   return createCompletionsService({
-    models: createModelRegistry([model], () => client),
+    models: createModelRegistry([model], () => new VllmInference(client)),
     ledger,
     nonStreamDeadlineMs: 60_000,
   });

@@ -9,7 +9,7 @@ import { type BudgetDb, limits, type ModelConfig } from "../../src/config/index.
 import { type RunningEngine, startEngine } from "../../src/engine/index.js";
 import { type AppOptions, buildApp, type Lifecycle, type OnePortTimeouts } from "../../src/server/index.js";
 import type { Admission, ModelRegistry } from "../../src/service/index.js";
-import type { UpstreamPool } from "../../src/upstream/index.js";
+import type { UpstreamPool, VllmInference } from "../../src/upstream/index.js";
 
 export interface StackOptions {
   /** Engine preset. @default "tiny" */
@@ -64,7 +64,7 @@ export interface Stack {
   engine: RunningEngine | undefined;
   ledger: BudgetLedger | undefined;
   /** The gateway's models and their replica pools. */
-  registry: ModelRegistry<UpstreamPool>;
+  registry: ModelRegistry<VllmInference<UpstreamPool>>;
   /** Per-key requests in flight (keys on). */
   admission: Admission;
   /** The gateway's metrics registry (what GET /metrics serves), still readable after close(). */

@@ -153,7 +153,7 @@ describe("a replica killed under load", () => {
   it("no caller whose stream had not started sees an error; streams cut mid-way end with the in-band error; each request is charged once", async () => {
     const victim = 2;
     const victimUrl = `http://127.0.0.1:${ports[victim]}`;
-    const pool = stack.registry.resolve("acs/tiny").client;
+    const pool = stack.registry.resolve("acs/tiny").client.upstream;
     const outstanding = () => pool.replicas()[victim]?.outstanding ?? 0;
     const auth = { authorization: `Bearer ${key}` };
     const body = (maxTokens: number) => ({

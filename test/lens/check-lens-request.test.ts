@@ -13,7 +13,7 @@ import {
 } from "../../src/lens/index.js";
 import { expectApiError } from "./api-error-expect.js";
 
-/** The service's two lens steps, in its order of checks (src/service/completions-service.ts). */
+/** The service's two lens steps, in its order of checks (src/service/completions/check-order.ts). */
 function checkLensRequest(
   request: Parameters<typeof checkLensShapes>[0],
   model: LensModelFacts,

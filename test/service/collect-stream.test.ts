@@ -1,5 +1,5 @@
 // A non-streamed completion is Inference's stream collected
-// (src/service/completions-service.ts, collectStream): per choice index, text appended, logprobs
+// (src/service/completions/collect.ts, collectStream): per choice index, text appended, logprobs
 // rows and token ids concatenated, the finish and stop reason of the choice's last chunk; choices in
 // index order whatever order they came. With keys off too.
 import { mkdtempSync, rmSync } from "node:fs";

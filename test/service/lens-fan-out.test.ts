@@ -6,11 +6,23 @@ import { describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { ApiError } from "../../src/errors/index.js";
 import { checkFanOutSeed, fanOutParts, isLensFanOut, mergeLimited } from "../../src/service/lens-fan-out.js";
-import type { VllmCompletionRequest } from "../../src/upstream/index.js";
+import {
+  type InferenceRequest,
+  type VllmClient,
+  type VllmCompletionRequest,
+  VllmInference,
+} from "../../src/upstream/index.js";
 import { until } from "../helpers/hang-guard.js";
 
 const body = (over: Partial<VllmCompletionRequest>): VllmCompletionRequest =>
   ({ model: "m", prompt: "x", max_tokens: 2, n: 1, stream: false, ...over }) as VllmCompletionRequest;
+
+/** The parts of a vLLM body's fan-out (the translator's bodies, read back as vLLM bodies). */
+const vllmParts = (b: VllmCompletionRequest, shape: { prompts: number; n: number }) =>
+  fanOutParts(new VllmInference({} as VllmClient), b as unknown as InferenceRequest, shape).map((p) => ({
+    ...p,
+    body: p.body as unknown as VllmCompletionRequest,
+  }));
 
 describe("isLensFanOut", () => {
   const req = (init: Parameters<typeof create<typeof CreateCompletionRequestSchema>>[1]) =>
@@ -74,7 +86,7 @@ describe("checkFanOutSeed", () => {
 
 describe("fanOutParts", () => {
   it("gives prompt p, sample k index p × n + k, that prompt alone, n = 1 and seed s + k", () => {
-    const parts = fanOutParts(body({ prompt: ["a", "b"], n: 3, seed: 10n }), { prompts: 2, n: 3 });
+    const parts = vllmParts(body({ prompt: ["a", "b"], n: 3, seed: 10n }), { prompts: 2, n: 3 });
     expect(parts.map((p) => [p.index, p.prompt, p.body.prompt, p.body.n, p.body.seed])).toEqual([
       [0, 0, "a", 1, 10n],
       [1, 0, "a", 1, 11n],
@@ -86,16 +98,16 @@ describe("fanOutParts", () => {
   });
 
   it("keeps one prompt whole (a token list is one prompt), sets no seed without one, and adds exactly past int64", () => {
-    const ids = fanOutParts(body({ prompt: [5, 6, 7], n: 2 }), { prompts: 1, n: 2 });
+    const ids = vllmParts(body({ prompt: [5, 6, 7], n: 2 }), { prompts: 1, n: 2 });
     expect(ids.map((p) => p.body.prompt)).toEqual([
       [5, 6, 7],
       [5, 6, 7],
     ]);
     expect(ids.every((p) => p.body.seed === undefined && !("seed" in p.body))).toBe(true);
-    const lists = fanOutParts(body({ prompt: [[1], [2, 3]] }), { prompts: 2, n: 1 });
+    const lists = vllmParts(body({ prompt: [[1], [2, 3]] }), { prompts: 2, n: 1 });
     expect(lists.map((p) => p.body.prompt)).toEqual([[1], [2, 3]]);
     const max = 2n ** 63n - 1n;
-    const big = fanOutParts(body({ prompt: "x", n: 2, seed: max }), { prompts: 1, n: 2 });
+    const big = vllmParts(body({ prompt: "x", n: 2, seed: max }), { prompts: 1, n: 2 });
     expect(big.map((p) => p.body.seed)).toEqual([max, max + 1n]);
   });
 });

@@ -24,14 +24,16 @@ import { describe, expect, it } from "vitest";
 const LAYERS: readonly Layer[] = [
   { name: "core", rank: 0, paths: ["src/errors", "src/json-text", "src/core"] },
   { name: "config", rank: 1, paths: ["src/config"] },
+  // Pure tensor and vllm-lens codecs: below upstream, whose translator (upstream/vllm/translate.ts)
+  // writes steering vectors and reads captures with them.
   { name: "lens", rank: 2, paths: ["src/lens"] },
-  { name: "budget", rank: 2, paths: ["src/budget"] },
-  { name: "upstream", rank: 2, paths: ["src/upstream"] },
-  { name: "telemetry", rank: 2, paths: ["src/telemetry"] },
-  { name: "service", rank: 3, paths: ["src/service"] },
-  { name: "surfaces", rank: 4, paths: ["src/rest", "src/connect"] },
-  { name: "app", rank: 5, paths: ["src/server"] },
-  { name: "main", rank: 6, paths: ["src/main.ts"] },
+  { name: "budget", rank: 3, paths: ["src/budget"] },
+  { name: "upstream", rank: 3, paths: ["src/upstream"] },
+  { name: "telemetry", rank: 3, paths: ["src/telemetry"] },
+  { name: "service", rank: 4, paths: ["src/service"] },
+  { name: "surfaces", rank: 5, paths: ["src/rest", "src/connect"] },
+  { name: "app", rank: 6, paths: ["src/server"] },
+  { name: "main", rank: 7, paths: ["src/main.ts"] },
   // The reference engine, started by main.ts as a child process (`import("./engine/index.js")`).
   { name: "engine", program: true, importedBy: ["main"], paths: ["src/engine"] },
   // The browser bundle (vite), served as static files by src/server.

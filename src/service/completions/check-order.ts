@@ -5,7 +5,7 @@
 import type { CreateCompletionRequest } from "../../../gen/acs/v1/completions_pb.js";
 import type { SteeringLease } from "../../lens/index.js";
 import { captureLayers, captureLayerTokenLimit, checkCaptureCap, checkLensShapes } from "../../lens/index.js";
-import type { VllmClient } from "../../upstream/index.js";
+import type { Inference } from "../../upstream/index.js";
 import type { Admission, AdmissionTicket } from "../admission.js";
 import {
   checkContextLength,
@@ -48,7 +48,7 @@ export interface Draft {
   /** The caller's key; undefined with keys off (`key`). */
   key: KeyInfo | undefined;
   /** The model served (`model`). */
-  model: ServedModel<VllmClient> | undefined;
+  model: ServedModel<Inference> | undefined;
   /** One Inference request per choice (`lens_shapes`, proto/API.md §6). */
   fanOut: boolean;
   /** Inference requests the call holds at once, counted in the key's share (`lens_shapes`). */
@@ -69,19 +69,19 @@ export interface Draft {
 
 /** What the steps use of the service. */
 export interface CheckEnv {
-  readonly models: ModelRegistry<VllmClient>;
+  readonly models: ModelRegistry<Inference>;
   readonly ledger: Ledger | undefined;
   readonly admission: Admission;
   /** Parts of a lens fan-out that run at once (proto/API.md §6). */
   readonly fanOutConcurrency: number;
   /** The special tokens the model's tokenizer adds to a text prompt (cached per model). */
   readonly specialTokens: (
-    client: VllmClient,
+    client: Inference,
     servedModelName: string,
     signal: AbortSignal,
   ) => Promise<number>;
   /** Models whose prompts came back longer than their bound: counted exactly from then on. */
-  readonly boundBroken: WeakSet<ServedModel<VllmClient>>;
+  readonly boundBroken: WeakSet<ServedModel<Inference>>;
 }
 
 /** One named step of {@link checkOrder}. */
@@ -91,7 +91,7 @@ export interface CheckStep {
 }
 
 /** The model the `model` step resolved. */
-function servedModel(draft: Draft): ServedModel<VllmClient> {
+function servedModel(draft: Draft): ServedModel<Inference> {
   if (draft.model === undefined) throw new Error("unreachable: a step ran before the `model` step");
   return draft.model;
 }

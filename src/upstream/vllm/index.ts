@@ -33,6 +33,7 @@ export {
 } from "./parse-vllm-response.js";
 export { ChoiceTextOffsets, TextOffsets } from "./text-offsets.js";
 export { toCompletionResponse, toStreamChunk } from "./to-completion-response.js";
+export { VllmInference } from "./translate.js";
 export type * from "./types.js";
 export type {
   CompleteOptions,

@@ -1,0 +1,82 @@
+// The completions service's collaborators and settings, resolved once (defaults filled in here).
+import { limits } from "../../config/index.js";
+import { createSteeringBudget, type SteeringBudget } from "../../lens/index.js";
+import type { Inference } from "../../upstream/index.js";
+import { type Admission, createAdmission } from "../admission.js";
+import { createSpecialTokenCounter } from "../count-prompt-tokens.js";
+import type { ModelRegistry, ServedModel } from "../model-registry.js";
+import type { Ledger } from "../ports.js";
+import type { CheckEnv } from "./check-order.js";
+
+/** Collaborators of the completions service. */
+export interface CompletionsServiceDeps {
+  /** The served models, each with its Inference port (src/upstream/port.ts). */
+  readonly models: ModelRegistry<Inference>;
+  /** The Budget ledger; undefined = keys and Budgets off (loopback only). */
+  readonly ledger: Ledger | undefined;
+  /** Longest wait for a non-streamed answer, ms (proto/API.md §5: 14 minutes). */
+  readonly nonStreamDeadlineMs: number;
+  /** How often a stream renews its Hold, ms. @default 60000 */
+  readonly holdRenewIntervalMs?: number;
+  /** Told of a ledger call that failed after the response was decided (renew, settle). @default process.emitWarning */
+  readonly onLedgerError?: (err: unknown) => void;
+  /** Bytes of decoded steering tensors in flight (429/413 past it). @default createSteeringBudget() */
+  readonly steeringBudget?: SteeringBudget;
+  /**
+   * Inference requests one lens fan-out (proto/API.md §6) runs at once.
+   * @default limits.lensFanOutConcurrency (8)
+   */
+  readonly lensFanOutConcurrency?: number;
+  /**
+   * Per-key caps on requests in flight (429 `rate_limited` past them); they apply to keys only,
+   * so not with keys off. @default createAdmission() (its default caps)
+   */
+  readonly admission?: Admission;
+}
+
+/** The service's settings and collaborators, every default resolved. */
+export interface ServiceEnv {
+  readonly models: ModelRegistry<Inference>;
+  readonly ledger: Ledger | undefined;
+  /** Longest wait for a non-streamed answer, ms. */
+  readonly nonStreamDeadlineMs: number;
+  /** How often a stream renews its Hold, ms. */
+  readonly renewEveryMs: number;
+  /** Inference requests one lens fan-out runs at once. */
+  readonly fanOutConcurrency: number;
+  readonly steeringBudget: SteeringBudget;
+  readonly admission: Admission;
+  readonly onLedgerError: (err: unknown) => void;
+  /** Models whose prompts came back longer than their bound: counted exactly from then on. */
+  readonly boundBroken: WeakSet<ServedModel<Inference>>;
+  /** What the check order's steps use. */
+  readonly checks: CheckEnv;
+}
+
+/** {@link ServiceEnv} of `deps`, defaults filled in. */
+export function serviceEnv(deps: CompletionsServiceDeps): ServiceEnv {
+  const { models, ledger } = deps;
+  const fanOutConcurrency = deps.lensFanOutConcurrency ?? limits.lensFanOutConcurrency;
+  const admission = deps.admission ?? createAdmission();
+  const boundBroken = new WeakSet<ServedModel<Inference>>();
+  return {
+    models,
+    ledger,
+    nonStreamDeadlineMs: deps.nonStreamDeadlineMs,
+    renewEveryMs: deps.holdRenewIntervalMs ?? 60_000,
+    fanOutConcurrency,
+    steeringBudget: deps.steeringBudget ?? createSteeringBudget(),
+    admission,
+    onLedgerError:
+      deps.onLedgerError ?? ((err: unknown) => process.emitWarning(`Budget ledger: ${String(err)}`)),
+    boundBroken,
+    checks: {
+      models,
+      ledger,
+      admission,
+      fanOutConcurrency,
+      specialTokens: createSpecialTokenCounter(),
+      boundBroken,
+    },
+  };
+}
