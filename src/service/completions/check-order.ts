@@ -370,9 +370,16 @@ export function newDraft(
   };
 }
 
-/** Runs {@link checkOrder} on `draft`; throws the first refusal (what was decided stays on `draft`). */
-export async function runChecks(draft: Draft, env: CheckEnv): Promise<void> {
-  for (const step of checkOrder) {
+/**
+ * Runs `steps` ({@link checkOrder}, or a test's copy of it) on `draft`; throws the first refusal
+ * (what was decided stays on `draft`).
+ */
+export async function runChecks(
+  draft: Draft,
+  env: CheckEnv,
+  steps: readonly CheckStep[] = checkOrder,
+): Promise<void> {
+  for (const step of steps) {
     const pending = step.run(draft, env);
     if (pending !== undefined) await pending;
   }

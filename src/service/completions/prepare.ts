@@ -38,7 +38,7 @@ async function prepare(
 ): Promise<Prepared> {
   const draft = newDraft(request, ctx, stream, env.steeringBudget.lease(), noAdmission);
   try {
-    await runChecks(draft, env.checks);
+    await runChecks(draft, env.checks, env.steps);
     return preparedOf(draft);
   } catch (err) {
     // Refused: nothing reached Inference, a Hold already placed is settled to 0.

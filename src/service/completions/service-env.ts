@@ -6,7 +6,7 @@ import { type Admission, createAdmission } from "../admission.js";
 import { createSpecialTokenCounter } from "../count-prompt-tokens.js";
 import type { ModelRegistry, ServedModel } from "../model-registry.js";
 import type { Ledger } from "../ports.js";
-import type { CheckEnv } from "./check-order.js";
+import { type CheckEnv, type CheckStep, checkOrder } from "./check-order.js";
 
 /** Collaborators of the completions service. */
 export interface CompletionsServiceDeps {
@@ -32,6 +32,11 @@ export interface CompletionsServiceDeps {
    * so not with keys off. @default createAdmission() (its default caps)
    */
   readonly admission?: Admission;
+  /**
+   * The check order's steps, run in this order (a test wraps one to fail a call at that step).
+   * @default checkOrder (proto/API.md §3)
+   */
+  readonly checkOrder?: readonly CheckStep[];
 }
 
 /** The service's settings and collaborators, every default resolved. */
@@ -51,6 +56,8 @@ export interface ServiceEnv {
   readonly boundBroken: WeakSet<ServedModel<Inference>>;
   /** What the check order's steps use. */
   readonly checks: CheckEnv;
+  /** The check order's steps. */
+  readonly steps: readonly CheckStep[];
 }
 
 /** {@link ServiceEnv} of `deps`, defaults filled in. */
@@ -78,5 +85,6 @@ export function serviceEnv(deps: CompletionsServiceDeps): ServiceEnv {
       specialTokens: createSpecialTokenCounter(),
       boundBroken,
     },
+    steps: deps.checkOrder ?? checkOrder,
   };
 }
