@@ -7,24 +7,6 @@ export {
   type ParsedAuthorization,
   parseAuthorization,
 } from "./api-key.js";
-export {
-  type BudgetLedger,
-  type BudgetLedgerCommonOptions,
-  type BudgetLedgerOptions,
-  type CountNeeded,
-  type CreatedKey,
-  createBudgetLedger,
-  DEFAULT_AUTH_CACHE_TTL_MS,
-  DEFAULT_HOLD_TTL_MS,
-  DEFAULT_RECLAIM_INTERVAL_MS,
-  isPostgresUrl,
-  type KeyInfo,
-  type KeySummary,
-  type KeyUsage,
-  type PlacedHold,
-  UnknownIdError,
-  utcDay,
-} from "./budget-ledger.js";
 export type {
   BudgetStore,
   DailyUsageRecord,
@@ -38,7 +20,32 @@ export type {
   ReclaimCount,
   SettleResult,
 } from "./budget-store.js";
-export { DEFAULT_LEASE_SETTINGS, type LeaseOptions, type LeaseSettings, leaseGrant } from "./leases.js";
+export {
+  DEFAULT_LEASE_SETTINGS,
+  type LeaseOptions,
+  type LeaseSettings,
+  leaseGrant,
+} from "./leases/settings.js";
+export type {
+  BudgetLedger,
+  CountNeeded,
+  CreatedKey,
+  KeyInfo,
+  KeySummary,
+  KeyUsage,
+  PlacedHold,
+} from "./ledger/api.js";
+export { createBudgetLedger } from "./ledger/create-ledger.js";
+export { UnknownIdError } from "./ledger/errors.js";
+export {
+  type BudgetLedgerCommonOptions,
+  type BudgetLedgerOptions,
+  DEFAULT_AUTH_CACHE_TTL_MS,
+  DEFAULT_HOLD_TTL_MS,
+  DEFAULT_RECLAIM_INTERVAL_MS,
+  isPostgresUrl,
+} from "./ledger/options.js";
+export { utcDay } from "./ledger/utc-day.js";
 export {
   createPostgresBudgetStore,
   POSTGRES_BUDGET_SCHEMA_VERSION,

@@ -21,9 +21,6 @@ const exempt = [/^src\/engine\//, /^src\/playground\//, /^src\/rest\/strict-json
  * split; each entry is at most its size here. Remove an entry once its unit is within the bound.
  */
 const stillOver: Readonly<Record<string, number>> = {
-  "src/budget/budget-ledger.ts": 952,
-  "src/budget/leases.ts#createLeases": 470,
-  "src/budget/leases.ts": 679,
   "src/budget/pg-budget-store.ts": 497,
   "src/budget/sqlite-budget-store.ts": 586,
   "src/budget/sqlite-group-commit.ts#groupCommit": 88,

@@ -1,0 +1,195 @@
+// What the service sees of the ledger: the BudgetLedger interface and the shapes it takes and
+// returns (keys, Holds, usage). Opened by `createBudgetLedger` (create-ledger.ts).
+import type { BudgetStore, DailyUsageRecord, ReclaimCount } from "../budget-store.js";
+import type { HoldDemand } from "../plan-hold.js";
+import type { LedgerSettleResult } from "../store-writes.js";
+
+/** An authenticated key, as the service passes it back to checkModel and placeHold. */
+export interface KeyInfo {
+  /** Public id, `key_` + 12 hex. */
+  readonly id: string;
+  readonly name: string;
+  /** Allowed model ids, or null for every model. */
+  readonly models: readonly string[] | null;
+  /** The key's hint (`acs-…wxyz`: its prefix and last 4 characters), for messages. */
+  readonly hint?: string;
+}
+
+/** A placed Hold: the id to renew and settle, and the max_tokens the request may use. */
+export interface PlacedHold {
+  readonly holdId: string;
+  /** max_tokens for the request: as asked, or lower when clamped. */
+  readonly maxTokens: number;
+  /** True when maxTokens is lower than asked (send `X-Acs-Max-Tokens-Clamped: <maxTokens>`). */
+  readonly clamped: boolean;
+  /** Tokens held: promptTokens + prompts × n × maxTokens. */
+  readonly heldTokens: number;
+}
+
+/**
+ * Nothing placed: the demand's promptTokens was a bound (`promptTokensBound`) and the demand does
+ * not fit whole. Count the prompt exactly and place the Hold again.
+ */
+export interface CountNeeded {
+  readonly countNeeded: true;
+}
+
+/** A new key: shown once in clear, never stored. */
+export interface CreatedKey {
+  readonly id: string;
+  /** `acs-` + 43 base64url characters. */
+  readonly key: string;
+}
+
+/** A key as admins see it (no hash, no key). Times are Unix epoch ms. */
+export interface KeySummary {
+  readonly id: string;
+  readonly name: string;
+  /** `acs-…` + the key's last 4 characters. */
+  readonly hint: string;
+  readonly budgetTokens: number;
+  readonly spentTokens: number;
+  readonly models: readonly string[] | null;
+  readonly createdAt: number;
+  readonly revokedAt: number | null;
+}
+
+/** A key's Budget right now, in tokens. */
+export interface KeyUsage extends KeySummary {
+  /** Σ of the open Holds placed one transaction each (requests in flight). */
+  readonly heldTokens: number;
+  /**
+   * Σ of the live leases: the Holds in flight on gateway replicas that serve the key from memory,
+   * their charges not yet flushed (at most one lease sync interval old), and free tokens.
+   */
+  readonly leasedTokens: number;
+  /** budget − spent − held − leased: what the store can still hold or lease. */
+  readonly availableTokens: number;
+  readonly openHolds: number;
+  readonly leases: number;
+  readonly settledHolds: number;
+  readonly reclaimedHolds: number;
+  /** Usage per UTC day, newest first. */
+  readonly daily: readonly DailyUsageRecord[];
+}
+
+/**
+ * The ledger of keys, Budgets and Holds (proto/API.md §9) that the service calls. Every refusal meant
+ * for a caller is an ApiError; misuse by the calling code (a negative token count, an unknown
+ * Hold id) is a RangeError or an `UnknownIdError` (errors.ts). Methods that reach the store are async.
+ */
+export interface BudgetLedger {
+  /** The instance id written into this ledger's Holds and leases. */
+  readonly instanceId: string;
+  /** The store's kind: `sqlite` or `postgres`. */
+  readonly storeKind: BudgetStore["kind"];
+  /** Whether Holds are placed from leases (src/budget/README.md, "Leases"). */
+  readonly leased: boolean;
+  /**
+   * False while the store cannot write: from a write that failed (a full disk, a lock held past
+   * the busy timeout, PostgreSQL unreachable) until a write succeeds again and every pending
+   * settle is written. The gateway is not ready meanwhile (`/readyz` 503, gRPC health
+   * NOT_SERVING). src/budget/README.md, "When the store fails".
+   */
+  readonly writable: boolean;
+  /** Settles the store failed to write, kept and written again in order until it takes them. */
+  readonly pendingSettles: number;
+  /**
+   * The key of an `Authorization` header value (`Bearer <key>`, scheme case-insensitive). Throws
+   * ApiError `invalid_api_key` (401, param null) for a missing header, another scheme, an unknown
+   * key or a revoked key. A key read from the store is reused for authCacheTtlMs.
+   */
+  authenticate(authorization: string | undefined): Promise<KeyInfo>;
+  /**
+   * Throws ApiError `model_not_allowed` (403, param `model`) when the key has an allow-list that
+   * names neither modelId nor any of its aliases (so a key made with `--models llama-8b` serves a
+   * request for the alias and for the served id it resolves to).
+   */
+  checkModel(key: KeyInfo, modelId: string, aliases?: readonly string[]): void;
+  /**
+   * Holds promptTokens + prompts × n × maxTokens of the key's Budget — from this replica's lease
+   * when it has room, else in one transaction — lowering maxTokens to what the Budget can hold
+   * when it cannot hold it all. Throws ApiError `insufficient_quota` (429) when not one generated
+   * token per choice fits (after asking other replicas to give back their leases' free tokens),
+   * `invalid_api_key` when the key was revoked meanwhile, `upstream_unavailable` (503, retry
+   * after 1 s) when the store fails (nothing is placed: the request must not run), RangeError for
+   * numbers out of range.
+   */
+  placeHold(key: KeyInfo, demand: HoldDemand & { readonly promptTokensBound?: false }): Promise<PlacedHold>;
+  /**
+   * As above; a demand whose promptTokens is a bound (`promptTokensBound: true`) is placed only
+   * whole, else nothing is placed and the answer is {@link CountNeeded}.
+   */
+  placeHold(key: KeyInfo, demand: HoldDemand): Promise<PlacedHold | CountNeeded>;
+  /**
+   * Keeps an open Hold alive for ttlMs more (default: the ledger's holdTtlMs) and records
+   * usedTokens (prompt + generated so far; the largest recorded wins) as what a reclaim of the Hold
+   * charges — so a request whose replica dies is charged what it delivered up to its last renewal.
+   * Resolves once that is durable. Returns false when the Hold is no longer open.
+   */
+  renew(holdId: string, usedTokens?: number, ttlMs?: number): Promise<boolean>;
+  /**
+   * Whether the Hold's tokens are still the request's to deliver: `true` at once (no promise is
+   * made) in the usual case — a Hold in the store with more than a quarter of its Hold TTL left
+   * since the store last confirmed it (placed or renewed), or one on a lease this replica renewed
+   * within three quarters of the lease's TTL. Otherwise (a stall, or a store that could not be
+   * reached, kept this replica from renewing: past the expiry another process may reclaim the Hold
+   * or the lease and give its tokens to other requests) the ledger asks the store first:
+   * - a store Hold is renewed; one no longer open was reclaimed (charged what its renewals
+   *   recorded, the rest given back), and the answer is false;
+   * - a lease is stepped; if it was lost, what the Hold may still use is held in the store in one
+   *   transaction, whole or not at all, and the Hold moves there (its renewals and its settle
+   *   follow); false when the Budget cannot hold that.
+   * False: the request must deliver nothing more — its settle then charges what it used, as far as
+   * the Budget has tokens free. An answer counts only when read with a quarter of the TTL still
+   * ahead (else asked again, 3 times at most). Rejects with the store's error, or when the store
+   * does not answer within what is left of the Hold's or lease's life (at least an eighth of its
+   * TTL): the caller fails closed. Unknown or ended Holds: `true`. src/budget/README.md, "What a
+   * crash costs".
+   */
+  standing(holdId: string): true | Promise<boolean>;
+  /**
+   * Ends a Hold: charges the tokens actually used, at most the tokens held, and gives the rest
+   * back to the Budget. Exactly once: a repeated settle charges nothing (`already_settled`). A
+   * Hold already reclaimed as stale is charged what the Budget still has free. A settle the store
+   * fails to write (or asked while others wait) is `pending`: kept and written again, in order,
+   * until the store takes it; its Hold stays open (reserved) meanwhile. Throws UnknownIdError for
+   * an unknown Hold id, RangeError for a usedTokens that is not an integer ≥ 0.
+   */
+  settle(holdId: string, usedTokens: number): Promise<LedgerSettleResult>;
+  /**
+   * Releases every open Hold and lease past its expiry (each charged what its last renewal
+   * recorded), and deletes closed Holds older than the retention; returns how many were released.
+   */
+  reclaimStale(): Promise<ReclaimCount>;
+  /**
+   * Releases open Holds and leases left by a previous run, as reclaimStale does. `all` (default)
+   * releases every one in the store — right for the embedded SQLite store, which serves one
+   * gateway process. `instance` releases only this instanceId's (replicas on a shared store, each
+   * with a stable instanceId).
+   */
+  reclaimOnStart(scope?: "all" | "instance"): Promise<ReclaimCount>;
+  /** Flushes every lease now (charges, renewals, free tokens of idle leases). */
+  syncLeases(): Promise<void>;
+  /**
+   * Stops the timers, flushes the leases (giving back their free tokens, ending the empty ones),
+   * tries the pending settles once more (those still not written are reported to onReclaimError:
+   * their Holds are reclaimed later, charged their last renewal) and closes the store. Idempotent.
+   */
+  close(): Promise<void>;
+
+  /** Creates a key with a Budget of budgetTokens (integer ≥ 0) and an optional model allow-list. */
+  createKey(input: { name?: string; budgetTokens: number; models?: readonly string[] }): Promise<CreatedKey>;
+  /** Every key, oldest first. */
+  listKeys(): Promise<KeySummary[]>;
+  /** Adds tokens (integer ≥ 1) to a key's Budget and returns its usage. Throws UnknownIdError. */
+  grant(id: string, tokens: number): Promise<KeyUsage>;
+  /**
+   * Revokes a key: from now on every request with it gets 401. Waits (at most the lease drain
+   * wait) until every live replica leasing the key has confirmed it, so that when it resolves no
+   * replica places a Hold for the key. Throws UnknownIdError.
+   */
+  revoke(id: string): Promise<KeySummary>;
+  /** A key's Budget, spent, held, leased and available tokens, and its last `days` days (default 31). Throws UnknownIdError. */
+  usage(id: string, days?: number): Promise<KeyUsage>;
+}
