@@ -11,7 +11,8 @@ import {
   unsupportedEncoding,
 } from "../errors/index.js";
 import { explainProtoJson } from "./explain-proto-json.js";
-import { type RpcErrorForm, rpcErrorForm } from "./protocol-error.js";
+import { compressedFlag, splitFrames } from "./frame-reader.js";
+import { isJsonContentType, type RpcErrorForm, rpcErrorForm } from "./protocol-error.js";
 
 /** What is known of an RPC request that connect-es refused. */
 export interface RefusedRequest {
@@ -26,6 +27,11 @@ export interface RefusedRequest {
   readonly body: () => Uint8Array | undefined;
   /** The router's limit on a message, in bytes (before and after decompression). */
   readonly readMaxBytes: number;
+  /**
+   * The refusal our strict decoder carried in the error (src/connect/carried-refusal.ts), when it
+   * refused the message; a fault of the body's framing still comes first.
+   */
+  readonly carried?: ApiError | undefined;
 }
 
 const grpcTimeoutUnitMs: Readonly<Record<string, number>> = {
@@ -93,29 +99,11 @@ function messageCoding(name: string | undefined): BodyEncoding | undefined | Api
   return unsupportedEncoding(name);
 }
 
-/** The frames of an enveloped body (gRPC, gRPC-Web, Connect streaming), or that it is cut short. */
-function splitFrames(bytes: Uint8Array): { flags: number; data: Uint8Array }[] | "incomplete" {
-  const frames: { flags: number; data: Uint8Array }[] = [];
-  let offset = 0;
-  while (offset < bytes.byteLength) {
-    if (bytes.byteLength - offset < 5) return "incomplete";
-    const view = new DataView(bytes.buffer, bytes.byteOffset + offset, 5);
-    const length = view.getUint32(1);
-    const end = offset + 5 + length;
-    if (end > bytes.byteLength) return "incomplete";
-    frames.push({ flags: view.getUint8(0), data: bytes.subarray(offset + 5, end) });
-    offset = end;
-  }
-  return frames;
-}
-
 function isJsonRequest(form: RpcErrorForm, req: RefusedRequest): boolean {
   if (form === "connect" && req.httpMethod === "GET") {
     return new URL(req.url).searchParams.get("encoding") === "json";
   }
-  return /^application\/(?:json|(?:grpc|grpc-web|connect)\+json)\b/i.test(
-    req.header.get("content-type") ?? "",
-  );
+  return isJsonContentType(req.header.get("content-type") ?? "");
 }
 
 /** The request message's bytes as sent (framing and compression undone), or the fault found. */
@@ -151,7 +139,7 @@ async function messageBytes(
     if (frames.length > 1) {
       return invalidRequest(null, `The request has ${frames.length} messages: send exactly one ${typeName}.`);
     }
-    if ((first.flags & 0b1) === 0) return first.data;
+    if ((first.flags & compressedFlag) === 0) return first.data;
     if (coding === undefined) {
       return invalidRequest(
         null,
@@ -197,7 +185,8 @@ async function explainBody(
  * - a malformed timeout header → 400;
  * - a body that cannot be read → 400 `invalid_request`: cut-short frames, no or several messages,
  *   corrupt compression (413 for a bomb), bytes that are not protobuf (protobuf-es's reason), or
- *   JSON that is not the message — in the REST decoder's words, with the field as `param`;
+ *   JSON that is not the message — in the REST decoder's words, with the field as `param`: the
+ *   refusal the strict decoder carried (`req.carried`), else read again from the body kept;
  * - else 400 with connect-es's own message for InvalidArgument/Unimplemented, 500 otherwise.
  */
 export async function explainProtocolError(err: ConnectError, req: RefusedRequest): Promise<ApiError> {
@@ -215,9 +204,11 @@ export async function explainProtocolError(err: ConnectError, req: RefusedReques
   if (coding instanceof ApiError) return coding;
   const timeout = badTimeout(form, req.header);
   if (timeout !== undefined) return timeout;
-  // A JSON message our strict decoder refused (src/connect/strict-json-text.ts): its ApiError is
-  // what explainProtoJson would find in the body, in the same words — without reading it again
-  // (a refused prompt list, src/connect/prompt-list-caps.ts, is never read to its end).
+  if (req.carried !== undefined) {
+    const framing = await messageBytes(form, req, coding);
+    return framing instanceof ApiError ? framing : req.carried;
+  }
+  // A JSON message refused with our ApiError as the cause (a handler's own throw): the same words.
   if (isJsonRequest(form, req) && err.cause instanceof ApiError) return err.cause;
   const fault = await explainBody(form, req, coding);
   if (fault !== undefined) return fault;

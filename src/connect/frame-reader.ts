@@ -1,0 +1,44 @@
+// The one reader of gRPC, gRPC-Web and Connect streaming frames ("enveloped messages"): a 5-byte
+// header — one byte of flags, a 32-bit big-endian length — and as many bytes of payload. The
+// request side (src/connect/explain-protocol-error.ts, src/connect/prompt-list-wire-count.ts) and
+// the response side (src/connect/response-frames.ts) read frames with it. Allocates nothing.
+
+/** Bytes of a frame's header: flags (1), payload length (4). */
+export const frameHeaderBytes = 5;
+
+/** Bit 0 of a frame's flags: its payload is compressed. */
+export const compressedFlag = 0b1;
+
+/**
+ * Where the frame that starts at `offset` of `bytes` ends (header and payload, may be past the
+ * end of `bytes` when the frame is cut), or -1 when fewer than 5 bytes are left for its header.
+ * Its flags are `bytes[offset]`.
+ */
+export function frameEnd(bytes: Uint8Array, offset: number): number {
+  if (bytes.byteLength - offset < frameHeaderBytes) return -1;
+  const length =
+    (bytes[offset + 1] as number) * 0x1000000 +
+    ((bytes[offset + 2] as number) << 16) +
+    ((bytes[offset + 3] as number) << 8) +
+    (bytes[offset + 4] as number);
+  return offset + frameHeaderBytes + length;
+}
+
+/** One frame of an enveloped body: its flags and its payload (a view into the body). */
+export interface Frame {
+  readonly flags: number;
+  readonly data: Uint8Array;
+}
+
+/** The frames of an enveloped body, or `"incomplete"` when it ends inside a frame. */
+export function splitFrames(bytes: Uint8Array): Frame[] | "incomplete" {
+  const frames: Frame[] = [];
+  let offset = 0;
+  while (offset < bytes.byteLength) {
+    const end = frameEnd(bytes, offset);
+    if (end < 0 || end > bytes.byteLength) return "incomplete";
+    frames.push({ flags: bytes[offset] as number, data: bytes.subarray(offset + frameHeaderBytes, end) });
+    offset = end;
+  }
+  return frames;
+}
