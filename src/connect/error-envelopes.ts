@@ -21,7 +21,7 @@ import { carriedRefusal, hasFinalEnvelope } from "./carried-refusal.js";
 import { earlyRefusal } from "./early-refusal.js";
 import { toConnectError } from "./error-conversion.js";
 import { explainProtocolError } from "./explain-protocol-error.js";
-import { compressedFlag, frameHeaderBytes } from "./frame-reader.js";
+import { compressedFlag, type FrameTally, frameHeaderBytes } from "./frame-reader.js";
 import { protocolErrorResponse, rpcErrorForm } from "./protocol-error.js";
 import { type BodyCapture, explainsRequest, observeRequestBody } from "./request-body.js";
 import { fixLastFrame, thenAtEnd } from "./response-frames.js";
@@ -47,6 +47,8 @@ interface EnvelopeCall {
   readonly contentType: string | null;
   /** The body kept to explain a refusal, if it is kept (src/connect/request-body.ts). */
   readonly capture: BodyCapture | undefined;
+  /** The frames counted of a framed body not kept, if they are counted. */
+  readonly tally: FrameTally | undefined;
 }
 
 function startCall(
@@ -57,8 +59,8 @@ function startCall(
   const contextValues = request.contextValues ?? createContextValues();
   const requestId = contextValues.get(requestIdKey) ?? newRequestId();
   const limit = opts.readMaxBytes + frameHeaderBytes;
-  const { req, capture } = observeRequestBody(handler, request, contextValues, limit, requestId);
-  return { handler, opts, req, requestId, contentType: req.header.get("content-type"), capture };
+  const { req, capture, tally } = observeRequestBody(handler, request, contextValues, limit, requestId);
+  return { handler, opts, req, requestId, contentType: req.header.get("content-type"), capture, tally };
 }
 
 function envelopeCode(err: ConnectError): ErrorCode | undefined {
@@ -87,7 +89,9 @@ function replacement(api: ApiError, requestId: string, replaced: ConnectError | 
 
 /** The refusal our strict decoder carried in `err`, for a method whose refusals are explained. */
 function carriedBy(call: EnvelopeCall, err: ConnectError): ApiError | undefined {
-  if (!explainsRequest(call.handler) || call.capture?.overflowed === true) return undefined;
+  // Where the body's bytes (or frames) are no longer known, the refusal is not explained from them.
+  const lost = call.capture?.kept === false || call.tally?.known === false;
+  if (!explainsRequest(call.handler) || lost) return undefined;
   return carriedRefusal(err);
 }
 
@@ -100,6 +104,7 @@ async function explain(call: EnvelopeCall, err: ConnectError): Promise<ConnectEr
     url: req.url,
     header: req.header,
     body: () => call.capture?.bytes(),
+    frames: call.tally?.known === true ? call.tally : undefined,
     readMaxBytes: opts.readMaxBytes,
     carried: carriedBy(call, err),
   });

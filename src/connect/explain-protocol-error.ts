@@ -11,7 +11,7 @@ import {
   unsupportedEncoding,
 } from "../errors/index.js";
 import { explainProtoJson } from "./explain-proto-json.js";
-import { compressedFlag, splitFrames } from "./frame-reader.js";
+import { compressedFlag, type Frame, type FrameFacts, splitFrames } from "./frame-reader.js";
 import { isJsonContentType, type RpcErrorForm, rpcErrorForm } from "./protocol-error.js";
 
 /** What is known of an RPC request that connect-es refused. */
@@ -25,6 +25,8 @@ export interface RefusedRequest {
   readonly header: Headers;
   /** The body as received, when it was kept; undefined otherwise (read only when needed). */
   readonly body: () => Uint8Array | undefined;
+  /** What was counted of a framed body's frames as they passed, when its bytes were not kept. */
+  readonly frames?: FrameFacts | undefined;
   /** The router's limit on a message, in bytes (before and after decompression). */
   readonly readMaxBytes: number;
   /**
@@ -106,13 +108,58 @@ function isJsonRequest(form: RpcErrorForm, req: RefusedRequest): boolean {
   return isJsonContentType(req.header.get("content-type") ?? "");
 }
 
+/**
+ * The fault of an enveloped body's frames, in the order they are looked at: cut short, no message,
+ * several (every RPC here takes one), a compressed flag with no compression named.
+ */
+function framingFault(
+  facts: FrameFacts,
+  typeName: string,
+  coding: BodyEncoding | undefined,
+): ApiError | undefined {
+  if (facts.incomplete) {
+    return invalidRequest(
+      null,
+      "The request body ends inside a message frame: each message is a 5-byte header (flags, length) and as many bytes as the length says.",
+    );
+  }
+  if (facts.count === 0) return invalidRequest(null, `The request has no message: send one ${typeName}.`);
+  if (facts.count > 1) {
+    return invalidRequest(null, `The request has ${facts.count} messages: send exactly one ${typeName}.`);
+  }
+  if (((facts.firstFlags ?? 0) & compressedFlag) !== 0 && coding === undefined) {
+    return invalidRequest(
+      null,
+      "The message is flagged as compressed, but the request names no compression.",
+    );
+  }
+  return undefined;
+}
+
+/** The message of an enveloped body held whole (compression undone), or the fault of its frames. */
+async function frameMessage(
+  bytes: Uint8Array,
+  req: RefusedRequest,
+  coding: BodyEncoding | undefined,
+): Promise<Uint8Array | ApiError> {
+  const frames = splitFrames(bytes);
+  const facts =
+    frames === "incomplete"
+      ? { count: 0, firstFlags: undefined, incomplete: true }
+      : { count: frames.length, firstFlags: frames[0]?.flags, incomplete: false };
+  const fault = framingFault(facts, req.method.input.typeName, coding);
+  if (fault !== undefined) return fault;
+  const first = (frames as Frame[])[0] as Frame;
+  if ((first.flags & compressedFlag) === 0 || coding === undefined) return first.data;
+  return await inflateBounded(first.data, coding, req.readMaxBytes);
+}
+
 /** The request message's bytes as sent (framing and compression undone), or the fault found. */
 async function messageBytes(
   form: RpcErrorForm,
   req: RefusedRequest,
   coding: BodyEncoding | undefined,
 ): Promise<Uint8Array | ApiError | undefined> {
-  const typeName = req.method.input.typeName;
   let bytes = req.body();
   if (form === "connect" && req.httpMethod === "GET") {
     const query = new URL(req.url).searchParams;
@@ -123,30 +170,15 @@ async function messageBytes(
       return invalidRequest(null, "The 'message' query parameter is not valid base64.");
     }
   }
-  if (bytes === undefined) return undefined;
+  if (bytes === undefined) {
+    // Not kept: a framed body's frames were counted as they passed (its message is not known).
+    const counted = form === "connect" ? undefined : req.frames;
+    return counted === undefined ? undefined : framingFault(counted, req.method.input.typeName, coding);
+  }
   try {
     if (form === "connect")
       return coding === undefined ? bytes : await inflateBounded(bytes, coding, req.readMaxBytes);
-    const frames = splitFrames(bytes);
-    if (frames === "incomplete") {
-      return invalidRequest(
-        null,
-        "The request body ends inside a message frame: each message is a 5-byte header (flags, length) and as many bytes as the length says.",
-      );
-    }
-    const [first] = frames;
-    if (first === undefined) return invalidRequest(null, `The request has no message: send one ${typeName}.`);
-    if (frames.length > 1) {
-      return invalidRequest(null, `The request has ${frames.length} messages: send exactly one ${typeName}.`);
-    }
-    if ((first.flags & compressedFlag) === 0) return first.data;
-    if (coding === undefined) {
-      return invalidRequest(
-        null,
-        "The message is flagged as compressed, but the request names no compression.",
-      );
-    }
-    return await inflateBounded(first.data, coding, req.readMaxBytes);
+    return await frameMessage(bytes, req, coding);
   } catch (err) {
     if (err instanceof ApiError) return err;
     throw err;

@@ -42,3 +42,69 @@ export function splitFrames(bytes: Uint8Array): Frame[] | "incomplete" {
   }
   return frames;
 }
+
+/** What is known of an enveloped body's frames without its bytes (see {@link FrameTally}). */
+export interface FrameFacts {
+  /** Frames whose header was read. */
+  readonly count: number;
+  /** The flags of the first frame; undefined when there is none. */
+  readonly firstFlags: number | undefined;
+  /** True when the body (so far) ends inside a frame, its header or its payload. */
+  readonly incomplete: boolean;
+}
+
+/**
+ * Counts the frames of an enveloped body as its chunks pass, keeping none of their bytes (only a
+ * header cut across chunks): the {@link FrameFacts} that {@link splitFrames} would give of the
+ * bytes pushed so far. Past `limit` bytes, or once released, they are not `known`, as a kept body
+ * would not be.
+ */
+export class FrameTally implements FrameFacts {
+  count = 0;
+  firstFlags: number | undefined;
+  /** True once more than the limit was pushed. */
+  overflowed = false;
+  /** True once released (the message was parsed): the facts are no longer known. */
+  released = false;
+
+  constructor(private readonly limit: number) {}
+
+  /** Bytes pushed. */
+  #size = 0;
+  /** Where the next frame's header starts, from the body's start. */
+  #next = 0;
+  readonly #head = new Uint8Array(frameHeaderBytes);
+  #headBytes = 0;
+
+  /** True while the facts hold: not released, not past the limit. */
+  get known(): boolean {
+    return !this.overflowed && !this.released;
+  }
+
+  release(): void {
+    this.released = true;
+  }
+
+  get incomplete(): boolean {
+    return this.#size !== this.#next;
+  }
+
+  push(chunk: Uint8Array): void {
+    const start = this.#size;
+    this.#size += chunk.byteLength;
+    if (this.#size > this.limit) this.overflowed = true;
+    let at = this.#next - start;
+    while (at < chunk.byteLength) {
+      const take = Math.min(frameHeaderBytes - this.#headBytes, chunk.byteLength - at);
+      this.#head.set(chunk.subarray(at, at + take), this.#headBytes);
+      this.#headBytes += take;
+      at += take;
+      if (this.#headBytes < frameHeaderBytes) return;
+      this.#headBytes = 0;
+      this.count++;
+      this.firstFlags ??= this.#head[0] as number;
+      this.#next += frameEnd(this.#head, 0);
+      at = this.#next - start;
+    }
+  }
+}

@@ -6,6 +6,7 @@ import type { UniversalHandler, UniversalServerRequest } from "@connectrpc/conne
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { maxPromptsPerRequest, tooManyPrompts } from "../service/checks.js";
 import { toConnectError } from "./error-conversion.js";
+import { FrameTally } from "./frame-reader.js";
 import { type BinaryBodyForm, refuseLongPromptLists } from "./prompt-list-wire-count.js";
 import { isJsonContentType, rpcErrorForm } from "./protocol-error.js";
 
@@ -19,16 +20,16 @@ export class BodyCapture {
 
   constructor(private readonly limit: number) {}
 
-  /** True once the body passed the limit: its bytes are not kept. */
-  overflowed = false;
-
   push(chunk: Uint8Array): void {
     if (this.#chunks === undefined) return;
     this.#size += chunk.byteLength;
-    if (this.#size > this.limit) {
-      this.#chunks = undefined;
-      this.overflowed = true;
-    } else this.#chunks.push(chunk);
+    if (this.#size > this.limit) this.#chunks = undefined;
+    else this.#chunks.push(chunk);
+  }
+
+  /** False once released or past the limit: {@link bytes} is undefined then. */
+  get kept(): boolean {
+    return this.#chunks !== undefined;
   }
 
   release(): void {
@@ -41,7 +42,12 @@ export class BodyCapture {
   }
 }
 
-const bodyCaptureKey = createContextKey<BodyCapture | undefined>(undefined, {
+/** What is kept of a request body (its bytes, or its frames counted), until it is released. */
+interface KeptBody {
+  release(): void;
+}
+
+const keptBodyKey = createContextKey<KeptBody | undefined>(undefined, {
   description: "acs request body kept for error explanations",
 });
 
@@ -52,18 +58,18 @@ async function* tee(body: AsyncIterable<Uint8Array>, capture: BodyCapture): Asyn
   }
 }
 
-async function* releaseWhenRead<T>(messages: AsyncIterable<T>, capture: BodyCapture): AsyncIterable<T> {
+async function* releaseWhenRead<T>(messages: AsyncIterable<T>, capture: KeptBody): AsyncIterable<T> {
   for await (const message of messages) yield message;
   capture.release();
 }
 
 /**
- * Interceptor (put it on the router) that drops the body {@link withErrorEnvelopes} kept once
- * connect-es has parsed the request: at once for unary calls (interceptors run after parsing),
+ * Interceptor (put it on the router) that drops what {@link withErrorEnvelopes} kept of the body
+ * (its bytes, or its frames counted) once connect-es has parsed the request: at once for unary calls (interceptors run after parsing),
  * after the last input message for streams. A long call then holds no second copy of its body.
  */
 export const releaseParsedBody: Interceptor = (next) => async (req) => {
-  const capture = req.contextValues.get(bodyCaptureKey);
+  const capture = req.contextValues.get(keptBodyKey);
   if (capture === undefined) return next(req);
   if (!req.stream) {
     capture.release();
@@ -81,17 +87,28 @@ export function explainsRequest(handler: UniversalHandler): boolean {
   return kind !== "bidi_streaming" && kind !== "client_streaming";
 }
 
+/** The header that names the compression of a request's messages, per protocol. */
+const messageEncodingHeader = {
+  connect: "content-encoding",
+  "connect-stream": "connect-content-encoding",
+  grpc: "grpc-encoding",
+  "grpc-web": "grpc-encoding",
+} as const;
+
 /**
- * False for a Connect unary JSON message sent uncompressed: whatever refuses it that needs its
- * bytes, our strict decoder, carries its own error (src/connect/carried-refusal.ts). Every other
- * body may have to be explained from its bytes: its framing, its compression, protobuf-es's reason
+ * How much of a body is kept to explain a refusal: nothing for a JSON message sent uncompressed —
+ * whatever refuses it that needs its bytes, our strict decoder, carries its own error
+ * (src/connect/carried-refusal.ts) — but, when framed, its frames counted as they pass (a fault of
+ * the framing comes first); every other body whole, for its compression or protobuf-es's reason
  * (connect-es keeps none of its own, test/connect/connect-es-behaviours.test.ts).
  */
-function keepsBody(header: Headers): boolean {
+function keptOf(header: Headers): "bytes" | "frames" | "nothing" {
   const type = header.get("content-type");
-  if (rpcErrorForm(type) !== "connect" || !isJsonContentType(type ?? "")) return true;
-  const encoding = header.get("content-encoding");
-  return encoding !== null && encoding !== "identity";
+  if (!isJsonContentType(type ?? "")) return "bytes";
+  const form = rpcErrorForm(type);
+  const encoding = header.get(messageEncodingHeader[form]);
+  if (encoding !== null && encoding !== "identity") return "bytes";
+  return form === "connect" ? "nothing" : "frames";
 }
 
 const framedBinaryTypes = new Set([
@@ -120,19 +137,26 @@ function isByteStream(body: UniversalServerRequest["body"]): body is AsyncIterab
   return typeof body === "object" && body !== null && Symbol.asyncIterator in body;
 }
 
-/** `request` as connect-es gets it, and the body kept of it (undefined: none). */
+/** `request` as connect-es gets it, and what is kept of its body (undefined: nothing). */
 export interface ObservedRequest {
   readonly req: UniversalServerRequest;
   readonly capture: BodyCapture | undefined;
+  readonly tally: FrameTally | undefined;
+}
+
+async function* counted(body: AsyncIterable<Uint8Array>, tally: FrameTally): AsyncIterable<Uint8Array> {
+  for await (const chunk of body) {
+    tally.push(chunk);
+    yield chunk;
+  }
 }
 
 /**
- * `request` with its body passed through for `handler`: kept (up to `limit` bytes, in
- * `contextValues` for {@link releaseParsedBody}, which the request then carries) where
- * {@link keepsBody}, and a
- * completion's binary prompt list refused on the wire once it holds more prompts than any cap
- * allows (the ConnectError of `tooManyPrompts` for `requestId`, before protobuf-es decodes it).
- * Client and bidirectional streams pass unchanged.
+ * `request` with its body passed through for `handler`, kept as {@link keptOf} says (up to `limit`
+ * bytes; what is kept is in `contextValues`, which the request then carries, for
+ * {@link releaseParsedBody}), and a completion's binary prompt list refused on the wire once it
+ * holds more prompts than any cap allows (the ConnectError of `tooManyPrompts` for `requestId`,
+ * before protobuf-es decodes it). Client and bidirectional streams pass unchanged.
  */
 export function observeRequestBody(
   handler: UniversalHandler,
@@ -142,11 +166,17 @@ export function observeRequestBody(
   requestId: string,
 ): ObservedRequest {
   const body = request.body;
-  if (!explainsRequest(handler) || !isByteStream(body) || !keepsBody(request.header)) {
-    return { req: request, capture: undefined };
+  const kept = keptOf(request.header);
+  if (!explainsRequest(handler) || !isByteStream(body) || kept === "nothing") {
+    return { req: request, capture: undefined, tally: undefined };
+  }
+  if (kept === "frames") {
+    const tally = new FrameTally(limit);
+    contextValues.set(keptBodyKey, tally);
+    return { req: { ...request, contextValues, body: counted(body, tally) }, capture: undefined, tally };
   }
   const capture = new BodyCapture(limit);
-  contextValues.set(bodyCaptureKey, capture);
+  contextValues.set(keptBodyKey, capture);
   const teed = tee(body, capture);
   const form = promptListForm(handler, request.header);
   const passed =
@@ -159,5 +189,5 @@ export function observeRequestBody(
           maxPromptsPerRequest,
           () => toConnectError(tooManyPrompts(), requestId),
         );
-  return { req: { ...request, contextValues, body: passed }, capture };
+  return { req: { ...request, contextValues, body: passed }, capture, tally: undefined };
 }

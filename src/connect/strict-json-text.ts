@@ -51,8 +51,8 @@ const numberTextAsString = (_key: string, value: unknown): unknown => {
  * as that integer, and an integer field's string as `Number()`/`BigInt()` read it.
  *
  * A refusal (ApiError 400 `invalid_request`, param null, REST's message) is thrown as a ConnectError
- * that carries it to the error envelopes (src/connect/carried-refusal.ts), which send it as it is:
- * the body is not read again. Synchronous like connect-es's own JSON.parse: an 8 MiB body takes
+ * that carries it to the error envelopes (src/connect/carried-refusal.ts), which send it with the
+ * call's request id: the body is not read again. Synchronous like connect-es's own JSON.parse: an 8 MiB body takes
  * about as long again (~0.1 s on the bench machine).
  */
 export const strictJsonTextDecoder = {
@@ -82,8 +82,11 @@ function decodeStrictly(bytes: Uint8Array, caps: readonly JsonArrayCap[], desc?:
  * no param). A number in a string is a type error (proto/API.md §4), except for an int64 (`seed`:
  * protobuf JSON's own form of it) and `priority`, whose string holds `-?digits` as REST reads it
  * (src/rest/decode-completion-request.ts `integerInString`). Throws the first fault (ApiError 400
- * `invalid_request`, param the field), carried to the error envelopes as above. A completion request's prompt list of more than 32,000 prompts is refused while it is parsed
- * (src/connect/prompt-list-caps.ts), before the rest of the body is read.
+ * `invalid_request`, param the field), carried to the error envelopes as above. A completion
+ * request's prompt list of more than 32,000 prompts is refused while it is parsed
+ * (src/connect/prompt-list-caps.ts), before the rest of the body is read. Every method but
+ * reflection's reads its JSON with the decoder of its input (src/connect/routes.ts,
+ * health-routes.ts): its refusals are then the words the envelopes would find in the body.
  */
 export function strictJsonTextDecoderFor(desc: DescMessage): { decode(input?: Uint8Array): string } {
   const caps = jsonArrayCapsOf(desc);
