@@ -11,7 +11,8 @@ import {
   unsupportedEncoding,
 } from "../errors/index.js";
 import { explainProtoJson } from "./explain-proto-json.js";
-import { type RpcErrorForm, rpcErrorForm } from "./protocol-error.js";
+import { compressedFlag, type Frame, type FrameFacts, splitFrames } from "./frame-reader.js";
+import { isJsonContentType, type RpcErrorForm, rpcErrorForm } from "./protocol-error.js";
 
 /** What is known of an RPC request that connect-es refused. */
 export interface RefusedRequest {
@@ -24,8 +25,15 @@ export interface RefusedRequest {
   readonly header: Headers;
   /** The body as received, when it was kept; undefined otherwise (read only when needed). */
   readonly body: () => Uint8Array | undefined;
+  /** What was counted of a framed body's frames as they passed, when its bytes were not kept. */
+  readonly frames?: FrameFacts | undefined;
   /** The router's limit on a message, in bytes (before and after decompression). */
   readonly readMaxBytes: number;
+  /**
+   * The refusal our strict decoder carried in the error (src/connect/carried-refusal.ts), when it
+   * refused the message; a fault of the body's framing still comes first.
+   */
+  readonly carried?: ApiError | undefined;
 }
 
 const grpcTimeoutUnitMs: Readonly<Record<string, number>> = {
@@ -93,29 +101,57 @@ function messageCoding(name: string | undefined): BodyEncoding | undefined | Api
   return unsupportedEncoding(name);
 }
 
-/** The frames of an enveloped body (gRPC, gRPC-Web, Connect streaming), or that it is cut short. */
-function splitFrames(bytes: Uint8Array): { flags: number; data: Uint8Array }[] | "incomplete" {
-  const frames: { flags: number; data: Uint8Array }[] = [];
-  let offset = 0;
-  while (offset < bytes.byteLength) {
-    if (bytes.byteLength - offset < 5) return "incomplete";
-    const view = new DataView(bytes.buffer, bytes.byteOffset + offset, 5);
-    const length = view.getUint32(1);
-    const end = offset + 5 + length;
-    if (end > bytes.byteLength) return "incomplete";
-    frames.push({ flags: view.getUint8(0), data: bytes.subarray(offset + 5, end) });
-    offset = end;
-  }
-  return frames;
-}
-
 function isJsonRequest(form: RpcErrorForm, req: RefusedRequest): boolean {
   if (form === "connect" && req.httpMethod === "GET") {
     return new URL(req.url).searchParams.get("encoding") === "json";
   }
-  return /^application\/(?:json|(?:grpc|grpc-web|connect)\+json)\b/i.test(
-    req.header.get("content-type") ?? "",
-  );
+  return isJsonContentType(req.header.get("content-type") ?? "");
+}
+
+/**
+ * The fault of an enveloped body's frames, in the order they are looked at: cut short, no message,
+ * several (every RPC here takes one), a compressed flag with no compression named.
+ */
+function framingFault(
+  facts: FrameFacts,
+  typeName: string,
+  coding: BodyEncoding | undefined,
+): ApiError | undefined {
+  if (facts.incomplete) {
+    return invalidRequest(
+      null,
+      "The request body ends inside a message frame: each message is a 5-byte header (flags, length) and as many bytes as the length says.",
+    );
+  }
+  if (facts.count === 0) return invalidRequest(null, `The request has no message: send one ${typeName}.`);
+  if (facts.count > 1) {
+    return invalidRequest(null, `The request has ${facts.count} messages: send exactly one ${typeName}.`);
+  }
+  if (((facts.firstFlags ?? 0) & compressedFlag) !== 0 && coding === undefined) {
+    return invalidRequest(
+      null,
+      "The message is flagged as compressed, but the request names no compression.",
+    );
+  }
+  return undefined;
+}
+
+/** The message of an enveloped body held whole (compression undone), or the fault of its frames. */
+async function frameMessage(
+  bytes: Uint8Array,
+  req: RefusedRequest,
+  coding: BodyEncoding | undefined,
+): Promise<Uint8Array | ApiError> {
+  const frames = splitFrames(bytes);
+  const facts =
+    frames === "incomplete"
+      ? { count: 0, firstFlags: undefined, incomplete: true }
+      : { count: frames.length, firstFlags: frames[0]?.flags, incomplete: false };
+  const fault = framingFault(facts, req.method.input.typeName, coding);
+  if (fault !== undefined) return fault;
+  const first = (frames as Frame[])[0] as Frame;
+  if ((first.flags & compressedFlag) === 0 || coding === undefined) return first.data;
+  return await inflateBounded(first.data, coding, req.readMaxBytes);
 }
 
 /** The request message's bytes as sent (framing and compression undone), or the fault found. */
@@ -124,7 +160,6 @@ async function messageBytes(
   req: RefusedRequest,
   coding: BodyEncoding | undefined,
 ): Promise<Uint8Array | ApiError | undefined> {
-  const typeName = req.method.input.typeName;
   let bytes = req.body();
   if (form === "connect" && req.httpMethod === "GET") {
     const query = new URL(req.url).searchParams;
@@ -135,30 +170,15 @@ async function messageBytes(
       return invalidRequest(null, "The 'message' query parameter is not valid base64.");
     }
   }
-  if (bytes === undefined) return undefined;
+  if (bytes === undefined) {
+    // Not kept: a framed body's frames were counted as they passed (its message is not known).
+    const counted = form === "connect" ? undefined : req.frames;
+    return counted === undefined ? undefined : framingFault(counted, req.method.input.typeName, coding);
+  }
   try {
     if (form === "connect")
       return coding === undefined ? bytes : await inflateBounded(bytes, coding, req.readMaxBytes);
-    const frames = splitFrames(bytes);
-    if (frames === "incomplete") {
-      return invalidRequest(
-        null,
-        "The request body ends inside a message frame: each message is a 5-byte header (flags, length) and as many bytes as the length says.",
-      );
-    }
-    const [first] = frames;
-    if (first === undefined) return invalidRequest(null, `The request has no message: send one ${typeName}.`);
-    if (frames.length > 1) {
-      return invalidRequest(null, `The request has ${frames.length} messages: send exactly one ${typeName}.`);
-    }
-    if ((first.flags & 0b1) === 0) return first.data;
-    if (coding === undefined) {
-      return invalidRequest(
-        null,
-        "The message is flagged as compressed, but the request names no compression.",
-      );
-    }
-    return await inflateBounded(first.data, coding, req.readMaxBytes);
+    return await frameMessage(bytes, req, coding);
   } catch (err) {
     if (err instanceof ApiError) return err;
     throw err;
@@ -197,7 +217,8 @@ async function explainBody(
  * - a malformed timeout header → 400;
  * - a body that cannot be read → 400 `invalid_request`: cut-short frames, no or several messages,
  *   corrupt compression (413 for a bomb), bytes that are not protobuf (protobuf-es's reason), or
- *   JSON that is not the message — in the REST decoder's words, with the field as `param`;
+ *   JSON that is not the message — in the REST decoder's words, with the field as `param`: the
+ *   refusal the strict decoder carried (`req.carried`), else read again from the body kept;
  * - else 400 with connect-es's own message for InvalidArgument/Unimplemented, 500 otherwise.
  */
 export async function explainProtocolError(err: ConnectError, req: RefusedRequest): Promise<ApiError> {
@@ -215,9 +236,11 @@ export async function explainProtocolError(err: ConnectError, req: RefusedReques
   if (coding instanceof ApiError) return coding;
   const timeout = badTimeout(form, req.header);
   if (timeout !== undefined) return timeout;
-  // A JSON message our strict decoder refused (src/connect/strict-json-text.ts): its ApiError is
-  // what explainProtoJson would find in the body, in the same words — without reading it again
-  // (a refused prompt list, src/connect/prompt-list-caps.ts, is never read to its end).
+  if (req.carried !== undefined) {
+    const framing = await messageBytes(form, req, coding);
+    return framing instanceof ApiError ? framing : req.carried;
+  }
+  // A JSON message refused with our ApiError as the cause (a handler's own throw): the same words.
   if (isJsonRequest(form, req) && err.cause instanceof ApiError) return err.cause;
   const fault = await explainBody(form, req, coding);
   if (fault !== undefined) return fault;

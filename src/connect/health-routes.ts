@@ -1,14 +1,18 @@
 import { create } from "@bufbuild/protobuf";
-import type { ConnectRouter } from "@connectrpc/connect";
+import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
 import { CompletionsService } from "../../gen/acs/v1/completions_pb.js";
 import {
   Health,
+  type HealthCheckRequest,
+  type HealthCheckResponse,
   HealthCheckResponseSchema,
   HealthListResponseSchema,
   HealthCheckResponse_ServingStatus as ServingStatus,
 } from "../../gen/grpc/health/v1/health_pb.js";
 import { ApiError, newRequestId } from "../errors/index.js";
 import { toConnectError } from "./error-conversion.js";
+import { requestIdKey } from "./routes.js";
+import { connectJsonOptions } from "./strict-json-text.js";
 
 /** What the health routes follow of the server's lifecycle (src/server/lifecycle.ts). */
 export interface HealthLifecycle {
@@ -30,10 +34,106 @@ export interface HealthRoutesOptions {
 const stoppingError = () =>
   new ApiError("upstream_unavailable", "The server is shutting down; retry the request.");
 
-import { requestIdKey } from "./routes.js";
-
 /** Services the health protocol reports on for the gateway as a whole ("" is the server). */
 const gatewayServices = ["", CompletionsService.typeName];
+
+/** What the health routes report from: readiness, the models, the lifecycle. */
+interface HealthSource {
+  readonly isReady: () => boolean;
+  readonly modelStatus: () => ReadonlyArray<{ readonly id: string; readonly serving: boolean }>;
+  readonly pollMs: number;
+  readonly lifecycle: HealthLifecycle | undefined;
+}
+
+/** Whether `service` serves; undefined for a service this server does not report on. */
+function servingOf(source: HealthSource, service: string): boolean | undefined {
+  if (gatewayServices.includes(service)) return source.isReady();
+  const model = source.modelStatus().find((m) => m.id === service);
+  return model === undefined ? undefined : model.serving && source.isReady();
+}
+
+function statusOf(source: HealthSource, service: string): ServingStatus {
+  const serving = servingOf(source, service);
+  return serving === undefined
+    ? ServingStatus.SERVICE_UNKNOWN
+    : serving
+      ? ServingStatus.SERVING
+      : ServingStatus.NOT_SERVING;
+}
+
+function check(source: HealthSource, request: HealthCheckRequest, ctx: HandlerContext): HealthCheckResponse {
+  if (servingOf(source, request.service) === undefined) {
+    const requestId = ctx.values.get(requestIdKey) ?? newRequestId();
+    const unknown = new ApiError(
+      "unknown_service",
+      `Unknown service '${request.service}': this server reports on '' (the server), ${CompletionsService.typeName} and each model id.`,
+    );
+    throw toConnectError(unknown, requestId);
+  }
+  return create(HealthCheckResponseSchema, { status: statusOf(source, request.service) });
+}
+
+/** A Watch's wake-ups: a change of phase (or the call's end) cuts its wait short. */
+interface WatchWake {
+  /** A change came since the status was last looked at (none is missed while one is sent). */
+  changed: boolean;
+  wakeUp: (() => void) | undefined;
+}
+
+/** Waits `pollMs`, or until `wake` is woken. */
+function pause(wake: WatchWake, pollMs: number): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, pollMs);
+    wake.wakeUp = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+  });
+}
+
+async function* watch(
+  source: HealthSource,
+  request: HealthCheckRequest,
+  ctx: HandlerContext,
+): AsyncGenerator<HealthCheckResponse> {
+  const { lifecycle } = source;
+  let last: ServingStatus | undefined;
+  const wake: WatchWake = { changed: false, wakeUp: undefined };
+  const onChange = () => {
+    wake.changed = true;
+    wake.wakeUp?.();
+  };
+  const unsubscribe = lifecycle?.onChange(onChange);
+  ctx.signal.addEventListener("abort", onChange, { once: true });
+  try {
+    while (!ctx.signal.aborted) {
+      wake.changed = false;
+      const now = statusOf(source, request.service);
+      if (now !== last) {
+        last = now;
+        yield create(HealthCheckResponseSchema, { status: now });
+      }
+      if (lifecycle?.stopped) {
+        throw toConnectError(stoppingError(), ctx.values.get(requestIdKey) ?? newRequestId());
+      }
+      if (wake.changed) continue;
+      await pause(wake, source.pollMs);
+      wake.wakeUp = undefined;
+    }
+  } finally {
+    unsubscribe?.();
+    ctx.signal.removeEventListener("abort", onChange);
+  }
+}
+
+function list(source: HealthSource) {
+  const services = [...gatewayServices, ...source.modelStatus().map((m) => m.id)];
+  return create(HealthListResponseSchema, {
+    statuses: Object.fromEntries(
+      services.map((s) => [s, create(HealthCheckResponseSchema, { status: statusOf(source, s) })]),
+    ),
+  });
+}
 
 /**
  * Registers grpc.health.v1.Health (Check, Watch, List) for load balancers and Kubernetes gRPC
@@ -44,88 +144,28 @@ const gatewayServices = ["", CompletionsService.typeName];
  * change, looked at every `pollMs` and at each change of the lifecycle's phase (so the drain's
  * NOT_SERVING goes out at once). When the server stops accepting, an open Watch sends its last
  * status and ends with UNAVAILABLE `upstream_unavailable` (it would otherwise hold the shutdown:
- * a load balancer keeps it open for ever).
+ * a load balancer keeps it open for ever). Each method's Connect JSON is read by the strict
+ * decoder of its input (src/connect/strict-json-text.ts).
  */
 export function createHealthRoutes(
   isReady: () => boolean,
   modelStatus: () => ReadonlyArray<{ readonly id: string; readonly serving: boolean }> = () => [],
   options: HealthRoutesOptions = {},
 ): (router: ConnectRouter) => void {
-  const pollMs = options.pollMs ?? 1000;
-  const lifecycle = options.lifecycle;
-  const servingOf = (service: string): boolean | undefined => {
-    if (gatewayServices.includes(service)) return isReady();
-    const model = modelStatus().find((m) => m.id === service);
-    return model === undefined ? undefined : model.serving && isReady();
+  const source: HealthSource = {
+    isReady,
+    modelStatus,
+    pollMs: options.pollMs ?? 1000,
+    lifecycle: options.lifecycle,
   };
-  const known = (service: string) => servingOf(service) !== undefined;
-  const services = () => [...gatewayServices, ...modelStatus().map((m) => m.id)];
-  const status = (service: string) => {
-    const serving = servingOf(service);
-    return serving === undefined
-      ? ServingStatus.SERVICE_UNKNOWN
-      : serving
-        ? ServingStatus.SERVING
-        : ServingStatus.NOT_SERVING;
-  };
+  const { check: checkMethod, watch: watchMethod, list: listMethod } = Health.method;
   return (router) => {
-    router.service(Health, {
-      check(request, ctx) {
-        if (!known(request.service)) {
-          const requestId = ctx.values.get(requestIdKey) ?? newRequestId();
-          const unknown = new ApiError(
-            "unknown_service",
-            `Unknown service '${request.service}': this server reports on '' (the server), ${CompletionsService.typeName} and each model id.`,
-          );
-          throw toConnectError(unknown, requestId);
-        }
-        return create(HealthCheckResponseSchema, { status: status(request.service) });
-      },
-      async *watch(request, ctx) {
-        let last: ServingStatus | undefined;
-        // A change of phase (or the call's end) cuts the wait short; one that comes while a
-        // status is being sent is remembered, so none is missed.
-        let changed = false;
-        let wakeUp: (() => void) | undefined;
-        const onChange = () => {
-          changed = true;
-          wakeUp?.();
-        };
-        const unsubscribe = lifecycle?.onChange(onChange);
-        ctx.signal.addEventListener("abort", onChange, { once: true });
-        try {
-          while (!ctx.signal.aborted) {
-            changed = false;
-            const now = status(request.service);
-            if (now !== last) {
-              last = now;
-              yield create(HealthCheckResponseSchema, { status: now });
-            }
-            if (lifecycle?.stopped) {
-              throw toConnectError(stoppingError(), ctx.values.get(requestIdKey) ?? newRequestId());
-            }
-            if (changed) continue;
-            await new Promise<void>((resolve) => {
-              const timer = setTimeout(resolve, pollMs);
-              wakeUp = () => {
-                clearTimeout(timer);
-                resolve();
-              };
-            });
-            wakeUp = undefined;
-          }
-        } finally {
-          unsubscribe?.();
-          ctx.signal.removeEventListener("abort", onChange);
-        }
-      },
-      list() {
-        return create(HealthListResponseSchema, {
-          statuses: Object.fromEntries(
-            services().map((s) => [s, create(HealthCheckResponseSchema, { status: status(s) })]),
-          ),
-        });
-      },
+    router.rpc(checkMethod, (request, ctx) => check(source, request, ctx), {
+      jsonOptions: connectJsonOptions(checkMethod.input),
     });
+    router.rpc(watchMethod, (request, ctx) => watch(source, request, ctx), {
+      jsonOptions: connectJsonOptions(watchMethod.input),
+    });
+    router.rpc(listMethod, () => list(source), { jsonOptions: connectJsonOptions(listMethod.input) });
   };
 }

@@ -1,6 +1,6 @@
 export { compressionDeflate } from "./compression.js";
 export { toConnectError } from "./error-conversion.js";
-export { type ErrorEnvelopeOptions, releaseParsedBody, withErrorEnvelopes } from "./error-envelopes.js";
+export { type ErrorEnvelopeOptions, withErrorEnvelopes } from "./error-envelopes.js";
 export { createHealthRoutes } from "./health-routes.js";
 export {
   protocolErrorResponse,
@@ -9,6 +9,7 @@ export {
   writeProtocolError,
 } from "./protocol-error.js";
 export { createReflectionIndex, createReflectionRoutes, type ReflectionIndex } from "./reflection-routes.js";
+export { releaseParsedBody } from "./request-body.js";
 export {
   type ConnectRoutesOptions,
   createConnectRoutes,

@@ -3,6 +3,7 @@
 // `maxPromptsPerRequest`) is refused before protobuf-es turns each of its items into a string or
 // an array (a 7.5 MB body of 1.2 million short prompts takes ~0.7 s to decode).
 import { CreateCompletionRequestSchema, PromptTextsSchema } from "../../gen/acs/v1/completions_pb.js";
+import { compressedFlag, frameEnd, frameHeaderBytes } from "./frame-reader.js";
 
 const fields = CreateCompletionRequestSchema.field;
 /** The prompt oneof's list members, by field number (their `values` are repeated, field 1 each). */
@@ -133,7 +134,7 @@ export async function* refuseLongPromptLists(
   refuse: () => Error,
 ): AsyncIterable<Uint8Array> {
   let size = 0;
-  let frameEnd: number | undefined;
+  let messageEnd: number | undefined;
   let checked = false;
   const check = (message: Uint8Array): void => {
     checked = true;
@@ -143,15 +144,15 @@ export async function* refuseLongPromptLists(
   for await (const chunk of body) {
     size += chunk.byteLength;
     if (!checked && form === "frames") {
-      if (frameEnd === undefined && size >= 5) {
+      if (messageEnd === undefined && size >= frameHeaderBytes) {
         const head = received();
-        if (head === undefined || ((head[0] as number) & 0b1) !== 0) checked = true;
-        else frameEnd = 5 + new DataView(head.buffer, head.byteOffset, 5).getUint32(1);
+        if (head === undefined || ((head[0] as number) & compressedFlag) !== 0) checked = true;
+        else messageEnd = frameEnd(head, 0);
       }
-      if (!checked && frameEnd !== undefined && size >= frameEnd) {
+      if (!checked && messageEnd !== undefined && size >= messageEnd) {
         const bytes = received();
         if (bytes === undefined) checked = true;
-        else check(bytes.subarray(5, frameEnd));
+        else check(bytes.subarray(frameHeaderBytes, messageEnd));
       }
     }
     yield chunk;

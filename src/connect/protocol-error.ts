@@ -32,15 +32,15 @@ export function rpcErrorForm(contentType: string | null | undefined): RpcErrorFo
   return "connect";
 }
 
-/** True for `+json` (and Connect unary `application/json`) request types. */
-function isJsonType(type: string): boolean {
-  return /^application\/(?:json|(?:grpc|grpc-web|connect)\+json)\b/.test(type);
+/** True for `+json` (and Connect unary `application/json`) request types, in any case. */
+export function isJsonContentType(type: string): boolean {
+  return /^application\/(?:json|(?:grpc|grpc-web|connect)\+json)\b/i.test(type);
 }
 
 /** The response Content-Type of an error in `form`, the request's own when it is a known one. */
 function responseContentType(form: RpcErrorForm, contentType: string | null | undefined): string {
   const type = (contentType ?? "").trim().toLowerCase();
-  const json = isJsonType(type);
+  const json = isJsonContentType(type);
   switch (form) {
     case "grpc":
       return json ? "application/grpc+json" : "application/grpc+proto";

@@ -48,6 +48,132 @@ export interface ReflectionIndex {
   answer(request: ServerReflectionRequest, sent: Set<string>): ServerReflectionResponse;
 }
 
+/** The files reflection answers from: by file name, in a registry, encoded once each. */
+interface ReflectionFiles {
+  readonly files: Map<string, DescFile>;
+  readonly registry: Registry;
+  readonly encoded: Map<string, Uint8Array>;
+  readonly serviceNames: readonly string[];
+}
+
+type MessageResponse = ServerReflectionResponse["messageResponse"];
+type Question = ServerReflectionRequest["messageRequest"];
+
+function bytesOf(index: ReflectionFiles, file: DescFile): Uint8Array {
+  let bytes = index.encoded.get(file.proto.name);
+  if (bytes === undefined) {
+    bytes = toBinary(FileDescriptorProtoSchema, file.proto);
+    index.encoded.set(file.proto.name, bytes);
+  }
+  return bytes;
+}
+
+/** The file that declares `symbol`: a type, a service, or a method, field or oneof of one. */
+function fileOfSymbol(registry: Registry, symbol: string): DescFile | undefined {
+  const type = registry.get(symbol);
+  if (type !== undefined) return type.file;
+  const dot = symbol.lastIndexOf(".");
+  if (dot <= 0) return undefined;
+  const parent = registry.get(symbol.slice(0, dot));
+  const member = symbol.slice(dot + 1);
+  switch (parent?.kind) {
+    case "service":
+      return parent.methods.some((m) => m.name === member) ? parent.file : undefined;
+    case "message":
+      return parent.fields.some((f) => f.name === member) || parent.oneofs.some((o) => o.name === member)
+        ? parent.file
+        : undefined;
+    default:
+      return undefined;
+  }
+}
+
+/** `file` and the files it imports that were not sent yet, `file` first (as gRPC servers do). */
+function fileResponse(index: ReflectionFiles, file: DescFile, sent: Set<string>): MessageResponse {
+  const needed = [...withDependencies([file]).values()].reverse().filter((f) => !sent.has(f.proto.name));
+  if (needed.length === 0) needed.push(file); // asked again: answer with the file itself
+  for (const f of needed) sent.add(f.proto.name);
+  return {
+    case: "fileDescriptorResponse",
+    value: {
+      $typeName: "grpc.reflection.v1.FileDescriptorResponse",
+      fileDescriptorProto: needed.map((f) => bytesOf(index, f)),
+    },
+  };
+}
+
+function errorResponse(errorCode: Code, errorMessage: string): MessageResponse {
+  return {
+    case: "errorResponse",
+    value: { $typeName: "grpc.reflection.v1.ErrorResponse", errorCode, errorMessage },
+  };
+}
+
+const notFound = (message: string): MessageResponse => errorResponse(Code.NotFound, message);
+
+/** The file of `file` (or NOT_FOUND with `missing`'s words). */
+function fileOr(index: ReflectionFiles, file: DescFile | undefined, sent: Set<string>, missing: string) {
+  return file === undefined ? notFound(missing) : fileResponse(index, file, sent);
+}
+
+function extensionNumbers(index: ReflectionFiles, typeName: string): MessageResponse {
+  const extendee = index.registry.getMessage(typeName);
+  if (extendee === undefined) return notFound(`type not found: ${typeName}`);
+  const numbers: number[] = [];
+  for (const type of index.registry) {
+    if (type.kind === "extension" && type.extendee.typeName === extendee.typeName) numbers.push(type.number);
+  }
+  return {
+    case: "allExtensionNumbersResponse",
+    value: {
+      $typeName: "grpc.reflection.v1.ExtensionNumberResponse",
+      baseTypeName: extendee.typeName,
+      extensionNumber: numbers.sort((a, b) => a - b),
+    },
+  };
+}
+
+function listServices(index: ReflectionFiles): MessageResponse {
+  return {
+    case: "listServicesResponse",
+    value: {
+      $typeName: "grpc.reflection.v1.ListServiceResponse",
+      service: index.serviceNames.map((name) => ({ $typeName: "grpc.reflection.v1.ServiceResponse", name })),
+    },
+  };
+}
+
+/** The answer to one question. */
+function answerTo(index: ReflectionFiles, ask: Question, sent: Set<string>): MessageResponse {
+  switch (ask.case) {
+    case "fileByFilename":
+      return fileOr(index, index.files.get(ask.value), sent, `file not found: ${ask.value}`);
+    case "fileContainingSymbol":
+      return fileOr(index, fileOfSymbol(index.registry, ask.value), sent, `symbol not found: ${ask.value}`);
+    case "fileContainingExtension": {
+      const { containingType, extensionNumber } = ask.value;
+      const extendee = index.registry.getMessage(containingType);
+      const extension =
+        extendee === undefined ? undefined : index.registry.getExtensionFor(extendee, extensionNumber);
+      return fileOr(
+        index,
+        extension?.file,
+        sent,
+        `extension not found: ${containingType} ${extensionNumber}`,
+      );
+    }
+    case "allExtensionNumbersOfType":
+      return extensionNumbers(index, ask.value);
+    case "listServices":
+      return listServices(index);
+    default:
+      return errorResponse(
+        Code.InvalidArgument,
+        "the request names no question (file_by_filename, file_containing_symbol, …)",
+      );
+  }
+}
+
 /**
  * Builds the reflection index of `services` (plus the reflection services) from the file
  * descriptors embedded in the generated code (`gen/`), through a protobuf-es registry: each
@@ -56,135 +182,19 @@ export interface ReflectionIndex {
 export function createReflectionIndex(services: readonly DescService[]): ReflectionIndex {
   const all = [...services, ...reflectionServices.filter((s) => !services.includes(s))];
   const files = withDependencies(all.map((s) => s.file));
-  const registry: Registry = createRegistry(...files.values());
-  const encoded = new Map<string, Uint8Array>();
-  const bytesOf = (file: DescFile): Uint8Array => {
-    let bytes = encoded.get(file.proto.name);
-    if (bytes === undefined) {
-      bytes = toBinary(FileDescriptorProtoSchema, file.proto);
-      encoded.set(file.proto.name, bytes);
-    }
-    return bytes;
+  const index: ReflectionFiles = {
+    files,
+    registry: createRegistry(...files.values()),
+    encoded: new Map(),
+    serviceNames: all.map((s) => s.typeName),
   };
-
-  /** The file that declares `symbol`: a type, a service, or a method, field or oneof of one. */
-  const fileOfSymbol = (symbol: string): DescFile | undefined => {
-    const type = registry.get(symbol);
-    if (type !== undefined) return type.file;
-    const dot = symbol.lastIndexOf(".");
-    if (dot <= 0) return undefined;
-    const parent = registry.get(symbol.slice(0, dot));
-    const member = symbol.slice(dot + 1);
-    switch (parent?.kind) {
-      case "service":
-        return parent.methods.some((m) => m.name === member) ? parent.file : undefined;
-      case "message":
-        return parent.fields.some((f) => f.name === member) || parent.oneofs.some((o) => o.name === member)
-          ? parent.file
-          : undefined;
-      default:
-        return undefined;
-    }
-  };
-
-  /** `file` and the files it imports that were not sent yet, `file` first (as gRPC servers do). */
-  const fileResponse = (file: DescFile, sent: Set<string>): ServerReflectionResponse["messageResponse"] => {
-    const needed = [...withDependencies([file]).values()].reverse().filter((f) => !sent.has(f.proto.name));
-    if (needed.length === 0) needed.push(file); // asked again: answer with the file itself
-    for (const f of needed) sent.add(f.proto.name);
-    return {
-      case: "fileDescriptorResponse",
-      value: {
-        $typeName: "grpc.reflection.v1.FileDescriptorResponse",
-        fileDescriptorProto: needed.map(bytesOf),
-      },
-    };
-  };
-
-  const notFound = (message: string): ServerReflectionResponse["messageResponse"] => ({
-    case: "errorResponse",
-    value: { $typeName: "grpc.reflection.v1.ErrorResponse", errorCode: Code.NotFound, errorMessage: message },
-  });
-
-  const serviceNames = all.map((s) => s.typeName);
-
   return {
-    serviceNames,
+    serviceNames: index.serviceNames,
     answer(request, sent) {
-      const ask = request.messageRequest;
-      let messageResponse: ServerReflectionResponse["messageResponse"];
-      switch (ask.case) {
-        case "fileByFilename": {
-          const file = files.get(ask.value);
-          messageResponse =
-            file === undefined ? notFound(`file not found: ${ask.value}`) : fileResponse(file, sent);
-          break;
-        }
-        case "fileContainingSymbol": {
-          const file = fileOfSymbol(ask.value);
-          messageResponse =
-            file === undefined ? notFound(`symbol not found: ${ask.value}`) : fileResponse(file, sent);
-          break;
-        }
-        case "fileContainingExtension": {
-          const extendee = registry.getMessage(ask.value.containingType);
-          const extension =
-            extendee === undefined
-              ? undefined
-              : registry.getExtensionFor(extendee, ask.value.extensionNumber);
-          messageResponse =
-            extension === undefined
-              ? notFound(`extension not found: ${ask.value.containingType} ${ask.value.extensionNumber}`)
-              : fileResponse(extension.file, sent);
-          break;
-        }
-        case "allExtensionNumbersOfType": {
-          const extendee = registry.getMessage(ask.value);
-          if (extendee === undefined) {
-            messageResponse = notFound(`type not found: ${ask.value}`);
-            break;
-          }
-          const numbers: number[] = [];
-          for (const type of registry) {
-            if (type.kind === "extension" && type.extendee.typeName === extendee.typeName)
-              numbers.push(type.number);
-          }
-          messageResponse = {
-            case: "allExtensionNumbersResponse",
-            value: {
-              $typeName: "grpc.reflection.v1.ExtensionNumberResponse",
-              baseTypeName: extendee.typeName,
-              extensionNumber: numbers.sort((a, b) => a - b),
-            },
-          };
-          break;
-        }
-        case "listServices":
-          messageResponse = {
-            case: "listServicesResponse",
-            value: {
-              $typeName: "grpc.reflection.v1.ListServiceResponse",
-              service: serviceNames.map((name) => ({
-                $typeName: "grpc.reflection.v1.ServiceResponse",
-                name,
-              })),
-            },
-          };
-          break;
-        default:
-          messageResponse = {
-            case: "errorResponse",
-            value: {
-              $typeName: "grpc.reflection.v1.ErrorResponse",
-              errorCode: Code.InvalidArgument,
-              errorMessage: "the request names no question (file_by_filename, file_containing_symbol, …)",
-            },
-          };
-      }
       return create(ServerReflectionResponseSchema, {
         validHost: request.host,
         originalRequest: request,
-        messageResponse,
+        messageResponse: answerTo(index, request.messageRequest, sent),
       });
     },
   };

@@ -4,12 +4,14 @@ import {
   type ConnectRouter,
   createContextKey,
   type HandlerContext,
-  type ServiceImpl,
 } from "@connectrpc/connect";
 import {
   CompletionsService,
+  type CreateCompletionRequest,
   CreateCompletionRequestSchema,
   DetokenizeRequestSchema,
+  ListModelsRequestSchema,
+  type StreamCompletionResponse,
   TokenizeRequestSchema,
 } from "../../gen/acs/v1/completions_pb.js";
 import { limits } from "../config/index.js";
@@ -135,99 +137,135 @@ function callContext(
   return { call, detach };
 }
 
+/** What the Connect routes call and how: the service, the shutdown link, the stall bound. */
+interface RouteDeps {
+  readonly api: CompletionsApi;
+  readonly shutdown: ShutdownLink | undefined;
+  readonly stallMs: number;
+  readonly logger: ConnectRoutesOptions["logger"];
+}
+
+/** The call's context, and the function that unties it from the shutdown link and from connect-es's signal. */
+function openCall(deps: RouteDeps, ctx: HandlerContext): { call: CallContext; untie: () => void } {
+  const controller = new AbortController();
+  const unlink = deps.shutdown?.tie(controller);
+  const { call, detach } = callContext(ctx, controller);
+  const untie = (): void => {
+    detach();
+    unlink?.();
+  };
+  return { call, untie };
+}
+
+/**
+ * The error as the caller sees it: a call cut short by the shutdown gets the shutdown's, and its
+ * record (the access line, the metrics) that code instead of the `canceled` the service recorded.
+ */
+function shown(deps: RouteDeps, err: unknown, call: CallContext): ConnectError {
+  const { shutdown } = deps;
+  return toConnectError(shutdown === undefined ? err : shutdown.shown(err, call.record), call.requestId);
+}
+
+/** A unary call of the service: its context opened and untied, its error as the caller sees it. */
+function unary<I, O>(deps: RouteDeps, method: (request: I, call: CallContext) => Promise<O>) {
+  return async (request: I, ctx: HandlerContext): Promise<O> => {
+    const { call, untie } = openCall(deps, ctx);
+    try {
+      return await method(request, call);
+    } catch (err) {
+      throw shown(deps, err, call);
+    } finally {
+      untie();
+    }
+  };
+}
+
+/** StreamCompletion: the service's stream, ended when its caller stalls ({@link endWhenStalled}). */
+async function* streamCompletion(
+  deps: RouteDeps,
+  request: CreateCompletionRequest,
+  ctx: HandlerContext,
+): AsyncGenerator<StreamCompletionResponse> {
+  const { stallMs } = deps;
+  const { call, untie } = openCall(deps, ctx);
+  const endTransport = ctx.values.get(endTransportKey);
+  let stalled = false;
+  const onStall = (): void => {
+    stalled = true;
+    // The access log and metrics count it as a cancel, on every transport.
+    if (call.record !== undefined) call.record.errorCode = "canceled";
+    deps.logger?.info(
+      { requestId: call.requestId, stallMs },
+      `stream ended: its caller has not read for ${stallMs} ms`,
+    );
+    endTransport?.();
+  };
+  try {
+    yield* endWhenStalled(deps.api.streamCompletion(request, call), stallMs, onStall);
+    // Pulled once more after the stall (connect-node, woken by the transport's end): the call did
+    // not complete, so it ends `canceled` — never as a complete stream (an OK end-stream message or
+    // trailers), in the access log or for a caller that reads again.
+    if (stalled) {
+      throw new ApiError("canceled", `The stream was ended: its caller had not read for ${stallMs} ms.`);
+    }
+  } catch (err) {
+    throw shown(deps, err, call);
+  } finally {
+    untie();
+  }
+}
+
 /**
  * Registers acs.v1.CompletionsService on a Connect router (Connect, gRPC and gRPC-Web), calling the
  * same CompletionsApi as REST. Every error leaves as a ConnectError with the ErrorEnvelope detail.
  * With `shutdown` (src/server/lifecycle.ts), each call is tied to it while it runs: when the
  * server's grace is over, a call still running ends with the shutdown's error (UNAVAILABLE
  * `upstream_unavailable`) instead of `canceled`. A stream whose caller stops reading is ended after
- * `options.streamStallMs` ({@link endWhenStalled}).
+ * `options.streamStallMs` ({@link endWhenStalled}). Each method's Connect JSON is checked against
+ * its input's fields as REST checks a body (an integer field's string too: strict-json-text.ts).
  */
 export function createConnectRoutes(
   api: CompletionsApi,
   shutdown?: ShutdownLink,
   options: ConnectRoutesOptions = {},
 ): (router: ConnectRouter) => void {
-  const stallMs = options.streamStallMs ?? limits.streamStallMs;
-  /** The call's context, and the function that unties it from the shutdown link and from connect-es's signal. */
-  const open = (ctx: HandlerContext): { call: CallContext; untie: () => void } => {
-    const controller = new AbortController();
-    const unlink = shutdown?.tie(controller);
-    const { call, detach } = callContext(ctx, controller);
-    const untie = (): void => {
-      detach();
-      unlink?.();
-    };
-    return { call, untie };
+  const deps: RouteDeps = {
+    api,
+    shutdown,
+    stallMs: options.streamStallMs ?? limits.streamStallMs,
+    logger: options.logger,
   };
-  /**
-   * The error as the caller sees it: a call cut short by the shutdown gets the shutdown's, and its
-   * record (the access line, the metrics) that code instead of the `canceled` the service recorded.
-   */
-  const shown = (err: unknown, call: CallContext): ConnectError =>
-    toConnectError(shutdown === undefined ? err : shutdown.shown(err, call.record), call.requestId);
-  /** A unary call of the service: its context opened and untied, its error as the caller sees it. */
-  const unary =
-    <I, O>(method: (request: I, call: CallContext) => Promise<O>) =>
-    async (request: I, ctx: HandlerContext): Promise<O> => {
-      const { call, untie } = open(ctx);
-      try {
-        return await method(request, call);
-      } catch (err) {
-        throw shown(err, call);
-      } finally {
-        untie();
-      }
-    };
+  const { method } = CompletionsService;
+  const completionJson = { jsonOptions: connectJsonOptions(CreateCompletionRequestSchema) };
   return (router) => {
-    const impl: ServiceImpl<typeof CompletionsService> = {
-      createCompletion: unary((request, call) => api.createCompletion(request, call)),
-      async *streamCompletion(request, ctx) {
-        const { call, untie } = open(ctx);
-        const endTransport = ctx.values.get(endTransportKey);
-        let stalled = false;
-        const onStall = (): void => {
-          stalled = true;
-          // The access log and metrics count it as a cancel, on every transport.
-          if (call.record !== undefined) call.record.errorCode = "canceled";
-          options.logger?.info(
-            { requestId: call.requestId, stallMs },
-            `stream ended: its caller has not read for ${stallMs} ms`,
-          );
-          endTransport?.();
-        };
-        try {
-          yield* endWhenStalled(api.streamCompletion(request, call), stallMs, onStall);
-          // Pulled once more after the stall (connect-node, woken by the transport's end): the
-          // call did not complete, so it ends `canceled` — never as a complete stream (an OK
-          // end-stream message or trailers), in the access log or for a caller that reads again.
-          if (stalled) {
-            throw new ApiError(
-              "canceled",
-              `The stream was ended: its caller had not read for ${stallMs} ms.`,
-            );
-          }
-        } catch (err) {
-          throw shown(err, call);
-        } finally {
-          untie();
-        }
+    router.rpc(
+      method.createCompletion,
+      unary(deps, (request, call) => api.createCompletion(request, call)),
+      completionJson,
+    );
+    router.rpc(
+      method.streamCompletion,
+      (request, ctx) => streamCompletion(deps, request, ctx),
+      completionJson,
+    );
+    router.rpc(
+      method.listModels,
+      unary(deps, (_request, call) => api.listModels(call)),
+      { jsonOptions: connectJsonOptions(ListModelsRequestSchema) },
+    );
+    router.rpc(
+      method.tokenize,
+      unary(deps, (request, call) => api.tokenize(request, call)),
+      {
+        jsonOptions: connectJsonOptions(TokenizeRequestSchema),
       },
-      listModels: unary((_request, call) => api.listModels(call)),
-      tokenize: unary((request, call) => api.tokenize(request, call)),
-      detokenize: unary((request, call) => api.detokenize(request, call)),
-    };
-    // A completion's Connect JSON is checked against its fields as REST checks a body (an integer
-    // field's string too: strict-json-text.ts); ListModels keeps the server's JSON options.
-    const completionJson = { jsonOptions: connectJsonOptions(CreateCompletionRequestSchema) };
-    router.rpc(CompletionsService.method.createCompletion, impl.createCompletion, completionJson);
-    router.rpc(CompletionsService.method.streamCompletion, impl.streamCompletion, completionJson);
-    router.rpc(CompletionsService.method.listModels, impl.listModels);
-    router.rpc(CompletionsService.method.tokenize, impl.tokenize, {
-      jsonOptions: connectJsonOptions(TokenizeRequestSchema),
-    });
-    router.rpc(CompletionsService.method.detokenize, impl.detokenize, {
-      jsonOptions: connectJsonOptions(DetokenizeRequestSchema),
-    });
+    );
+    router.rpc(
+      method.detokenize,
+      unary(deps, (request, call) => api.detokenize(request, call)),
+      {
+        jsonOptions: connectJsonOptions(DetokenizeRequestSchema),
+      },
+    );
   };
 }

@@ -2,7 +2,9 @@
 // of the two paths): connect-es decodes a JSON message's bytes with the `textDecoder` of its
 // `jsonOptions`, then hands the text to protobuf-es (JSON.parse).
 import type { DescMessage } from "@bufbuild/protobuf";
-import { JsonNumberText, parseStrictJson, readExactIntegerText } from "../rest/index.js";
+import { ApiError } from "../errors/index.js";
+import { type JsonArrayCap, JsonNumberText, parseStrictJson, readExactIntegerText } from "../rest/index.js";
+import { carryRefusal } from "./carried-refusal.js";
 import { checkProtoJson } from "./explain-proto-json.js";
 import { jsonArrayCapsOf } from "./prompt-list-caps.js";
 
@@ -48,18 +50,29 @@ const numberTextAsString = (_key: string, value: unknown): unknown => {
  * field given a fraction whose double is an integer (`"n": 1.0000000000000000001`) would be read
  * as that integer, and an integer field's string as `Number()`/`BigInt()` read it.
  *
- * A refusal throws ApiError 400 `invalid_request` (param null; REST's message); connect-es turns
- * it into InvalidArgument, which the error envelopes explain again from the body in the same words
- * (src/connect/explain-proto-json.ts). Synchronous like connect-es's own JSON.parse: an 8 MiB
- * body takes about as long again (~0.1 s on the bench machine).
+ * A refusal (ApiError 400 `invalid_request`, param null, REST's message) is thrown as a ConnectError
+ * that carries it to the error envelopes (src/connect/carried-refusal.ts), which send it with the
+ * call's request id: the body is not read again. Synchronous like connect-es's own JSON.parse: an 8 MiB body takes
+ * about as long again (~0.1 s on the bench machine).
  */
 export const strictJsonTextDecoder = {
   decode(input?: Uint8Array): string {
-    const bytes = input ?? new Uint8Array(0);
-    const parsed = parseStrictJson(bytes);
-    return holdsNumberText(parsed) ? JSON.stringify(parsed, numberTextAsString) : utf8.decode(bytes);
+    return decodeStrictly(input ?? new Uint8Array(0), []);
   },
 };
+
+/** The text protobuf-es reads from `bytes` (see {@link strictJsonTextDecoder}); throws carried refusals. */
+function decodeStrictly(bytes: Uint8Array, caps: readonly JsonArrayCap[], desc?: DescMessage): string {
+  let parsed: unknown;
+  try {
+    parsed = parseStrictJson(bytes, caps);
+  } catch (err) {
+    throw err instanceof ApiError ? carryRefusal(err) : err;
+  }
+  const fault = desc === undefined ? undefined : checkProtoJson(desc, parsed);
+  if (fault !== undefined) throw carryRefusal(fault);
+  return holdsNumberText(parsed) ? JSON.stringify(parsed, numberTextAsString) : utf8.decode(bytes);
+}
 
 /**
  * {@link strictJsonTextDecoder} for the JSON messages of one type (`desc`, e.g. a method's input):
@@ -69,19 +82,17 @@ export const strictJsonTextDecoder = {
  * no param). A number in a string is a type error (proto/API.md §4), except for an int64 (`seed`:
  * protobuf JSON's own form of it) and `priority`, whose string holds `-?digits` as REST reads it
  * (src/rest/decode-completion-request.ts `integerInString`). Throws the first fault (ApiError 400
- * `invalid_request`, param the field), which the error envelopes explain again in the same words.
- * A completion request's prompt list of more than 32,000 prompts is refused while it is parsed
- * (src/connect/prompt-list-caps.ts), before the rest of the body is read.
+ * `invalid_request`, param the field), carried to the error envelopes as above. A completion
+ * request's prompt list of more than 32,000 prompts is refused while it is parsed
+ * (src/connect/prompt-list-caps.ts), before the rest of the body is read. Every method but
+ * reflection's reads its JSON with the decoder of its input (src/connect/routes.ts,
+ * health-routes.ts): its refusals are then the words the envelopes would find in the body.
  */
 export function strictJsonTextDecoderFor(desc: DescMessage): { decode(input?: Uint8Array): string } {
   const caps = jsonArrayCapsOf(desc);
   return {
     decode(input?: Uint8Array): string {
-      const bytes = input ?? new Uint8Array(0);
-      const parsed = parseStrictJson(bytes, caps);
-      const fault = checkProtoJson(desc, parsed);
-      if (fault !== undefined) throw fault;
-      return holdsNumberText(parsed) ? JSON.stringify(parsed, numberTextAsString) : utf8.decode(bytes);
+      return decodeStrictly(input ?? new Uint8Array(0), caps, desc);
     },
   };
 }
