@@ -93,7 +93,8 @@ export class FrameTally implements FrameFacts {
     const start = this.#size;
     this.#size += chunk.byteLength;
     if (this.#size > this.limit) this.overflowed = true;
-    let at = this.#next - start;
+    // A header cut across chunks goes on at this chunk's start (`#next` is where it began).
+    let at = this.#headBytes > 0 ? 0 : this.#next - start;
     while (at < chunk.byteLength) {
       const take = Math.min(frameHeaderBytes - this.#headBytes, chunk.byteLength - at);
       this.#head.set(chunk.subarray(at, at + take), this.#headBytes);

@@ -47,6 +47,13 @@ describe("frame reader", () => {
     );
   });
 
+  it("reads a header cut across chunks from the next chunk's start (fast-check seed -1826954862 found it)", () => {
+    // Flags 0, length 1, and no payload byte: the body ends inside the frame.
+    expect(tallied(Buffer.from([0, 0, 0, 0, 1]), [1])).toEqual({ incomplete: true });
+    const whole = Buffer.concat([frame(new Uint8Array(2), 0x01), frame(new Uint8Array(0))]);
+    expect(tallied(whole, [2, 3, 9])).toEqual({ incomplete: false, count: 2, firstFlags: 0x01 });
+  });
+
   it("is not known once released or past its limit", () => {
     const tally = new FrameTally(6);
     tally.push(frame(new Uint8Array(1)));
