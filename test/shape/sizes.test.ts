@@ -37,8 +37,6 @@ const stillOver: Readonly<Record<string, number>> = {
   "src/connect/routes.ts#createConnectRoutes": 88,
   "src/main.ts#main": 153,
   "src/main.ts#startEmbeddedEngine": 112,
-  "src/rest/rest-routes.ts#registerRoutes": 168,
-  "src/rest/rest-routes.ts": 414,
   "src/server/build-app.ts#buildApp": 99,
   "src/server/build-server.ts#buildServer": 206,
   "src/server/cluster.ts#joinCluster": 130,
