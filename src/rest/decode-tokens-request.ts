@@ -6,15 +6,9 @@ import {
   TokenizeRequestSchema,
 } from "../../gen/acs/v1/completions_pb.js";
 import { invalidRequest } from "../errors/index.js";
-import {
-  type FieldReader,
-  isObject,
-  readBoolean,
-  readInt32Array,
-  readString,
-  walkObject,
-} from "./decode-completion-request.js";
+import { isObject, readBoolean, readInt32Array, readString } from "./read-json-values.js";
 import { parseStrictJsonAsync } from "./strict-json.js";
+import { type FieldReader, walkObject } from "./walk-object.js";
 
 type Init<Desc extends typeof TokenizeRequestSchema | typeof DetokenizeRequestSchema> = Exclude<
   MessageInitShape<Desc>,

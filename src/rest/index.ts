@@ -4,18 +4,15 @@ export {
   completionRequestFieldNames,
   type DecodedCompletionRequest,
   decodeCompletionRequest,
-  integerInString,
-  invalidType,
-  isRangeRefusal,
-  rangeRefusal,
-  unknownField,
 } from "./decode-completion-request.js";
+export { invalidType, isRangeRefusal, rangeRefusal, unknownField } from "./decode-refusals.js";
 export {
   decodeDetokenizeRequest,
   decodeTokenizeRequest,
   detokenizeRequestFieldNames,
   tokenizeRequestFieldNames,
 } from "./decode-tokens-request.js";
+export { integerInString } from "./integer-in-string.js";
 export {
   errorCodesOfStatus,
   errorStatuses,

@@ -2,7 +2,7 @@ import { PassThrough } from "node:stream";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import type { StreamCompletionResponse } from "../../gen/acs/v1/completions_pb.js";
-import { pumpChunks } from "../../src/rest/rest-routes.js";
+import { pumpChunks } from "../../src/rest/completion-stream.js";
 import { createSseWriter } from "../../src/rest/sse-writer.js";
 
 /** An iterator of the service's chunks whose next() gives `next` and which counts return() calls. */
