@@ -21,7 +21,6 @@ const exempt = [/^src\/engine\//, /^src\/playground\//, /^src\/rest\/strict-json
  * split; each entry is at most its size here. Remove an entry once its unit is within the bound.
  */
 const stillOver: Readonly<Record<string, number>> = {
-  "src/budget/store-writes.ts#watchStoreWrites": 181,
   "src/main.ts#main": 153,
   "src/main.ts#startEmbeddedEngine": 112,
   "src/rest/decode-completion-request.ts": 472,
