@@ -1,5 +1,5 @@
-// The PostgreSQL store's statements (named, so that each connection prepares them once), the
-// type parsers of its pool, and how its rows read (jsonb `models` parsed, booleans as they are).
+// The PostgreSQL store's row statements (run by name, so that each connection prepares them once),
+// the type parsers of its pool, and how its rows read (jsonb `models` parsed, booleans as they are).
 import pg from "pg";
 import { type KeyColumns, type KeyRow, keyRowOf } from "../rows.js";
 
@@ -25,7 +25,10 @@ export function toKeyRow(row: KeySqlRow): KeyRow {
   return keyRowOf(row, row.models);
 }
 
-/** The statements that the store runs by name (`acs_<name>`); the others are written where they run. */
+/**
+ * The statements of the store's transactions (./transaction.ts) and of renew, run by {@link run} as
+ * `acs_<name>`; the store's other statements are written where they run (./store.ts, ./schema.ts).
+ */
 export const SQL = {
   lockKey: "SELECT * FROM keys WHERE id = $1 FOR UPDATE",
   lockHold: `SELECT id, key_id, tokens, state, used_tokens, charged_tokens, expires_at
