@@ -46,20 +46,20 @@ export {
   isPostgresUrl,
 } from "./ledger/options.js";
 export { utcDay } from "./ledger/utc-day.js";
-export {
-  createPostgresBudgetStore,
-  POSTGRES_BUDGET_SCHEMA_VERSION,
-  type PostgresBudgetStoreOptions,
-} from "./pg-budget-store.js";
 export { demandTokens, type HoldDemand, type HoldPlan, planHold } from "./plan-hold.js";
-export {
-  BUDGET_SCHEMA_VERSION,
-  createSqliteBudgetStore,
-  type SqliteBudgetStoreOptions,
-} from "./sqlite-budget-store.js";
 export {
   type LedgerSettleResult,
   MAX_PENDING_SETTLES,
   type PendingSettleResult,
   type WritableChange,
 } from "./store-writes.js";
+export {
+  createPostgresBudgetStore,
+  POSTGRES_BUDGET_SCHEMA_VERSION,
+  type PostgresBudgetStoreOptions,
+} from "./stores/postgres/index.js";
+export {
+  BUDGET_SCHEMA_VERSION,
+  createSqliteBudgetStore,
+  type SqliteBudgetStoreOptions,
+} from "./stores/sqlite/index.js";

@@ -101,64 +101,75 @@ const WRITES = [
   "probeWrite",
 ] as const satisfies ReadonlyArray<keyof BudgetStore>;
 
-/**
- * Watches the writes of `inner`: while one has failed and none succeeded since, or settles wait,
- * the ledger is not writable (`/readyz` 503). While it is not, one unref'd timer tries again —
- * the oldest pending settle, or else {@link BudgetStore.probeWrite} — after 50 ms, doubling up to
- * 1 s between tries; any write that succeeds meanwhile (a Hold, a lease step) starts writing the
- * pending settles at once.
- */
-export function watchStoreWrites(inner: BudgetStore, options: StoreWritesOptions): StoreWrites {
-  const maxPending = options.maxPendingSettles ?? MAX_PENDING_SETTLES;
-  const queue: PendingWrite[] = [];
-  const queued = new Set<string>();
-  let failing = false;
-  let reported = true; // what onWritableChange last said
-  let lastError: unknown;
-  let retries = 0;
-  let timer: NodeJS.Timeout | undefined;
-  let draining: Promise<void> | undefined;
-  let closed = false;
+/** The state of {@link watchStoreWrites}: the pending writes, in order, and the retry timer. */
+interface Watch {
+  readonly inner: BudgetStore;
+  readonly options: StoreWritesOptions;
+  readonly maxPending: number;
+  readonly queue: PendingWrite[];
+  /** The Hold ids in `queue` (each is kept once). */
+  readonly queued: Set<string>;
+  /** The watched store (set once built): the retry timer probes through it, so its outcome counts. */
+  store: BudgetStore;
+  /** A write failed and none succeeded since. */
+  failing: boolean;
+  /** What onWritableChange last said. */
+  reported: boolean;
+  lastError: unknown;
+  retries: number;
+  timer: NodeJS.Timeout | undefined;
+  draining: Promise<void> | undefined;
+  closed: boolean;
+}
 
-  const pendingTokens = () => queue.reduce((sum, p) => sum + tokensOf(p), 0);
-  const writable = () => !failing && queue.length === 0;
-  const report = (): void => {
-    const now = writable();
-    if (now === reported) return;
-    reported = now;
-    options.onWritableChange?.({
-      writable: now,
-      pendingSettles: queue.length,
-      pendingTokens: pendingTokens(),
-      ...(now ? {} : { error: lastError }),
-    });
-  };
+const pendingTokens = (w: Watch): number => w.queue.reduce((sum, p) => sum + tokensOf(p), 0);
+const isWritable = (w: Watch): boolean => !w.failing && w.queue.length === 0;
 
-  const schedule = (): void => {
-    if (closed || timer !== undefined || writable()) return;
-    const delay = Math.min(WRITE_RETRY_MAX_MS, WRITE_RETRY_MIN_MS * 2 ** Math.min(retries, 10));
-    retries++;
-    timer = setTimeout(() => {
-      timer = undefined;
-      if (queue.length > 0) void drain();
-      else void store.probeWrite().catch(() => undefined); // its outcome is noted by the wrapper
-    }, delay);
-    timer.unref();
-  };
+/** Tells onWritableChange when writable changed since it was last told. */
+function report(w: Watch): void {
+  const now = isWritable(w);
+  if (now === w.reported) return;
+  w.reported = now;
+  w.options.onWritableChange?.({
+    writable: now,
+    pendingSettles: w.queue.length,
+    pendingTokens: pendingTokens(w),
+    ...(now ? {} : { error: w.lastError }),
+  });
+}
 
-  const wrote = (): void => {
-    failing = false;
-    retries = 0;
-    if (queue.length > 0) void drain();
-    else report();
-  };
-  const failed = (err: unknown): void => {
-    failing = true;
-    lastError = err;
-    report();
-    schedule();
-  };
+/** Arms the retry timer (50 ms, doubling up to 1 s) while not writable: a drain, or else a probe. */
+function schedule(w: Watch): void {
+  if (w.closed || w.timer !== undefined || isWritable(w)) return;
+  const delay = Math.min(WRITE_RETRY_MAX_MS, WRITE_RETRY_MIN_MS * 2 ** Math.min(w.retries, 10));
+  w.retries++;
+  w.timer = setTimeout(() => {
+    w.timer = undefined;
+    if (w.queue.length > 0) void drain(w);
+    else void w.store.probeWrite().catch(() => undefined); // its outcome is noted by the wrapper
+  }, delay);
+  w.timer.unref();
+}
 
+/** A write succeeded: writable again once the pending writes are written (started now). */
+function wrote(w: Watch): void {
+  w.failing = false;
+  w.retries = 0;
+  if (w.queue.length > 0) void drain(w);
+  else report(w);
+}
+
+/** A write failed: not writable, tried again later. */
+function failed(w: Watch, err: unknown): void {
+  w.failing = true;
+  w.lastError = err;
+  report(w);
+  schedule(w);
+}
+
+/** `inner` with each of its {@link WRITES} watched: a failure makes the ledger not writable. */
+function watchedStore(w: Watch): BudgetStore {
+  const { inner } = w;
   const store: BudgetStore = { ...inner };
   for (const name of WRITES) {
     const write = (inner[name] as (...args: unknown[]) => Promise<unknown>).bind(inner);
@@ -167,125 +178,158 @@ export function watchStoreWrites(inner: BudgetStore, options: StoreWritesOptions
       try {
         result = await write(...args);
       } catch (err) {
-        failed(err);
+        failed(w, err);
         throw err;
       }
-      wrote();
+      wrote(w);
       return result;
     };
   }
+  return store;
+}
 
-  /** One pending write, to the store itself (not the watched wrapper). */
-  async function writeOne(p: PendingWrite): Promise<SettleResult | number | undefined> {
-    const t = options.now();
-    const day = options.dayOf(t);
-    return p.kind === "settle"
-      ? inner.settleHold(p.holdId, p.usedTokens, t, day)
-      : inner.chargeLate({ ...p.input, now: t, day });
-  }
+/** One pending write, to the store itself (not the watched wrapper). */
+async function writeOne(w: Watch, p: PendingWrite): Promise<SettleResult | number | undefined> {
+  const t = w.options.now();
+  const day = w.options.dayOf(t);
+  return p.kind === "settle"
+    ? w.inner.settleHold(p.holdId, p.usedTokens, t, day)
+    : w.inner.chargeLate({ ...p.input, now: t, day });
+}
 
-  /** Writes the pending writes in order, up to the first that fails (then tried again later). */
-  function drain(): Promise<void> {
-    draining ??= (async () => {
+/** Writes the pending writes in order, up to the first that fails (then tried again later). */
+function drain(w: Watch): Promise<void> {
+  w.draining ??= drainQueue(w);
+  return w.draining;
+}
+
+/** The one drain under way (see {@link drain}). */
+async function drainQueue(w: Watch): Promise<void> {
+  try {
+    while (w.queue.length > 0) {
+      const p = w.queue[0] as PendingWrite;
+      let result: SettleResult | number | undefined;
       try {
-        while (queue.length > 0) {
-          const p = queue[0] as PendingWrite;
-          let result: SettleResult | number | undefined;
-          try {
-            result = await writeOne(p);
-          } catch (err) {
-            failing = true;
-            lastError = err;
-            schedule();
-            return;
-          }
-          queue.shift();
-          queued.delete(p.holdId);
-          if (result === undefined) {
-            options.onError(
-              new Error(
-                `Budget ledger: the settle of Hold ${p.holdId} (${tokensOf(p)} tokens used) found no such Hold: ` +
-                  "it was closed and purged while the settle waited; nothing was charged",
-              ),
-            );
-          }
-        }
-        failing = false;
-        retries = 0;
-      } finally {
-        draining = undefined;
-        report();
-      }
-    })();
-    return draining;
-  }
-
-  /**
-   * Writes `p` now when nothing waits; else, or when the store fails it, keeps it at the end of the
-   * queue (once per Hold id) and answers undefined: written later, in order.
-   */
-  async function writeOrKeep<T extends SettleResult | number | undefined>(
-    p: PendingWrite,
-  ): Promise<{ written: T } | undefined> {
-    let error: unknown;
-    if (queue.length === 0) {
-      try {
-        const written = (await writeOne(p)) as T;
-        wrote();
-        return { written };
+        result = await writeOne(w, p);
       } catch (err) {
-        // Kept below and written again; the Hold stays open (reserved) in the store meanwhile.
-        error = err;
+        w.failing = true;
+        w.lastError = err;
+        schedule(w);
+        return;
       }
-    }
-    if (!queued.has(p.holdId)) {
-      queued.add(p.holdId);
-      queue.push(p);
-    }
-    if (error !== undefined) failed(error);
-    else {
-      report();
-      schedule();
-    }
-    return undefined;
-  }
-
-  return {
-    store,
-    get writable() {
-      return writable();
-    },
-    get pendingSettles() {
-      return queue.length;
-    },
-    get full() {
-      return queue.length >= maxPending;
-    },
-    async settle(holdId, usedTokens) {
-      const done = await writeOrKeep<SettleResult | undefined>({ kind: "settle", holdId, usedTokens });
-      return done === undefined ? { outcome: "pending", chargedTokens: 0, releasedTokens: 0 } : done.written;
-    },
-    async chargeLate(input) {
-      const done = await writeOrKeep<number>({ kind: "late", holdId: input.holdId, input });
-      return done === undefined ? "pending" : done.written;
-    },
-    async close() {
-      closed = true;
-      if (timer !== undefined) clearTimeout(timer);
-      timer = undefined;
-      await draining;
-      if (queue.length > 0) await drain();
-      if (queue.length > 0) {
-        const late = queue.filter((p) => p.kind === "late").length;
-        options.onError(
+      w.queue.shift();
+      w.queued.delete(p.holdId);
+      if (result === undefined) {
+        w.options.onError(
           new Error(
-            `Budget ledger: ${queue.length} settles (${pendingTokens()} tokens used) could not be written ` +
-              "before the close: their Holds stay open in the store and are reclaimed at their expiry " +
-              "(or at the next start), charged what their last renewal recorded" +
-              (late === 0 ? "" : `; ${late} of them late charges of lost leases' Holds, not charged`),
+            `Budget ledger: the settle of Hold ${p.holdId} (${tokensOf(p)} tokens used) found no such Hold: ` +
+              "it was closed and purged while the settle waited; nothing was charged",
           ),
         );
       }
+    }
+    w.failing = false;
+    w.retries = 0;
+  } finally {
+    w.draining = undefined;
+    report(w);
+  }
+}
+
+/**
+ * Writes `p` now when nothing waits; else, or when the store fails it, keeps it at the end of the
+ * queue (once per Hold id) and answers undefined: written later, in order.
+ */
+async function writeOrKeep<T extends SettleResult | number | undefined>(
+  w: Watch,
+  p: PendingWrite,
+): Promise<{ written: T } | undefined> {
+  let error: unknown;
+  if (w.queue.length === 0) {
+    try {
+      const written = (await writeOne(w, p)) as T;
+      wrote(w);
+      return { written };
+    } catch (err) {
+      // Kept below and written again; the Hold stays open (reserved) in the store meanwhile.
+      error = err;
+    }
+  }
+  if (!w.queued.has(p.holdId)) {
+    w.queued.add(p.holdId);
+    w.queue.push(p);
+  }
+  if (error !== undefined) failed(w, error);
+  else {
+    report(w);
+    schedule(w);
+  }
+  return undefined;
+}
+
+/** {@link StoreWrites.close}: stops the timer, one last drain, and reports what is left. */
+async function closeWatch(w: Watch): Promise<void> {
+  w.closed = true;
+  if (w.timer !== undefined) clearTimeout(w.timer);
+  w.timer = undefined;
+  await w.draining;
+  if (w.queue.length > 0) await drain(w);
+  if (w.queue.length > 0) {
+    const late = w.queue.filter((p) => p.kind === "late").length;
+    w.options.onError(
+      new Error(
+        `Budget ledger: ${w.queue.length} settles (${pendingTokens(w)} tokens used) could not be written ` +
+          "before the close: their Holds stay open in the store and are reclaimed at their expiry " +
+          "(or at the next start), charged what their last renewal recorded" +
+          (late === 0 ? "" : `; ${late} of them late charges of lost leases' Holds, not charged`),
+      ),
+    );
+  }
+}
+
+/**
+ * Watches the writes of `inner`: while one has failed and none succeeded since, or settles wait,
+ * the ledger is not writable (`/readyz` 503). While it is not, one unref'd timer tries again —
+ * the oldest pending settle, or else {@link BudgetStore.probeWrite} — after 50 ms, doubling up to
+ * 1 s between tries; any write that succeeds meanwhile (a Hold, a lease step) starts writing the
+ * pending settles at once.
+ */
+export function watchStoreWrites(inner: BudgetStore, options: StoreWritesOptions): StoreWrites {
+  const w: Watch = {
+    inner,
+    options,
+    maxPending: options.maxPendingSettles ?? MAX_PENDING_SETTLES,
+    queue: [],
+    queued: new Set<string>(),
+    store: inner,
+    failing: false,
+    reported: true,
+    lastError: undefined,
+    retries: 0,
+    timer: undefined,
+    draining: undefined,
+    closed: false,
+  };
+  w.store = watchedStore(w);
+  return {
+    store: w.store,
+    get writable() {
+      return isWritable(w);
     },
+    get pendingSettles() {
+      return w.queue.length;
+    },
+    get full() {
+      return w.queue.length >= w.maxPending;
+    },
+    async settle(holdId, usedTokens) {
+      const done = await writeOrKeep<SettleResult | undefined>(w, { kind: "settle", holdId, usedTokens });
+      return done === undefined ? { outcome: "pending", chargedTokens: 0, releasedTokens: 0 } : done.written;
+    },
+    async chargeLate(input) {
+      const done = await writeOrKeep<number>(w, { kind: "late", holdId: input.holdId, input });
+      return done === undefined ? "pending" : done.written;
+    },
+    close: () => closeWatch(w),
   };
 }

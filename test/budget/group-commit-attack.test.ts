@@ -1,11 +1,11 @@
-// Group commit of the SQLite store (src/budget/sqlite-group-commit.ts) under attack, on real files
+// Group commit of the SQLite store (src/budget/stores/sqlite/group-commit.ts) under attack, on real files
 // and real processes: a SIGKILL while groups are in flight, a turn that mixes failing transactions
 // with good ones, and a group that waits for another connection's write lock past the busy timeout.
 import { createInterface } from "node:readline";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import { createBudgetLedger } from "../../src/budget/index.js";
-import { createSqliteBudgetStore } from "../../src/budget/sqlite-budget-store.js";
+import { createSqliteBudgetStore } from "../../src/budget/stores/sqlite/index.js";
 import { until } from "../helpers/hang-guard.js";
 import { exited, spawnFixture, tempDb } from "./helpers.js";
 

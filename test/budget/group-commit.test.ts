@@ -1,11 +1,11 @@
-// Group commit of the SQLite store (src/budget/sqlite-group-commit.ts): the write transactions asked
+// Group commit of the SQLite store (src/budget/stores/sqlite/group-commit.ts): the write transactions asked
 // for in one event-loop turn run in one BEGIN IMMEDIATE … COMMIT, each in its own SAVEPOINT; each
 // resolves only once that COMMIT has returned. Checked on real SQLite files, with a second
 // connection as the outside observer of what is committed.
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import { createBudgetLedger } from "../../src/budget/index.js";
-import { groupCommit, MAX_GROUP_TRANSACTIONS } from "../../src/budget/sqlite-group-commit.js";
+import { groupCommit, MAX_GROUP_TRANSACTIONS } from "../../src/budget/stores/sqlite/group-commit.js";
 import { tempDb } from "./helpers.js";
 
 function openPair(path: string, busyTimeoutMs = 5000) {

@@ -46,6 +46,99 @@ export interface GroupCommit {
 }
 type Outcome = { ok: true; value: unknown } | { ok: false; error: unknown };
 
+/** The state of one connection's group commit: its statements, and the group being gathered. */
+interface Grouping {
+  readonly db: Database.Database;
+  readonly serial: (step: () => Promise<void>) => Promise<void>;
+  readonly busyTimeoutMs: number;
+  readonly beginImmediate: Database.Statement;
+  readonly commit: Database.Statement;
+  readonly rollback: Database.Statement;
+  readonly savepoint: Database.Statement;
+  readonly release: Database.Statement;
+  readonly rollbackTo: Database.Statement;
+  /** The transactions asked for in this turn, not yet queued on the connection. */
+  gathering: Pending[] | undefined;
+}
+
+/** BEGIN IMMEDIATE, tried again on later turns while another connection writes (see {@link groupCommit}). */
+function begin(g: Grouping): Promise<unknown> {
+  return untilNotBusy(() => g.beginImmediate.run(), g.busyTimeoutMs);
+}
+
+/** ROLLBACK of what is left open; an error of its own would only hide the one being answered. */
+function rollbackQuietly(g: Grouping): void {
+  try {
+    if (g.db.inTransaction) g.rollback.run();
+  } catch {
+    // The transaction is gone either way (SQLite rolls back by itself when ROLLBACK cannot run).
+  }
+}
+
+/** A transaction alone in its turn: its own BEGIN IMMEDIATE … COMMIT, no SAVEPOINT. */
+async function runAlone(g: Grouping, p: Pending): Promise<void> {
+  try {
+    await begin(g);
+    const value = await p.fn();
+    g.commit.run();
+    p.resolve(value);
+  } catch (err) {
+    rollbackQuietly(g);
+    p.reject(err);
+  }
+}
+
+/** A group: one BEGIN IMMEDIATE … COMMIT, each transaction in a SAVEPOINT; answers each once committed. */
+async function runGroup(g: Grouping, group: Pending[]): Promise<void> {
+  if (group.length === 1) return runAlone(g, group[0] as Pending);
+  const outcomes: Outcome[] = [];
+  try {
+    await begin(g);
+    for (const p of group) {
+      g.savepoint.run();
+      try {
+        outcomes.push({ ok: true, value: await p.fn() });
+        g.release.run();
+      } catch (error) {
+        if (!g.db.inTransaction) throw error; // the whole transaction is gone, the others' writes too
+        g.rollbackTo.run();
+        g.release.run();
+        outcomes.push({ ok: false, error });
+      }
+    }
+    g.commit.run();
+  } catch (err) {
+    rollbackQuietly(g);
+    for (const p of group) p.reject(err);
+    return;
+  }
+  for (const [i, p] of group.entries()) {
+    const o = outcomes[i] as Outcome;
+    if (o.ok) p.resolve(o.value);
+    else p.reject(o.error);
+  }
+}
+
+/** Queues the group being gathered, if any, on the connection now. */
+function flush(g: Grouping): void {
+  const group = g.gathering;
+  if (group === undefined) return;
+  g.gathering = undefined;
+  void g.serial(() => runGroup(g, group));
+}
+
+/** Adds fn to the turn's group (started at the first, queued at the turn's end or when full). */
+function enqueue<T>(g: Grouping, fn: () => Promise<T>): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    if (g.gathering === undefined) {
+      g.gathering = [];
+      setImmediate(() => flush(g));
+    }
+    g.gathering.push({ fn, resolve: resolve as (v: unknown) => void, reject });
+    if (g.gathering.length >= MAX_GROUP_TRANSACTIONS) flush(g);
+  });
+}
+
 /**
  * Returns `transaction(fn)`, which runs `fn` (its statements on `db`) in a write transaction, resolving
  * with fn's value once the transaction is committed, or rejecting with what fn threw (its writes
@@ -77,86 +170,20 @@ export function groupCommit(
   serial: (step: () => Promise<void>) => Promise<void>,
   options: { busyTimeoutMs: number },
 ): GroupCommit {
-  const beginImmediate = db.prepare("BEGIN IMMEDIATE");
-  const begin = {
-    /** BEGIN IMMEDIATE, tried again on later turns while another connection writes (see above). */
-    run: () => untilNotBusy(() => beginImmediate.run(), options.busyTimeoutMs),
-  };
-  const commit = db.prepare("COMMIT");
-  const rollback = db.prepare("ROLLBACK");
-  const savepoint = db.prepare("SAVEPOINT grouped");
-  const release = db.prepare("RELEASE grouped");
-  const rollbackTo = db.prepare("ROLLBACK TO grouped");
-  let gathering: Pending[] | undefined;
-
-  /** ROLLBACK of what is left open; an error of its own would only hide the one being answered. */
-  const rollbackQuietly = (): void => {
-    try {
-      if (db.inTransaction) rollback.run();
-    } catch {
-      // The transaction is gone either way (SQLite rolls back by itself when ROLLBACK cannot run).
-    }
-  };
-
-  async function runAlone(p: Pending): Promise<void> {
-    try {
-      await begin.run();
-      const value = await p.fn();
-      commit.run();
-      p.resolve(value);
-    } catch (err) {
-      rollbackQuietly();
-      p.reject(err);
-    }
-  }
-
-  async function runGroup(group: Pending[]): Promise<void> {
-    if (group.length === 1) return runAlone(group[0] as Pending);
-    const outcomes: Outcome[] = [];
-    try {
-      await begin.run();
-      for (const p of group) {
-        savepoint.run();
-        try {
-          outcomes.push({ ok: true, value: await p.fn() });
-          release.run();
-        } catch (error) {
-          if (!db.inTransaction) throw error; // the whole transaction is gone, the others' writes too
-          rollbackTo.run();
-          release.run();
-          outcomes.push({ ok: false, error });
-        }
-      }
-      commit.run();
-    } catch (err) {
-      rollbackQuietly();
-      for (const p of group) p.reject(err);
-      return;
-    }
-    for (const [i, p] of group.entries()) {
-      const o = outcomes[i] as Outcome;
-      if (o.ok) p.resolve(o.value);
-      else p.reject(o.error);
-    }
-  }
-
-  /** Queues the group being gathered, if any, on the connection now. */
-  const flush = (): void => {
-    const group = gathering;
-    if (group === undefined) return;
-    gathering = undefined;
-    void serial(() => runGroup(group));
+  const g: Grouping = {
+    db,
+    serial,
+    busyTimeoutMs: options.busyTimeoutMs,
+    beginImmediate: db.prepare("BEGIN IMMEDIATE"),
+    commit: db.prepare("COMMIT"),
+    rollback: db.prepare("ROLLBACK"),
+    savepoint: db.prepare("SAVEPOINT grouped"),
+    release: db.prepare("RELEASE grouped"),
+    rollbackTo: db.prepare("ROLLBACK TO grouped"),
+    gathering: undefined,
   };
   return {
-    transaction: <T>(fn: () => Promise<T>): Promise<T> =>
-      new Promise<T>((resolve, reject) => {
-        if (gathering === undefined) {
-          gathering = [];
-          setImmediate(flush);
-        }
-        gathering.push({ fn, resolve: resolve as (v: unknown) => void, reject });
-        if (gathering.length >= MAX_GROUP_TRANSACTIONS) flush();
-      }),
-    flush,
+    transaction: <T>(fn: () => Promise<T>): Promise<T> => enqueue(g, fn),
+    flush: () => flush(g),
   };
 }

@@ -1,0 +1,118 @@
+// What a backend (./sqlite/, ./postgres/) gives the shared transactions: row access inside one
+// transaction (TxRows, with SQLite's one-statement shortcuts) and a few plain statements
+// (StoreBackend). ./store-on.ts builds the BudgetStore of a backend from them.
+import type { BudgetStore, DailyUsageRecord, KeyRecord } from "../budget-store.js";
+import type { HoldRow, KeyRow, LeaseRow, LeaseUpdate } from "./rows.js";
+
+/**
+ * Row access inside one transaction. `lock*` reads a row and keeps it from other writers until the
+ * transaction ends (PostgreSQL: `FOR UPDATE`; SQLite: the whole database is locked by `BEGIN
+ * IMMEDIATE`). Every transaction locks the key row first, then its Hold or lease rows. Writes
+ * return nothing: a backend may send them without waiting (PostgreSQL pipelines them with the
+ * COMMIT); a failed write fails the transaction.
+ */
+export interface TxRows {
+  lockKey(id: string): Promise<KeyRow | undefined>;
+  lockHold(id: string): Promise<HoldRow | undefined>;
+  lockLease(id: string): Promise<LeaseRow | undefined>;
+  insertHold(hold: {
+    id: string;
+    keyId: string;
+    tokens: number;
+    createdAt: number;
+    expiresAt: number;
+    instanceId: string;
+  }): void;
+  closeHold(
+    id: string,
+    state: "settled" | "reclaimed",
+    usedTokens: number,
+    chargedTokens: number,
+    closedAt: number,
+  ): void;
+  insertLease(
+    lease: { id: string; keyId: string; instanceId: string; createdAt: number },
+    columns: LeaseUpdate,
+  ): void;
+  updateLease(id: string, update: LeaseUpdate): void;
+  setKeyNumbers(id: string, spent: number, held: number, leased: number): void;
+  addDaily(keyId: string, day: string, charged: number, settled: number, reclaimed: number): void;
+  /**
+   * Flags the key's open leases to drain: all of them, or (with `others`) the live ones of other
+   * instances that still have tokens and are not already closing. Returns how many.
+   */
+  flagDrain(keyId: string, others?: { instanceId: string; now: number }): Promise<number>;
+  blockLeases(keyId: string, until: number): void;
+  revoke(keyId: string, now: number): Promise<boolean>;
+  /**
+   * One-statement steps for the common case of a Hold placed whole and of an open Hold settled,
+   * offered by a backend whose transaction locks every row it may touch from its start (SQLite's
+   * `BEGIN IMMEDIATE`), so that no row needs locking first. Absent elsewhere (PostgreSQL).
+   */
+  readonly shortcuts?: TxShortcuts;
+}
+
+/** See {@link TxRows.shortcuts}. Each is synchronous: one statement, its effect visible at once. */
+export interface TxShortcuts {
+  /**
+   * Adds `tokens` to the key's held tokens when the key exists, is not revoked and has at least
+   * `tokens` free (budget − spent − held − leased). Returns whether it did; nothing changes if not.
+   */
+  reserve(keyId: string, tokens: number): boolean;
+  /**
+   * Settles the Hold when it is open: state `settled`, used_tokens = usedTokens, charged_tokens =
+   * min(usedTokens, tokens), closed_at. Returns its key, tokens and charge; undefined (nothing
+   * changed) when the Hold is unknown or not open.
+   */
+  settleOpen(
+    holdId: string,
+    usedTokens: number,
+    closedAt: number,
+  ): { keyId: string; tokens: number; charged: number } | undefined;
+  /** spent += charged and held −= released on the key row. */
+  moveHeld(keyId: string, charged: number, released: number): void;
+}
+
+/** What a backend provides besides transactions: plain statements, each atomic on its own. */
+export interface StoreBackend {
+  readonly kind: BudgetStore["kind"];
+  /**
+   * True when the rows of its transactions offer {@link TxRows.shortcuts} (a transaction locks the
+   * whole store from its start).
+   */
+  readonly shortcuts?: boolean;
+  /** Runs fn in one transaction (committed when it resolves, rolled back when it throws). */
+  transaction<T>(fn: (rows: TxRows) => Promise<T>): Promise<T>;
+  insertKey(record: KeyRecord): Promise<void>;
+  findKeyByHash(keyHash: Uint8Array): Promise<KeyRecord | undefined>;
+  listKeys(): Promise<KeyRecord[]>;
+  /** The key, its open Hold and lease counts and its usage days, read in one snapshot. */
+  keyUsage(
+    keyId: string,
+    days: number,
+  ): Promise<
+    | {
+        key: KeyRow;
+        openHolds: number;
+        leases: number;
+        settledHolds: number;
+        reclaimedHolds: number;
+        daily: DailyUsageRecord[];
+      }
+    | undefined
+  >;
+  addBudget(keyId: string, tokens: number): Promise<boolean>;
+  renewHold(holdId: string, expiresAt: number, usedTokens: number): Promise<boolean>;
+  /** The key of a Hold (no lock), to lock the key first. */
+  holdKeyId(holdId: string): Promise<string | undefined>;
+  /** Open Holds and leases expired at `now`, or (expired undefined) open ones of an instance or all. */
+  openItems(
+    filter: { expiredAt: number } | { instanceId: string | undefined },
+  ): Promise<{ holds: { id: string; keyId: string }[]; leases: { id: string; keyId: string }[] }>;
+  drainRequests(instanceId: string): Promise<string[]>;
+  drainsPending(keyId: string, now: number, exceptInstanceId: string): Promise<number>;
+  purgeClosed(before: number): Promise<number>;
+  /** See {@link BudgetStore.probeWrite}. */
+  probeWrite(): Promise<void>;
+  close(): Promise<void>;
+}
