@@ -124,42 +124,9 @@ export interface App {
  */
 export async function buildApp(config: AppConfig, options: AppOptions): Promise<App> {
   const { logger } = options;
-  const pools: Array<{ model: string; pool: UpstreamPool }> = [];
-  const registry = createModelRegistry(config.models, (m, admit) => {
-    const tokenizeCache = createTokenizeCache();
-    const pool = createUpstreamPool({
-      model: m.id,
-      replicas: m.upstreams.map((u) => ({
-        url: u.url,
-        weight: u.weight,
-        client: createVllmClient({
-          baseUrl: u.url,
-          tokenizeCache,
-          silenceTimeoutMs: config.upstreamHeadersTimeoutMs ?? limits.upstreamHeadersTimeoutMs,
-          ...(u.apiKey === undefined ? {} : { apiKey: u.apiKey }),
-          ...(m.maxConcurrentRequests === undefined ? {} : { connections: m.maxConcurrentRequests }),
-        }),
-      })),
-      admit,
-      healthIntervalMs: options.healthIntervalMs ?? 5000,
-      ...options.pool,
-      logger,
-    });
-    pools.push({ model: m.id, pool });
-    return pool;
-  });
-  const closePools = async () => {
-    await Promise.all(pools.splice(0).map(({ pool }) => pool.close()));
-  };
+  const { registry, pools, closePools } = createPools(config, options);
   await Promise.all(pools.map(({ pool }) => pool.ready()));
-  for (const s of registry.status()) {
-    if (!s.serving) {
-      logger.warn(
-        { model: s.id },
-        `model ${s.id} is not served yet: no replica is up (each is checked again with backoff)`,
-      );
-    }
-  }
+  warnUnserved(registry, logger);
 
   let ledger: BudgetLedger | undefined;
   try {
@@ -187,17 +154,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
       : { lensFanOutConcurrency: config.lensFanOutConcurrency }),
     admission,
   });
-  const isReady = options.isReady ?? (() => true);
-  /** Why the gateway is not ready (GET /readyz's `reasons`); empty when it is. */
-  const notReady = (): string[] => {
-    const reasons: string[] = [];
-    if (!isReady()) reasons.push("the embedded reference engine is not running");
-    if (!registry.status().some((m) => m.serving)) reasons.push("no model serves: no replica is up");
-    // Not ready while the ledger cannot write (a full disk, PostgreSQL unreachable): a load
-    // balancer sends the traffic elsewhere until its settles are written (src/budget/README.md).
-    if (ledger !== undefined && !ledger.writable) reasons.push(LEDGER_NOT_WRITABLE);
-    return reasons;
-  };
+  const notReady = notReadyReasons(options.isReady ?? (() => true), registry, ledger);
   const { app, metrics, flushAccessLog, ops } = await buildServer({
     config,
     api,
@@ -220,6 +177,77 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
   registerUpstreamMetrics(metrics.registry, pools);
   if (ledger !== undefined) registerLedgerMetrics(metrics.registry, ledger);
   return { app, metrics, registry, ledger, admission, flushAccessLog, ops };
+}
+
+/** Every model's replica pool, as the registry creates them; `closePools` closes each once. */
+interface Pools {
+  readonly registry: ModelRegistry<UpstreamPool>;
+  readonly pools: Array<{ model: string; pool: UpstreamPool }>;
+  readonly closePools: () => Promise<void>;
+}
+
+/**
+ * The model registry, and a replica pool per model (one Inference client per replica, sharing one
+ * /tokenize cache), checked every `options.healthIntervalMs` (default 5000 ms).
+ */
+function createPools(config: AppConfig, options: AppOptions): Pools {
+  const pools: Array<{ model: string; pool: UpstreamPool }> = [];
+  const registry = createModelRegistry(config.models, (m, admit) => {
+    const tokenizeCache = createTokenizeCache();
+    const pool = createUpstreamPool({
+      model: m.id,
+      replicas: m.upstreams.map((u) => ({
+        url: u.url,
+        weight: u.weight,
+        client: createVllmClient({
+          baseUrl: u.url,
+          tokenizeCache,
+          silenceTimeoutMs: config.upstreamHeadersTimeoutMs ?? limits.upstreamHeadersTimeoutMs,
+          ...(u.apiKey === undefined ? {} : { apiKey: u.apiKey }),
+          ...(m.maxConcurrentRequests === undefined ? {} : { connections: m.maxConcurrentRequests }),
+        }),
+      })),
+      admit,
+      healthIntervalMs: options.healthIntervalMs ?? 5000,
+      ...options.pool,
+      logger: options.logger,
+    });
+    pools.push({ model: m.id, pool });
+    return pool;
+  });
+  const closePools = async () => {
+    await Promise.all(pools.splice(0).map(({ pool }) => pool.close()));
+  };
+  return { registry, pools, closePools };
+}
+
+/** One warning per model none of whose replicas is up after the first checks. */
+function warnUnserved(registry: ModelRegistry<UpstreamPool>, logger: Logger): void {
+  for (const s of registry.status()) {
+    if (!s.serving) {
+      logger.warn(
+        { model: s.id },
+        `model ${s.id} is not served yet: no replica is up (each is checked again with backoff)`,
+      );
+    }
+  }
+}
+
+/** Why the gateway is not ready (GET /readyz's `reasons`); empty when it is. */
+function notReadyReasons(
+  isReady: () => boolean,
+  registry: ModelRegistry<UpstreamPool>,
+  ledger: BudgetLedger | undefined,
+): () => string[] {
+  return () => {
+    const reasons: string[] = [];
+    if (!isReady()) reasons.push("the embedded reference engine is not running");
+    if (!registry.status().some((m) => m.serving)) reasons.push("no model serves: no replica is up");
+    // Not ready while the ledger cannot write (a full disk, PostgreSQL unreachable): a load
+    // balancer sends the traffic elsewhere until its settles are written (src/budget/README.md).
+    if (ledger !== undefined && !ledger.writable) reasons.push(LEDGER_NOT_WRITABLE);
+    return reasons;
+  };
 }
 
 /** GET /readyz's reason while the Budget ledger cannot write (src/budget/README.md, "When the store fails"). */
