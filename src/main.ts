@@ -1,5 +1,5 @@
 // Process entry: loadConfig() → run the single process, the cluster's primary (ACS_WORKERS > 1,
-// src/server/cluster.ts) or one of its workers. A gateway process (src/server/gateway-process.ts):
+// src/server/cluster/) or one of its workers. A gateway process (src/server/gateway-process.ts):
 // (embedded engine) → buildApp() → listen; SIGTERM/SIGINT → drain and close (src/server/lifecycle.ts).
 // A mistake in the configuration (a keys database that cannot be opened too) is one line on stderr
 // and exit code 2; the first log line comes before anything slow (the server's modules are
@@ -12,7 +12,7 @@ import { type EngineProgram, startEmbeddedEngine } from "./server/embedded-engin
 import { refuse, warnKeysOff } from "./server/operator-lines.js";
 import { createLogger } from "./telemetry/logger.js";
 
-type Cluster = typeof import("./server/cluster.js");
+type Cluster = typeof import("./server/cluster/index.js");
 type ClusterWorker = ReturnType<Cluster["joinCluster"]>;
 
 /** The reference engine's preset and main file: only main.ts imports src/engine (its presets). */
@@ -75,8 +75,8 @@ async function runPrimary(cluster: Cluster, config: Config, logger: pino.Logger)
 async function main(): Promise<void> {
   const config = readConfig();
   const logger = createLogger({ level: config.logLevel, format: config.logFormat });
-  // ACS_WORKERS > 1: this process is the cluster's primary, or one of its workers (src/server/cluster.ts).
-  const cluster = config.workers > 1 ? await import("./server/cluster.js") : undefined;
+  // ACS_WORKERS > 1: this process is the cluster's primary, or one of its workers (src/server/cluster/).
+  const cluster = config.workers > 1 ? await import("./server/cluster/index.js") : undefined;
   const worker = cluster?.joinCluster(logger);
   logStart(config, logger, worker);
   if (cluster && !worker) return runPrimary(cluster, config, logger);

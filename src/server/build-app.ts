@@ -83,7 +83,7 @@ export interface AppOptions {
   /** What GET /metrics answers, given the app's registry (cluster workers). @default its own */
   readonly scrapeMetrics?: ServerDeps["scrapeMetrics"];
   /**
-   * The per-key caps' counts (a cluster worker's ask the primary, src/server/cluster.ts).
+   * The per-key caps' counts (a cluster worker's ask the primary, src/server/cluster/).
    * @default createAdmission with the configuration's caps: this process's own counts
    */
   readonly admission?: Admission;

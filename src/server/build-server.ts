@@ -96,7 +96,7 @@ export interface ServerDeps {
   readonly tracing?: Tracing;
   /**
    * The text GET /metrics answers, given this server's registry (a cluster worker asks the
-   * primary for every worker's, src/server/cluster.ts; it rejects with an ApiError, answered as its
+   * primary for every worker's, src/server/cluster/; it rejects with an ApiError, answered as its
    * envelope, when the primary does not answer). @default the registry's own metrics
    */
   readonly scrapeMetrics?: (local: Registry) => Promise<string>;

@@ -6,7 +6,7 @@ import type { Logger } from "pino";
 import type { Config, ModelConfig } from "../config/index.js";
 import { admissionLimitsFrom } from "../service/index.js";
 import { type App, buildApp } from "./build-app.js";
-import type { ClusterWorker } from "./cluster.js";
+import type { ClusterWorker } from "./cluster/index.js";
 import { createLifecycle } from "./lifecycle.js";
 import { refuse, warnKeysOff } from "./operator-lines.js";
 import { listenOps, type OpsHandlers, opsListenRefusal } from "./ops-server.js";

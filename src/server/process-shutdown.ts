@@ -5,7 +5,7 @@
 import type { FastifyInstance } from "fastify";
 import type { Logger } from "pino";
 import type { Config } from "../config/index.js";
-import type { ClusterWorker } from "./cluster.js";
+import type { ClusterWorker } from "./cluster/index.js";
 import { drainAndClose, type Lifecycle } from "./lifecycle.js";
 import { onShutdownSignals } from "./shutdown-signals.js";
 
