@@ -8,12 +8,13 @@ import { extname } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { pino } from "pino";
 import { type Config, ConfigError, loadConfig } from "./config/index.js";
+import type { ClusterWorker } from "./server/cluster/index.js";
 import { type EngineProgram, startEmbeddedEngine } from "./server/embedded-engine.js";
 import { refuse, warnKeysOff } from "./server/operator-lines.js";
 import { createLogger } from "./telemetry/logger.js";
 
+/** src/server/cluster/, imported only with ACS_WORKERS > 1. */
 type Cluster = typeof import("./server/cluster/index.js");
-type ClusterWorker = ReturnType<Cluster["joinCluster"]>;
 
 /** The reference engine's preset and main file: only main.ts imports src/engine (its presets). */
 async function engineProgram(config: Config): Promise<EngineProgram> {
@@ -42,7 +43,7 @@ function readConfig(): Config {
 }
 
 /** The first log line: what this process starts with (a worker's primary has said it). */
-function logStart(config: Config, logger: pino.Logger, worker: ClusterWorker): void {
+function logStart(config: Config, logger: pino.Logger, worker: ClusterWorker | undefined): void {
   if (worker) {
     // The primary started the engine and logged the start; it logs the one "listening" line too.
   } else if (config.embeddedEngine) {

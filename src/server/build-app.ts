@@ -71,7 +71,8 @@ export interface AppOptions {
   /** Runs last in app.close(), after the gateway's own resources are closed. */
   readonly onClose?: () => Promise<void>;
   /**
-   * Drain and shutdown (src/server/lifecycle.ts; src/main.ts makes one with ACS_SHUTDOWN_GRACE_MS).
+   * Drain and shutdown (src/server/lifecycle.ts; src/server/gateway-process.ts makes one with
+   * ACS_SHUTDOWN_GRACE_MS).
    * @default a lifecycle with no grace: app.close() ends the calls in flight at once
    */
   readonly lifecycle?: Lifecycle;
@@ -101,7 +102,7 @@ export interface App {
   /**
    * Writes now the access lines still waiting for their calls' tokens (callers gone while the
    * service runs the call), as app.close() does in its last step; returns how many. For a forced
-   * exit, which does not wait for the close (src/main.ts).
+   * exit, which does not wait for the close (src/server/process-shutdown.ts).
    */
   readonly flushAccessLog: () => number;
   /** What GET /healthz, /readyz and /metrics answer: also served on the ops port (ACS_OPS_PORT). */
@@ -109,13 +110,12 @@ export interface App {
 }
 
 /**
- * The one wiring of the gateway, used by src/main.ts and by the tests alike: a replica pool per
- * model (src/upstream/pool: one Inference client per replica, sharing one /tokenize cache), the
- * model registry (max_model_len read from Inference where the models file leaves it out), the
- * Budget ledger when `db` is set (SQLite, or PostgreSQL shared by replicas: see {@link openLedger}),
- * the steering budget (its gauges on
- * /metrics), the completions service, and the server with its REST, Connect,
- * gRPC-Web, gRPC and ops routes. `app.close()` closes the pools and the ledger.
+ * The one wiring of the gateway, used by src/server/gateway-process.ts and by the tests alike: a
+ * replica pool per model (src/upstream/pool: one Inference client per replica, sharing one
+ * /tokenize cache), the model registry (max_model_len read from Inference where the models file
+ * leaves it out), the Budget ledger when `db` is set (SQLite, or PostgreSQL shared by replicas:
+ * see {@link openLedger}), the steering budget (its gauges on /metrics), the completions service,
+ * and the server with its REST, Connect, gRPC-Web, gRPC and ops routes. `app.close()` closes the pools and the ledger.
  *
  * Resolves once every replica has had its first check: a model none of whose replicas answers (or
  * that serve another model) is logged and served when one does; the others serve at once.

@@ -40,8 +40,8 @@ import { startWatchdog } from "./watchdog.js";
  * start: the start fails), listening ones one at a time (the last one holding the port waits for
  * another's replacement to listen), and while closing too (not started again then); the time
  * the primary's own loop was held up is not counted (its reports waited unread). SIGTERM or
- * SIGINT: SIGTERM to every worker (each closes as the single process does), then the engine is stopped and the primary exits 0 (1 if a
- * worker did not end cleanly).
+ * SIGINT: SIGTERM to every worker (each closes as the single process does), then the engine is
+ * stopped and the primary exits 0 (1 if a worker did not end cleanly).
  */
 export async function runPrimary(options: PrimaryOptions): Promise<never> {
   const { config, logger } = options;

@@ -52,6 +52,7 @@ function checkSilence(primary: Primary, slot: Slot, now: number): void {
   if (slot.listening && !primary.closing && !another) return;
   slot.timedOut = true;
   primary.timeouts++;
+  const closing = primary.closing && slot.listening ? " while the gateway closes" : "";
   primary.logger.error(
     {
       worker: slot.n,
@@ -60,7 +61,7 @@ function checkSilence(primary: Primary, slot: Slot, now: number): void {
       limitMs,
       timeoutMs,
     },
-    `${silenceLine(slot)}${primary.closing && slot.listening ? " while the gateway closes" : ""}; ${killLine(primary, slot)}`,
+    `${silenceLine(slot)}${closing}; ${killLine(primary, slot)}`,
   );
   worker.process.kill("SIGKILL");
 }
