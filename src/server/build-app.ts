@@ -72,7 +72,8 @@ export interface AppOptions {
   /** Runs last in app.close(), after the gateway's own resources are closed. */
   readonly onClose?: () => Promise<void>;
   /**
-   * Drain and shutdown (src/server/lifecycle.ts; src/main.ts makes one with ACS_SHUTDOWN_GRACE_MS).
+   * Drain and shutdown (src/server/lifecycle.ts; src/server/gateway-process.ts makes one with
+   * ACS_SHUTDOWN_GRACE_MS).
    * @default a lifecycle with no grace: app.close() ends the calls in flight at once
    */
   readonly lifecycle?: Lifecycle;
@@ -84,7 +85,7 @@ export interface AppOptions {
   /** What GET /metrics answers, given the app's registry (cluster workers). @default its own */
   readonly scrapeMetrics?: ServerDeps["scrapeMetrics"];
   /**
-   * The per-key caps' counts (a cluster worker's ask the primary, src/server/cluster.ts).
+   * The per-key caps' counts (a cluster worker's ask the primary, src/server/cluster/).
    * @default createAdmission with the configuration's caps: this process's own counts
    */
   readonly admission?: Admission;
@@ -102,7 +103,7 @@ export interface App {
   /**
    * Writes now the access lines still waiting for their calls' tokens (callers gone while the
    * service runs the call), as app.close() does in its last step; returns how many. For a forced
-   * exit, which does not wait for the close (src/main.ts).
+   * exit, which does not wait for the close (src/server/process-shutdown.ts).
    */
   readonly flushAccessLog: () => number;
   /** What GET /healthz, /readyz and /metrics answer: also served on the ops port (ACS_OPS_PORT). */
@@ -110,13 +111,12 @@ export interface App {
 }
 
 /**
- * The one wiring of the gateway, used by src/main.ts and by the tests alike: a replica pool per
- * model (src/upstream/pool: one Inference client per replica, sharing one /tokenize cache), the
- * model registry (max_model_len read from Inference where the models file leaves it out), the
- * Budget ledger when `db` is set (SQLite, or PostgreSQL shared by replicas: see {@link openLedger}),
- * the steering budget (its gauges on
- * /metrics), the completions service, and the server with its REST, Connect,
- * gRPC-Web, gRPC and ops routes. `app.close()` closes the pools and the ledger.
+ * The one wiring of the gateway, used by src/server/gateway-process.ts and by the tests alike: a
+ * replica pool per model (src/upstream/pool: one Inference client per replica, sharing one
+ * /tokenize cache), the model registry (max_model_len read from Inference where the models file
+ * leaves it out), the Budget ledger when `db` is set (SQLite, or PostgreSQL shared by replicas:
+ * see {@link openLedger}), the steering budget (its gauges on /metrics), the completions service,
+ * and the server with its REST, Connect, gRPC-Web, gRPC and ops routes. `app.close()` closes the pools and the ledger.
  *
  * Resolves once every replica has had its first check: a model none of whose replicas answers (or
  * that serve another model) is logged and served when one does; the others serve at once.
@@ -125,42 +125,9 @@ export interface App {
  */
 export async function buildApp(config: AppConfig, options: AppOptions): Promise<App> {
   const { logger } = options;
-  const pools: Array<{ model: string; pool: UpstreamPool }> = [];
-  const registry = createModelRegistry(config.models, (m, admit) => {
-    const tokenizeCache = createTokenizeCache();
-    const pool = createUpstreamPool({
-      model: m.id,
-      replicas: m.upstreams.map((u) => ({
-        url: u.url,
-        weight: u.weight,
-        client: createVllmClient({
-          baseUrl: u.url,
-          tokenizeCache,
-          silenceTimeoutMs: config.upstreamHeadersTimeoutMs ?? limits.upstreamHeadersTimeoutMs,
-          ...(u.apiKey === undefined ? {} : { apiKey: u.apiKey }),
-          ...(m.maxConcurrentRequests === undefined ? {} : { connections: m.maxConcurrentRequests }),
-        }),
-      })),
-      admit,
-      healthIntervalMs: options.healthIntervalMs ?? 5000,
-      ...options.pool,
-      logger,
-    });
-    pools.push({ model: m.id, pool });
-    return new VllmInference(pool);
-  });
-  const closePools = async () => {
-    await Promise.all(pools.splice(0).map(({ pool }) => pool.close()));
-  };
+  const { registry, pools, closePools } = createPools(config, options);
   await Promise.all(pools.map(({ pool }) => pool.ready()));
-  for (const s of registry.status()) {
-    if (!s.serving) {
-      logger.warn(
-        { model: s.id },
-        `model ${s.id} is not served yet: no replica is up (each is checked again with backoff)`,
-      );
-    }
-  }
+  warnUnserved(registry, logger);
 
   let ledger: BudgetLedger | undefined;
   try {
@@ -188,17 +155,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
       : { lensFanOutConcurrency: config.lensFanOutConcurrency }),
     admission,
   });
-  const isReady = options.isReady ?? (() => true);
-  /** Why the gateway is not ready (GET /readyz's `reasons`); empty when it is. */
-  const notReady = (): string[] => {
-    const reasons: string[] = [];
-    if (!isReady()) reasons.push("the embedded reference engine is not running");
-    if (!registry.status().some((m) => m.serving)) reasons.push("no model serves: no replica is up");
-    // Not ready while the ledger cannot write (a full disk, PostgreSQL unreachable): a load
-    // balancer sends the traffic elsewhere until its settles are written (src/budget/README.md).
-    if (ledger !== undefined && !ledger.writable) reasons.push(LEDGER_NOT_WRITABLE);
-    return reasons;
-  };
+  const notReady = notReadyReasons(options.isReady ?? (() => true), registry, ledger);
   const { app, metrics, flushAccessLog, ops } = await buildServer({
     config,
     api,
@@ -221,6 +178,77 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
   registerUpstreamMetrics(metrics.registry, pools);
   if (ledger !== undefined) registerLedgerMetrics(metrics.registry, ledger);
   return { app, metrics, registry, ledger, admission, flushAccessLog, ops };
+}
+
+/** Every model's replica pool, as the registry creates them; `closePools` closes each once. */
+interface Pools {
+  readonly registry: ModelRegistry<VllmInference<UpstreamPool>>;
+  readonly pools: Array<{ model: string; pool: UpstreamPool }>;
+  readonly closePools: () => Promise<void>;
+}
+
+/**
+ * The model registry, and a replica pool per model (one Inference client per replica, sharing one
+ * /tokenize cache), checked every `options.healthIntervalMs` (default 5000 ms).
+ */
+function createPools(config: AppConfig, options: AppOptions): Pools {
+  const pools: Array<{ model: string; pool: UpstreamPool }> = [];
+  const registry = createModelRegistry(config.models, (m, admit) => {
+    const tokenizeCache = createTokenizeCache();
+    const pool = createUpstreamPool({
+      model: m.id,
+      replicas: m.upstreams.map((u) => ({
+        url: u.url,
+        weight: u.weight,
+        client: createVllmClient({
+          baseUrl: u.url,
+          tokenizeCache,
+          silenceTimeoutMs: config.upstreamHeadersTimeoutMs ?? limits.upstreamHeadersTimeoutMs,
+          ...(u.apiKey === undefined ? {} : { apiKey: u.apiKey }),
+          ...(m.maxConcurrentRequests === undefined ? {} : { connections: m.maxConcurrentRequests }),
+        }),
+      })),
+      admit,
+      healthIntervalMs: options.healthIntervalMs ?? 5000,
+      ...options.pool,
+      logger: options.logger,
+    });
+    pools.push({ model: m.id, pool });
+    return new VllmInference(pool);
+  });
+  const closePools = async () => {
+    await Promise.all(pools.splice(0).map(({ pool }) => pool.close()));
+  };
+  return { registry, pools, closePools };
+}
+
+/** One warning per model none of whose replicas is up after the first checks. */
+function warnUnserved(registry: ModelRegistry<VllmInference<UpstreamPool>>, logger: Logger): void {
+  for (const s of registry.status()) {
+    if (!s.serving) {
+      logger.warn(
+        { model: s.id },
+        `model ${s.id} is not served yet: no replica is up (each is checked again with backoff)`,
+      );
+    }
+  }
+}
+
+/** Why the gateway is not ready (GET /readyz's `reasons`); empty when it is. */
+function notReadyReasons(
+  isReady: () => boolean,
+  registry: ModelRegistry<VllmInference<UpstreamPool>>,
+  ledger: BudgetLedger | undefined,
+): () => string[] {
+  return () => {
+    const reasons: string[] = [];
+    if (!isReady()) reasons.push("the embedded reference engine is not running");
+    if (!registry.status().some((m) => m.serving)) reasons.push("no model serves: no replica is up");
+    // Not ready while the ledger cannot write (a full disk, PostgreSQL unreachable): a load
+    // balancer sends the traffic elsewhere until its settles are written (src/budget/README.md).
+    if (ledger !== undefined && !ledger.writable) reasons.push(LEDGER_NOT_WRITABLE);
+    return reasons;
+  };
 }
 
 /** GET /readyz's reason while the Budget ledger cannot write (src/budget/README.md, "When the store fails"). */

@@ -25,20 +25,14 @@ import {
   endTransportKey,
   releaseParsedBody,
   requestIdKey,
-  toConnectError,
   withErrorEnvelopes,
-  writeProtocolError,
 } from "../connect/index.js";
-import type { ApiError } from "../errors/index.js";
 import type { SteeringBudget } from "../lens/index.js";
 import {
-  apiErrorFrom,
   handleUnmatchedRoute,
   renderMethodNotAllowed,
-  requestIdOf,
   requestTooLarge,
   restRoutes,
-  sendError,
   unknownRoute,
 } from "../rest/index.js";
 import type { CompletionsApi } from "../service/index.js";
@@ -53,17 +47,18 @@ import {
   withRpcOutcome,
 } from "../telemetry/index.js";
 import { answerClientError, answerFrameworkError } from "./client-errors.js";
+import { endTransport } from "./end-transport.js";
 import { createLifecycle, type Lifecycle, shutdownError } from "./lifecycle.js";
 import { createMetrics, type GatewayMetrics } from "./metrics.js";
 import {
   createOnePortServer,
   defaultOnePortTimeouts,
-  endTransport,
   type OnePortServer,
   type OnePortTimeouts,
 } from "./one-port-server.js";
 import { OPS_PATHS, type OpsHandlers, registerOpsRoutes } from "./ops-server.js";
 import { defaultPlaygroundDir, PLAYGROUND_PATH, playgroundRoutes } from "./playground-routes.js";
+import { isRpcRequest, sendAnyError, sendRpcError } from "./send-any-error.js";
 
 /** What buildServer needs. */
 export interface ServerDeps {
@@ -101,7 +96,7 @@ export interface ServerDeps {
   readonly tracing?: Tracing;
   /**
    * The text GET /metrics answers, given this server's registry (a cluster worker asks the
-   * primary for every worker's, src/server/cluster.ts; it rejects with an ApiError, answered as its
+   * primary for every worker's, src/server/cluster/; it rejects with an ApiError, answered as its
    * envelope, when the primary does not answer). @default the registry's own metrics
    */
   readonly scrapeMetrics?: (local: Registry) => Promise<string>;
@@ -115,47 +110,6 @@ const oneServerFactory =
   (timeouts: OnePortTimeouts): FastifyServerFactory =>
   (handler) =>
     createOnePortServer(handler as Parameters<typeof createOnePortServer>[0], timeouts) as unknown as Server;
-
-/** The path of an RPC: /<package>.<Service>/<Method> (Connect, gRPC and gRPC-Web). */
-const rpcPath = /^\/[A-Za-z_][\w.]*\.[A-Za-z_]\w*\/[A-Za-z_]\w*$/;
-
-/** True for an RPC path (a query string is ignored). */
-function isRpcPath(url: string): boolean {
-  return rpcPath.test(url.split("?", 1)[0] ?? "");
-}
-
-/**
- * True when a request is an RPC and gets its errors in its protocol's form (see
- * `writeProtocolError`): an RPC path, or a gRPC, gRPC-Web or Connect streaming Content-Type on
- * any path (such a client cannot read a REST body).
- */
-function isRpcRequest(request: FastifyRequest): boolean {
-  const type = (request.headers["content-type"] ?? "").toLowerCase();
-  return (
-    isRpcPath(request.url) || type.startsWith("application/grpc") || type.startsWith("application/connect+")
-  );
-}
-
-/**
- * Answers an RPC request with `err` in its protocol's form (Connect JSON, gRPC trailers, gRPC-Web
- * trailer frame, Connect end-stream), with the envelope detail, the X-Request-Id and the headers
- * already set on the reply (CORS).
- */
-function sendRpcError(request: FastifyRequest, reply: FastifyReply, err: ApiError): FastifyReply {
-  const id = requestIdOf(reply);
-  reply.hijack();
-  for (const [name, value] of Object.entries(reply.getHeaders())) {
-    if (value !== undefined) reply.raw.setHeader(name, value);
-  }
-  writeProtocolError(request.headers["content-type"], toConnectError(err, id), err.status, reply.raw);
-  return reply;
-}
-
-/** Any error as its surface's error: the REST envelope, or the RPC form for an RPC request. */
-function sendAnyError(request: FastifyRequest, reply: FastifyReply, err: unknown): FastifyReply {
-  if (isRpcRequest(request)) return sendRpcError(request, reply, apiErrorFrom(err));
-  return sendError(reply, err, requestIdOf(reply));
-}
 
 /**
  * Builds the gateway app, not yet listening (tests listen on port 0): REST (OpenAI-compatible),
@@ -175,7 +129,45 @@ export async function buildServer(deps: ServerDeps): Promise<{
   const lifecycle = deps.lifecycle ?? createLifecycle();
   const isReady = () => lifecycle.ready && deps.isReady();
   const tracing = deps.tracing ?? createTracing();
-  const app = Fastify({
+  const app = createFastify(deps);
+  const server: ServerParts = { deps, app, metrics, lifecycle, isReady, tracing };
+  refuseWhileStopped(server);
+  // The access log, the request metrics and the gateway span of every request (src/telemetry).
+  const requests = observeRequests(app, { metrics: metrics.calls, tracing });
+  await registerCors(app);
+  refuseDeclaredTooLarge(app);
+  // Errors raised before a route's own handler (fastify's, or an unknown route) in each surface's
+  // form. Set before the plugins register: routes keep the error handler of their registration.
+  app.setErrorHandler((error, request, reply) => sendAnyError(request, reply, error));
+  await app.register(async (rpc) => registerRpc(server, rpc));
+  await app.register(restRoutes, {
+    api: deps.api,
+    keepaliveIntervalMs: deps.config.keepaliveIntervalMs,
+    shutdown: lifecycle.link,
+    ...(deps.config.streamStallMs === undefined ? {} : { streamStallMs: deps.config.streamStallMs }),
+  });
+  await app.register(playgroundRoutes, { dir: deps.playgroundDir ?? defaultPlaygroundDir() });
+  const ops = opsHandlers(server);
+  registerOpsRoutes(app, ops);
+  app.setNotFoundHandler(answerNotFound);
+  closeInOrder(server);
+  return { app, metrics, flushAccessLog: requests.flushWaiting, ops };
+}
+
+/** What the functions building one server share. */
+interface ServerParts {
+  readonly deps: ServerDeps;
+  readonly app: FastifyInstance;
+  readonly metrics: GatewayMetrics;
+  readonly lifecycle: Lifecycle;
+  /** The lifecycle's readiness and the gateway's (deps.isReady). */
+  readonly isReady: () => boolean;
+  readonly tracing: Tracing;
+}
+
+/** The fastify instance on the one-port server, its errors before routing in the envelope. */
+function createFastify(deps: ServerDeps): FastifyInstance {
+  return Fastify({
     loggerInstance: deps.logger as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: "requestId" }),
     serverFactory: oneServerFactory({ ...defaultOnePortTimeouts, ...deps.timeouts }),
@@ -192,7 +184,10 @@ export async function buildServer(deps: ServerDeps): Promise<{
     genReqId: (req) => requestIdFrom(req.headers["x-request-id"]),
     frameworkErrors: answerFrameworkError,
   });
+}
 
+/** Every response's X-Request-Id; once stopping, a new request is refused (503) but on the ops routes. */
+function refuseWhileStopped({ app, lifecycle }: ServerParts): void {
   // Callback hooks (an async hook costs a promise per request); one that answers does not call done.
   app.addHook("onRequest", (request, reply, done) => {
     // Every response carries it, Connect's too (connect-fastify copies the reply's headers), also
@@ -208,9 +203,10 @@ export async function buildServer(deps: ServerDeps): Promise<{
     if (request.raw.httpVersionMajor === 1) reply.header("connection", "close");
     sendAnyError(request, reply, shutdownError());
   });
-  // The access log, the request metrics and the gateway span of every request (src/telemetry).
-  const requests = observeRequests(app, { metrics: metrics.calls, tracing });
+}
 
+/** CORS for browser callers: preflights without a key, the retry advice readable. */
+async function registerCors(app: FastifyInstance): Promise<void> {
   await app.register(cors, {
     // Preflights succeed without a key; request headers are reflected, which allows
     // Authorization, Content-Type and the SDKs' x-stainless-* headers.
@@ -229,10 +225,14 @@ export async function buildServer(deps: ServerDeps): Promise<{
     // An OPTIONS without Origin is not a preflight; answer it rather than fail it in plain text.
     strictPreflight: false,
   });
+}
 
-  // 413 on every route, before routing, for bodies that declare their size (after CORS, so a
-  // browser can read it). fastify's bodyLimit covers chunked REST bodies; connect-node's
-  // readMaxBytes chunked Connect bodies.
+/**
+ * 413 on every route, before routing, for bodies that declare their size (after CORS, so a
+ * browser can read it). fastify's bodyLimit covers chunked REST bodies; connect-node's
+ * readMaxBytes chunked Connect bodies.
+ */
+function refuseDeclaredTooLarge(app: FastifyInstance): void {
   app.addHook("onRequest", (request, reply, done) => {
     const declared = request.headers["content-length"];
     if (declared === undefined || !(Number(declared) > limits.bodyLimitBytes)) {
@@ -241,78 +241,68 @@ export async function buildServer(deps: ServerDeps): Promise<{
     }
     sendAnyError(request, reply, requestTooLarge(limits.bodyLimitBytes));
   });
+}
 
-  // Errors raised before a route's own handler (fastify's, or an unknown route) in each surface's
-  // form. Set before the plugins register: routes keep the error handler of their registration.
-  app.setErrorHandler((error, request, reply) => sendAnyError(request, reply, error));
-
+/**
+ * The Connect plugin, in a scope of its own (`rpc`) that reads no body: any Content-Type reaches
+ * connect-es, which refuses the ones it does not serve (415, answered with the envelope).
+ */
+async function registerRpc({ deps, lifecycle, isReady }: ServerParts, rpc: FastifyInstance): Promise<void> {
   // Strict like REST: an unknown field in Connect JSON is an error, not silently dropped, and the
   // bytes are read by REST's JSON parser (invalid UTF-8, a BOM, duplicate keys refused; every number
   // exact, an int64 seed too). The completion methods check their input's fields too (routes.ts).
   const jsonOptions = connectJsonOptions();
-  // The Connect plugin in a scope of its own that reads no body: any Content-Type reaches
-  // connect-es, which refuses the ones it does not serve (415, answered with the envelope).
-  await app.register(async (rpc) => {
-    rpc.removeAllContentTypeParsers();
-    rpc.addContentTypeParser("*", (_request, _payload, done) => done(null, undefined));
-    // Each RPC's response, for ending its transport (`contextValues` is given the request only).
-    const responses = new WeakMap<FastifyRequest, FastifyReply["raw"]>();
-    rpc.addHook("onRequest", (request, reply, done) => {
-      responses.set(request, reply.raw);
-      done();
-    });
-    await rpc.register(fastifyConnectPlugin, {
-      // Every error of every RPC carries the envelope, whoever raises it (src/connect/error-envelopes.ts).
-      // Outermost: the code each RPC ends with, as sent, for the access log and the metrics.
-      routes: withRpcOutcome(
-        withErrorEnvelopes(
-          (router) => {
-            createConnectRoutes(deps.api, lifecycle.link, {
-              ...(deps.config.streamStallMs === undefined
-                ? {}
-                : { streamStallMs: deps.config.streamStallMs }),
-              logger: deps.logger,
-            })(router);
-            createHealthRoutes(isReady, deps.modelStatus, { lifecycle })(router);
-            createReflectionRoutes([CompletionsService, Health])(router);
-          },
-          {
-            readMaxBytes: limits.bodyLimitBytes,
-            onInternalError: (err, requestId) =>
-              deps.logger.error({ err, requestId }, "RPC failed in connect-es"),
-          },
-        ),
+  rpc.removeAllContentTypeParsers();
+  rpc.addContentTypeParser("*", (_request, _payload, done) => done(null, undefined));
+  // Each RPC's response, for ending its transport (`contextValues` is given the request only).
+  const responses = new WeakMap<FastifyRequest, FastifyReply["raw"]>();
+  rpc.addHook("onRequest", (request, reply, done) => {
+    responses.set(request, reply.raw);
+    done();
+  });
+  await rpc.register(fastifyConnectPlugin, {
+    // Every error of every RPC carries the envelope, whoever raises it (src/connect/error-envelopes.ts).
+    // Outermost: the code each RPC ends with, as sent, for the access log and the metrics.
+    routes: withRpcOutcome(
+      withErrorEnvelopes(
+        (router) => {
+          createConnectRoutes(deps.api, lifecycle.link, {
+            ...(deps.config.streamStallMs === undefined ? {} : { streamStallMs: deps.config.streamStallMs }),
+            logger: deps.logger,
+          })(router);
+          createHealthRoutes(isReady, deps.modelStatus, { lifecycle })(router);
+          createReflectionRoutes([CompletionsService, Health])(router);
+        },
+        {
+          readMaxBytes: limits.bodyLimitBytes,
+          onInternalError: (err, requestId) =>
+            deps.logger.error({ err, requestId }, "RPC failed in connect-es"),
+        },
       ),
-      interceptors: [releaseParsedBody],
-      readMaxBytes: limits.bodyLimitBytes,
-      // The request compressions REST accepts too (gzip, deflate, br, identity).
-      acceptCompression: [compressionGzip, compressionBrotli, compressionDeflate],
-      jsonOptions,
-      contextValues: (request) =>
-        createContextValues()
-          .set(requestIdKey, request.id)
-          .set(callRecordKey, callRecordOf(request))
-          // A stalled stream ends its transport (HTTP/1.1: the connection; HTTP/2: the stream).
-          .set(endTransportKey, () => {
-            const response = responses.get(request);
-            if (response !== undefined) endTransport(request.raw, response);
-          }),
-      grpc: true,
-      grpcWeb: true,
-      connect: true,
-    });
+    ),
+    interceptors: [releaseParsedBody],
+    readMaxBytes: limits.bodyLimitBytes,
+    // The request compressions REST accepts too (gzip, deflate, br, identity).
+    acceptCompression: [compressionGzip, compressionBrotli, compressionDeflate],
+    jsonOptions,
+    contextValues: (request) =>
+      createContextValues()
+        .set(requestIdKey, request.id)
+        .set(callRecordKey, callRecordOf(request))
+        // A stalled stream ends its transport (HTTP/1.1: the connection; HTTP/2: the stream).
+        .set(endTransportKey, () => {
+          const response = responses.get(request);
+          if (response !== undefined) endTransport(request.raw, response);
+        }),
+    grpc: true,
+    grpcWeb: true,
+    connect: true,
   });
-  await app.register(restRoutes, {
-    api: deps.api,
-    keepaliveIntervalMs: deps.config.keepaliveIntervalMs,
-    shutdown: lifecycle.link,
-    ...(deps.config.streamStallMs === undefined ? {} : { streamStallMs: deps.config.streamStallMs }),
-  });
+}
 
-  await app.register(playgroundRoutes, { dir: deps.playgroundDir ?? defaultPlaygroundDir() });
-
-  // What the ops routes answer, here and on the ops port (src/server/ops-server.ts).
-  const ops: OpsHandlers = {
+/** What the ops routes answer, here and on the ops port (src/server/ops-server.ts). */
+function opsHandlers({ deps, lifecycle, isReady, metrics }: ServerParts): OpsHandlers {
+  return {
     live: () => true,
     readiness: () => {
       const ready = isReady();
@@ -331,24 +321,29 @@ export async function buildServer(deps: ServerDeps): Promise<{
       text: await (deps.scrapeMetrics?.(metrics.registry) ?? metrics.registry.metrics()),
     }),
   };
-  registerOpsRoutes(app, ops);
+}
 
-  app.setNotFoundHandler((request: FastifyRequest, reply: FastifyReply) => {
-    const path = request.url.split("?", 1)[0] ?? "";
-    // The ops routes and the playground page (and its assets) take GET and HEAD only; a GET of an
-    // asset that does not exist comes here too (@fastify/static), and stays a 404.
-    const playground = path === PLAYGROUND_PATH || path.startsWith(`${PLAYGROUND_PATH}/`);
-    if (OPS_PATHS.has(path) || (playground && request.method !== "GET" && request.method !== "HEAD")) {
-      return renderMethodNotAllowed(request, reply, ["GET", "HEAD"]);
-    }
-    // An unknown method answers in its protocol: gRPC UNIMPLEMENTED, Connect 404 unimplemented.
-    if (isRpcRequest(request)) return sendRpcError(request, reply, unknownRoute(request));
-    return handleUnmatchedRoute(request, reply);
-  });
+/** No route: 405 on the GET-only paths, the RPC form for an RPC, else REST's 404 (or 405). */
+function answerNotFound(request: FastifyRequest, reply: FastifyReply) {
+  const path = request.url.split("?", 1)[0] ?? "";
+  // The ops routes and the playground page (and its assets) take GET and HEAD only; a GET of an
+  // asset that does not exist comes here too (@fastify/static), and stays a 404.
+  const playground = path === PLAYGROUND_PATH || path.startsWith(`${PLAYGROUND_PATH}/`);
+  if (OPS_PATHS.has(path) || (playground && request.method !== "GET" && request.method !== "HEAD")) {
+    return renderMethodNotAllowed(request, reply, ["GET", "HEAD"]);
+  }
+  // An unknown method answers in its protocol: gRPC UNIMPLEMENTED, Connect 404 unimplemented.
+  if (isRpcRequest(request)) return sendRpcError(request, reply, unknownRoute(request));
+  return handleUnmatchedRoute(request, reply);
+}
 
-  // app.close(): stop accepting (fastify then closes idle connections and the listener), give the
-  // calls in flight the grace, end the rest; connections still open `lingerMs` after that (a
-  // client that does not read its error) are destroyed, so that close() always resolves.
+/**
+ * app.close(): stop accepting (fastify then closes idle connections and the listener), give the
+ * calls in flight the grace, end the rest; connections still open `lingerMs` after that (a
+ * client that does not read its error) are destroyed, so that close() always resolves. Then
+ * deps.onClose, then the tracing's shutdown.
+ */
+function closeInOrder({ deps, app, lifecycle, tracing }: ServerParts): void {
   const lingerMs = deps.lingerMs ?? 5000;
   let linger: NodeJS.Timeout | undefined;
   lifecycle.onChange((phase) => {
@@ -369,5 +364,4 @@ export async function buildServer(deps: ServerDeps): Promise<{
       await tracing.shutdown();
     }
   });
-  return { app, metrics, flushAccessLog: requests.flushWaiting, ops };
 }

@@ -1,5 +1,6 @@
 export { type App, type AppConfig, type AppOptions, buildApp } from "./build-app.js";
 export { buildServer, type ServerDeps } from "./build-server.js";
+export { endTransport } from "./end-transport.js";
 export {
   createLifecycle,
   type DrainOptions,
@@ -13,7 +14,6 @@ export { createMetrics, type GatewayMetrics } from "./metrics.js";
 export {
   createOnePortServer,
   defaultOnePortTimeouts,
-  endTransport,
   h2SessionLimits,
   type OnePortServer,
   type OnePortTimeouts,

@@ -108,42 +108,30 @@ export const h2SessionLimits = {
  */
 const h2FieldWhitespace = { strictFieldWhitespaceValidation: false } as http2.ServerOptions;
 
-/**
- * Ends the transport of one request at once, for a response that cannot be finished (a stream
- * whose caller stopped reading):
- * - HTTP/2: the request's stream is reset with RST_STREAM CANCEL (gRPC clients read `CANCELLED`,
- *   connect-es `canceled`); its session and the session's other streams go on.
- * - HTTP/1.1: the request's connection (socket) is destroyed. Not `req.destroy()`: Node destroys
- *   the socket only for a request whose body has not been read in full (connect-node has read it
- *   before the first response byte), and an Http2ServerRequest's `destroy()` leaves its stream be.
- *
- * A writer of `res` waiting for 'drain' is woken too (one 'drain', emitted only to listeners):
- * Node emits neither 'drain' nor 'error' on a response whose transport ends while a write waits,
- * and calls that write back without an error (Node 20) or with `ECANCELED` (Node 22), so
- * connect-node (`universalResponseToNodeResponse`, which waits for 'drain' or 'error') would wait
- * forever with the RPC's generator suspended, or fail the RPC as `internal` and print it. Woken
- * before the transport ends, it pulls the generator (which has ended) and writes its last frame,
- * which fails or is dropped: at once on HTTP/2 (the stream is ending), and on HTTP/1.1 once `res`
- * has closed, where it is woken again (a destroyed socket's response takes writes until then
- * without calling them back). A transport already ended is left as it is.
- */
-export function endTransport(
-  req: http.IncomingMessage | http2.Http2ServerRequest,
-  res: http.ServerResponse | http2.Http2ServerResponse,
-): void {
-  const wake = (): void => {
-    if (res.listenerCount("drain") > 0) res.emit("drain");
-  };
-  // Synchronous: the writer resumes in a microtask, after the transport has ended below.
-  wake();
-  if ("stream" in req) {
-    // close() ends the stream's writable side at once: a write from here on fails.
-    if (!req.stream.destroyed) req.stream.close(http2.constants.NGHTTP2_CANCEL);
-    return;
-  }
-  req.socket.destroy();
-  if ((res as http.ServerResponse).destroyed) wake();
-  else res.once("close", wake);
+/** One server's parts and the state its connections share (the functions below take it). */
+interface OnePort {
+  readonly timeouts: OnePortTimeouts;
+  readonly h1: http.Server;
+  readonly h2: http2.Http2Server;
+  /** Open streams per HTTP/2 session. */
+  readonly sessions: Map<http2.ServerHttp2Session, { streams: number }>;
+  readonly sockets: Set<net.Socket>;
+  /**
+   * Set by closeIdleConnections() (fastify's close): from then on every connection closes as soon
+   * as it is idle — an HTTP/1.1 one after its last response, an HTTP/2 session opened meanwhile at
+   * once (GOAWAY: the streams it has go on) — so that calls in flight hold the close, idle
+   * keep-alive connections do not.
+   */
+  closingIdle: boolean;
+  /**
+   * HTTP/1.1: responses not yet finished per connection (pipelined requests queue theirs), and
+   * what to do once they are, so that a request Node cannot parse is answered after the responses
+   * to the requests before it rather than in their place.
+   */
+  readonly unfinished: WeakMap<net.Socket, Set<http.IncomingMessage>>;
+  readonly whenFinished: WeakMap<net.Socket, () => void>;
+  /** HTTP/1.1 connections whose client error has been answered (Node reports each later chunk again). */
+  readonly failed: WeakSet<net.Socket>;
 }
 
 /**
@@ -165,7 +153,46 @@ export function createOnePortServer(
     closeWhenBodyUnread(req, res, timeouts.closeGraceMs);
     handler(req, res);
   };
-  const h1 = http.createServer(
+  const port: OnePort = {
+    timeouts,
+    h1: createH1(timeouts, serve),
+    h2: createH2(serve),
+    sessions: new Map(),
+    sockets: new Set(),
+    closingIdle: false,
+    unfinished: new WeakMap(),
+    whenFinished: new WeakMap(),
+    failed: new WeakSet(),
+  };
+  port.h2.on("session", (session) => trackSession(port, session));
+  port.h2.on("stream", (stream: http2.ServerHttp2Stream) => bodyDeadline(port, stream));
+  port.h1.on("request", (req: http.IncomingMessage, res: http.ServerResponse) =>
+    trackResponse(port, req, res),
+  );
+  const server = net.createServer((socket) => accept(port, socket)) as OnePortServer;
+  port.h1.on("clientError", (err: Error, socket: net.Socket) => onClientError(port, server, err, socket));
+  server.closeIdleConnections = () => {
+    port.closingIdle = true;
+    port.h1.closeIdleConnections();
+    for (const s of port.sessions.keys()) closeSession(port, s);
+  };
+  server.closeAllConnections = () => {
+    for (const s of port.sessions.keys()) s.destroy();
+    for (const socket of port.sockets) socket.destroy();
+  };
+  // The http server tracks its connections' timeouts from its 'listening' event; it never listens
+  // itself (connections are handed to it), so start the tracking with the real listener.
+  server.on("listening", () => port.h1.emit("listening"));
+  server.on("close", () => {
+    port.h1.close();
+    port.h2.close();
+  });
+  return server;
+}
+
+/** The HTTP/1.1 server, under Node's header, request and keep-alive deadlines. */
+function createH1(timeouts: OnePortTimeouts, serve: Handler): http.Server {
+  return http.createServer(
     {
       headersTimeout: timeouts.headersMs,
       requestTimeout: timeouts.requestMs,
@@ -175,7 +202,11 @@ export function createOnePortServer(
     },
     serve as http.RequestListener,
   );
-  const h2 = http2.createServer(
+}
+
+/** The h2c server, with {@link h2SessionLimits}. */
+function createH2(serve: Handler): http2.Http2Server {
+  return http2.createServer(
     {
       ...h2FieldWhitespace,
       maxSessionMemory: h2SessionLimits.maxSessionMemory,
@@ -186,174 +217,151 @@ export function createOnePortServer(
     },
     serve as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void,
   );
-  // Open streams per session.
-  const sessions = new Map<http2.ServerHttp2Session, { streams: number }>();
-  /**
-   * GOAWAY: open streams finish, no new ones start; the session is destroyed as soon as none is
-   * open. (Node's close() alone also waits for a header block in progress, however slowly its
-   * bytes arrive.)
-   */
-  const closeSession = (session: http2.ServerHttp2Session) => {
-    session.close();
-    if (sessions.get(session)?.streams === 0) session.destroy();
-  };
-  // Set by closeIdleConnections() (fastify's close): from then on every connection closes as soon
-  // as it is idle — an HTTP/1.1 one after its last response, an HTTP/2 session opened meanwhile at
-  // once (GOAWAY: the streams it has go on) — so that calls in flight hold the close, idle
-  // keep-alive connections do not.
-  let closingIdle = false;
-  h2.on("session", (session) => {
-    const state = { streams: 0 };
-    sessions.set(session, state);
-    if (closingIdle) setImmediate(() => closeSession(session));
-    session.setTimeout(timeouts.h2IdleMs, () => closeSession(session));
-    session.on("stream", (stream: http2.ServerHttp2Stream) => {
-      state.streams += 1;
-      stream.once("close", () => {
-        state.streams -= 1;
-        // after Node's own close has had its turn
-        if (state.streams === 0 && session.closed)
-          setImmediate(() => {
-            if (!session.destroyed) session.destroy();
-          });
-      });
-    });
-    session.on("close", () => sessions.delete(session));
-  });
-  // The request deadline: a body still arriving requestMs after its HEADERS resets the stream.
-  h2.on("stream", (stream: http2.ServerHttp2Stream) => {
-    if (stream.endAfterHeaders) return;
-    const timer = setTimeout(() => {
-      // remoteClose: END_STREAM received, whether or not the handler has read the body yet
-      if (stream.destroyed || stream.state.remoteClose) return;
-      stream.close(http2.constants.NGHTTP2_CANCEL);
-      closeSession(stream.session as http2.ServerHttp2Session);
-    }, timeouts.requestMs);
-    const clear = () => clearTimeout(timer);
-    stream.once("end", clear);
-    stream.once("close", clear);
-  });
-  const sockets = new Set<net.Socket>();
+}
 
-  const toHttp2 = (socket: net.Socket, head: Buffer) => {
-    const duplex = new Duplex({
-      read() {
-        socket.resume();
-      },
-      write(chunk, encoding, callback) {
-        socket.write(chunk, encoding, callback);
-      },
-      final(callback) {
-        socket.end(callback);
-        // Node waits for the client to close its side too: bounded, for a client that never does.
-        const linger = setTimeout(() => socket.destroy(), timeouts.closeGraceMs);
-        socket.once("close", () => clearTimeout(linger));
-      },
-      destroy(err, callback) {
-        socket.destroy(err ?? undefined);
-        callback(err);
-      },
-    });
-    duplex.push(head);
-    socket.on("data", (data: Buffer) => {
-      if (!duplex.push(data)) socket.pause();
-    });
-    socket.on("end", () => duplex.push(null));
-    socket.on("error", (err) => duplex.destroy(err));
-    socket.on("close", () => duplex.destroy());
-    h2.emit("connection", duplex);
-  };
+/**
+ * GOAWAY: open streams finish, no new ones start; the session is destroyed as soon as none is
+ * open. (Node's close() alone also waits for a header block in progress, however slowly its
+ * bytes arrive.)
+ */
+function closeSession(port: OnePort, session: http2.ServerHttp2Session): void {
+  session.close();
+  if (port.sessions.get(session)?.streams === 0) session.destroy();
+}
 
-  // HTTP/1.1: responses not yet finished per connection (pipelined requests queue theirs), and
-  // what to do once they are, so that a request Node cannot parse is answered after the responses
-  // to the requests before it rather than in their place.
-  const unfinished = new WeakMap<net.Socket, Set<http.IncomingMessage>>();
-  const whenFinished = new WeakMap<net.Socket, () => void>();
-  h1.on("request", (req: http.IncomingMessage, res: http.ServerResponse) => {
-    const socket = req.socket;
-    let pending = unfinished.get(socket);
-    if (pending === undefined) {
-      pending = new Set();
-      unfinished.set(socket, pending);
+/** Counts a new session's open streams; it is closed when idle for h2IdleMs, or at once while closing. */
+function trackSession(port: OnePort, session: http2.ServerHttp2Session): void {
+  const state = { streams: 0 };
+  port.sessions.set(session, state);
+  if (port.closingIdle) setImmediate(() => closeSession(port, session));
+  session.setTimeout(port.timeouts.h2IdleMs, () => closeSession(port, session));
+  session.on("stream", (stream: http2.ServerHttp2Stream) => {
+    state.streams += 1;
+    stream.once("close", () => {
+      state.streams -= 1;
+      // after Node's own close has had its turn
+      if (state.streams === 0 && session.closed)
+        setImmediate(() => {
+          if (!session.destroyed) session.destroy();
+        });
+    });
+  });
+  session.on("close", () => port.sessions.delete(session));
+}
+
+/** The request deadline: a body still arriving requestMs after its HEADERS resets the stream. */
+function bodyDeadline(port: OnePort, stream: http2.ServerHttp2Stream): void {
+  if (stream.endAfterHeaders) return;
+  const timer = setTimeout(() => {
+    // remoteClose: END_STREAM received, whether or not the handler has read the body yet
+    if (stream.destroyed || stream.state.remoteClose) return;
+    stream.close(http2.constants.NGHTTP2_CANCEL);
+    closeSession(port, stream.session as http2.ServerHttp2Session);
+  }, port.timeouts.requestMs);
+  const clear = () => clearTimeout(timer);
+  stream.once("end", clear);
+  stream.once("close", clear);
+}
+
+/** Hands `socket` to the h2c server through a JS Duplex that replays `head` first. */
+function toHttp2(port: OnePort, socket: net.Socket, head: Buffer): void {
+  const duplex = new Duplex({
+    read() {
+      socket.resume();
+    },
+    write(chunk, encoding, callback) {
+      socket.write(chunk, encoding, callback);
+    },
+    final(callback) {
+      socket.end(callback);
+      // Node waits for the client to close its side too: bounded, for a client that never does.
+      const linger = setTimeout(() => socket.destroy(), port.timeouts.closeGraceMs);
+      socket.once("close", () => clearTimeout(linger));
+    },
+    destroy(err, callback) {
+      socket.destroy(err ?? undefined);
+      callback(err);
+    },
+  });
+  duplex.push(head);
+  socket.on("data", (data: Buffer) => {
+    if (!duplex.push(data)) socket.pause();
+  });
+  socket.on("end", () => duplex.push(null));
+  socket.on("error", (err) => duplex.destroy(err));
+  socket.on("close", () => duplex.destroy());
+  port.h2.emit("connection", duplex);
+}
+
+/** HTTP/1.1: counts `req` unfinished on its connection until its response closes. */
+function trackResponse(port: OnePort, req: http.IncomingMessage, res: http.ServerResponse): void {
+  const socket = req.socket;
+  let pending = port.unfinished.get(socket);
+  if (pending === undefined) {
+    pending = new Set();
+    port.unfinished.set(socket, pending);
+  }
+  pending.add(req);
+  res.once("close", () => {
+    pending.delete(req);
+    if (pending.size > 0) return;
+    if (port.closingIdle) setImmediate(() => port.h1.closeIdleConnections());
+    const then = port.whenFinished.get(socket);
+    port.whenFinished.delete(socket);
+    then?.();
+  });
+}
+
+/** HTTP/1.1: a request Node cannot parse, answered once, after the responses before it. */
+function onClientError(port: OnePort, server: OnePortServer, err: Error, socket: net.Socket): void {
+  // Node reports each later chunk of a broken connection again: answer once.
+  if (port.failed.has(socket)) return;
+  port.failed.add(socket);
+  // fastify's clientErrorHandler (registered on the server it was given); without one, close.
+  const answer = () => {
+    if (socket.destroyed) return;
+    if (!server.emit("clientError", err, socket)) socket.destroy();
+  };
+  const pending = port.unfinished.get(socket);
+  // A request whose body was cut by the error cannot finish: answer at once, as Node does.
+  if (pending === undefined || pending.size === 0 || [...pending].some((r) => !r.complete)) answer();
+  else port.whenFinished.set(socket, answer);
+}
+
+/** A new connection: its first bytes say HTTP/1.1 or h2c, within firstBytesMs of its accept. */
+function accept(port: OnePort, socket: net.Socket): void {
+  // Small writes (SSE chunks, unary replies) must not wait for Nagle + delayed ACK (~40 ms).
+  socket.setNoDelay(true);
+  port.sockets.add(socket);
+  // A fixed deadline from accept (not idle: a preface dripped byte by byte does not extend it).
+  const firstBytes = setTimeout(() => socket.destroy(), port.timeouts.firstBytesMs);
+  socket.on("close", () => {
+    clearTimeout(firstBytes);
+    port.sockets.delete(socket);
+  });
+  // The bytes read before the protocol is known; handed on, not kept (the listeners below live
+  // as long as the connection).
+  let head: Buffer | undefined;
+  const onData = (data: Buffer) => {
+    const bytes = head === undefined ? data : Buffer.concat([head, data]);
+    const n = Math.min(bytes.length, h2Preface.length);
+    const isPrefix = bytes.subarray(0, n).equals(h2Preface.subarray(0, n));
+    if (isPrefix && bytes.length < h2Preface.length) {
+      head = bytes;
+      return; // need more bytes to decide
     }
-    pending.add(req);
-    res.once("close", () => {
-      pending.delete(req);
-      if (pending.size > 0) return;
-      if (closingIdle) setImmediate(() => h1.closeIdleConnections());
-      const then = whenFinished.get(socket);
-      whenFinished.delete(socket);
-      then?.();
-    });
-  });
-  const failed = new WeakSet<net.Socket>();
-  h1.on("clientError", (err: Error, socket: net.Socket) => {
-    // Node reports each later chunk of a broken connection again: answer once.
-    if (failed.has(socket)) return;
-    failed.add(socket);
-    // fastify's clientErrorHandler (registered on the server it was given); without one, close.
-    const answer = () => {
-      if (socket.destroyed) return;
-      if (!server.emit("clientError", err, socket)) socket.destroy();
-    };
-    const pending = unfinished.get(socket);
-    // A request whose body was cut by the error cannot finish: answer at once, as Node does.
-    if (pending === undefined || pending.size === 0 || [...pending].some((r) => !r.complete)) answer();
-    else whenFinished.set(socket, answer);
-  });
-
-  const server = net.createServer((socket) => {
-    // Small writes (SSE chunks, unary replies) must not wait for Nagle + delayed ACK (~40 ms).
-    socket.setNoDelay(true);
-    sockets.add(socket);
-    // A fixed deadline from accept (not idle: a preface dripped byte by byte does not extend it).
-    const firstBytes = setTimeout(() => socket.destroy(), timeouts.firstBytesMs);
-    socket.on("close", () => {
-      clearTimeout(firstBytes);
-      sockets.delete(socket);
-    });
-    // The bytes read before the protocol is known; handed on, not kept (the listeners below live
-    // as long as the connection).
-    let head: Buffer | undefined;
-    const onData = (data: Buffer) => {
-      const bytes = head === undefined ? data : Buffer.concat([head, data]);
-      const n = Math.min(bytes.length, h2Preface.length);
-      const isPrefix = bytes.subarray(0, n).equals(h2Preface.subarray(0, n));
-      if (isPrefix && bytes.length < h2Preface.length) {
-        head = bytes;
-        return; // need more bytes to decide
-      }
-      head = undefined;
-      socket.off("data", onData);
-      clearTimeout(firstBytes);
-      socket.pause();
-      if (isPrefix) {
-        toHttp2(socket, bytes);
-      } else {
-        socket.unshift(bytes);
-        h1.emit("connection", socket);
-        socket.resume();
-      }
-    };
-    socket.on("data", onData);
-    socket.on("error", () => socket.destroy());
-  }) as OnePortServer;
-
-  server.closeIdleConnections = () => {
-    closingIdle = true;
-    h1.closeIdleConnections();
-    for (const s of sessions.keys()) closeSession(s);
+    head = undefined;
+    socket.off("data", onData);
+    clearTimeout(firstBytes);
+    socket.pause();
+    if (isPrefix) {
+      toHttp2(port, socket, bytes);
+    } else {
+      socket.unshift(bytes);
+      port.h1.emit("connection", socket);
+      socket.resume();
+    }
   };
-  server.closeAllConnections = () => {
-    for (const s of sessions.keys()) s.destroy();
-    for (const socket of sockets) socket.destroy();
-  };
-  // The http server tracks its connections' timeouts from its 'listening' event; it never listens
-  // itself (connections are handed to it), so start the tracking with the real listener.
-  server.on("listening", () => h1.emit("listening"));
-  server.on("close", () => {
-    h1.close();
-    h2.close();
-  });
-  return server;
+  socket.on("data", onData);
+  socket.on("error", () => socket.destroy());
 }

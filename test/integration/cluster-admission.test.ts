@@ -11,7 +11,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { Agent, fetch as undiciFetch } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type BudgetLedger, createBudgetLedger } from "../../src/budget/index.js";
-import { ADMIT_ANSWER_MS } from "../../src/server/cluster.js";
+import { ADMIT_ANSWER_MS } from "../../src/server/cluster/index.js";
 import { until } from "../helpers/hang-guard.js";
 import { workerPidsOf } from "../helpers/proc.js";
 import { freePort, startTs, waitForOk } from "../helpers/processes.js";
