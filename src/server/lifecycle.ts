@@ -1,6 +1,6 @@
 // The gateway's life from serving to closed, one process (or one worker) at a time: drain (not
 // ready, still accepting), stop (no new work, in-flight work finishes within a grace), end (what is
-// left gets the in-band shutdown error). src/main.ts runs it on SIGTERM/SIGINT; build-server.ts
+// left gets the in-band shutdown error). server/process-shutdown.ts runs it on SIGTERM/SIGINT; build-server.ts
 // wires it into readiness, gRPC health, the REST and Connect calls and fastify's close.
 import { setTimeout as sleep } from "node:timers/promises";
 import type { FastifyInstance } from "fastify";
@@ -28,7 +28,7 @@ export function shutdownError(): ApiError {
 export interface LifecycleOptions {
   /**
    * How long calls in flight may go on once the listener stops accepting, ms; then they end with
-   * {@link shutdownError}. 0 ends them at once. @default 0 (env ACS_SHUTDOWN_GRACE_MS in src/main.ts)
+   * {@link shutdownError}. 0 ends them at once. @default 0 (env ACS_SHUTDOWN_GRACE_MS, src/server/gateway-process.ts)
    */
   readonly graceMs?: number;
 }

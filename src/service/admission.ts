@@ -89,7 +89,7 @@ export interface Admission {
    * `rate_limit_error`, param null, retry after {@link ADMISSION_RETRY_AFTER_SECONDS} s) naming
    * the first cap it would break, in this order: requests, streams, the model's share. One
    * process's counts answer at once; a cluster worker's ask the primary, which counts every
-   * worker's (src/server/cluster.ts), and answer with a promise.
+   * worker's (src/server/cluster/admission-broker.ts), and answer with a promise.
    */
   admit(keyId: string, demand: AdmissionDemand): AdmissionTicket | Promise<AdmissionTicket>;
   /** What `keyId` has in flight now (zeros for a key with nothing in flight). */
