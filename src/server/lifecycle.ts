@@ -28,7 +28,7 @@ export function shutdownError(): ApiError {
 export interface LifecycleOptions {
   /**
    * How long calls in flight may go on once the listener stops accepting, ms; then they end with
-   * {@link shutdownError}. 0 ends them at once. @default 0 (env ACS_SHUTDOWN_GRACE_MS, src/server/gateway-process.ts)
+   * {@link shutdownError}. 0 ends them at once. @default 0 (env ACS_SHUTDOWN_GRACE_MS, src/server/process-shutdown.ts)
    */
   readonly graceMs?: number;
 }
