@@ -667,7 +667,9 @@ describe("connections", () => {
   });
 
   it("gives a /tokenize that Inference never answers 504 deadline_exceeded at the control deadline", async () => {
-    const { up, c } = await setup(() => {}, { controlDeadlineMs: 50 });
+    // 500 ms, not less: on a loaded machine a shorter deadline fired before the request reached
+    // the silent server (the full suite saw `requests[0]` undefined at 50 ms).
+    const { up, c } = await setup(() => {}, { controlDeadlineMs: 500 });
     const err = await apiErrorOf(c.tokenize("m", "Hi", true));
     expect(err.code).toBe("deadline_exceeded");
     expect((await up.requests[0]?.closed)?.aborted).toBe(true);
