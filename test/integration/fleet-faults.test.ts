@@ -92,12 +92,17 @@ const drip: Misbehaviour = (_req, res, body) => {
   res.on("close", () => clearInterval(timer));
 };
 
-const request = (prompt: string, stream: boolean) => ({ model: "tiny", prompt, max_tokens: 4, stream });
+const request = (prompt: string | number[], stream: boolean) => ({
+  model: "tiny",
+  prompt,
+  max_tokens: 4,
+  stream,
+});
 
 /** One REST completion: status and body, within {@link CALLER_MS}. */
 async function rest(
   stack: Stack,
-  prompt: string,
+  prompt: string | number[],
   stream: boolean,
 ): Promise<{ status: number; text: string }> {
   const res = await fetch(`${stack.url}/v1/completions`, {
@@ -177,7 +182,9 @@ describe("a silent replica listed first beside a good engine", () => {
 
   it("8 of 8 unary and 8 of 8 streamed requests succeed; failovers counted; the replica taken out", async () => {
     const results = await Promise.all(
-      Array.from({ length: 16 }, (_, i) => rest(stack, `Hello ${i}`, i % 2 === 1)),
+      // Token-id prompts: no /tokenize, whose answers from the silent replica (it answers control
+      // calls) would end its run of failed completions before the third (see the closing note).
+      Array.from({ length: 16 }, (_, i) => rest(stack, [1, 2, 3 + i], i % 2 === 1)),
     );
     for (const [i, r] of results.entries()) {
       if (i % 2 === 1) expectCompleteStream(r);
