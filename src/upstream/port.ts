@@ -50,8 +50,10 @@ export interface CompletionIds {
 /** Per-call options of every Inference call. */
 export interface InferenceCall {
   /**
-   * Aborted when the caller goes away: the upstream request is aborted, ApiError `canceled` (or
-   * the signal's reason when it is a `deadline_exceeded` ApiError: the caller's deadline).
+   * Aborted when the caller goes away or a deadline passes: the upstream request is aborted,
+   * ApiError `canceled`, or the signal's reason when it is a `deadline_exceeded` ApiError (the
+   * deadline the caller set, or the service's non-stream deadline: the port keeps no deadline of
+   * its own).
    */
   readonly signal: AbortSignal;
   /** Sent as `X-Request-Id` (an id a live request of this process uses gets a `-2`, `-3`… suffix). */
@@ -74,11 +76,11 @@ export interface StreamCall extends InferenceCall {
   readonly onRestart?: () => void;
 }
 
-/** Per-call options of the non-streamed calls ({@link Inference.complete}, {@link Inference.replay}). */
-export interface CompleteCall extends InferenceCall {
-  /** Milliseconds to wait for the whole answer: then the upstream request is aborted, 504. */
-  readonly deadlineMs: number;
-}
+/**
+ * Per-call options of the non-streamed calls ({@link Inference.complete}, {@link Inference.replay}):
+ * those of every call; their deadline comes with the signal.
+ */
+export type CompleteCall = InferenceCall;
 
 /** Inference's non-streamed answer ({@link Inference.complete}). */
 export interface CompleteAnswer {
@@ -131,7 +133,8 @@ export interface Inference {
   stream(request: InferenceRequest, call: StreamCall): AsyncIterator<StreamCompletionResponse>;
   /**
    * The completion answered whole (the one form with prompt_logprobs and activations), with the
-   * caller's `model`. Throws ApiError: `canceled`, 504 `deadline_exceeded`, 502/503/4xx of Inference.
+   * caller's `model`. Throws ApiError: `canceled`, 504 `deadline_exceeded` (the signal's reason, or
+   * the connection's headers/body timeout), 502/503/4xx of Inference.
    */
   complete(request: InferenceRequest, model: string, call: CompleteCall): Promise<CompleteAnswer>;
   /**

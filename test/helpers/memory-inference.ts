@@ -62,6 +62,11 @@ export interface MemoryScript {
   fail?: { readonly call: number; readonly chunk: number; readonly error: ApiError };
   /** Told each time a stream call yields a chunk (call index, chunks yielded so far). */
   onChunk?: (call: number, chunks: number) => void;
+  /**
+   * Call `call` (0-based) hangs until its signal aborts, then fails with the signal's error (an
+   * Inference that does not answer): a stream at its `chunk`-th `next()`, a whole answer at once.
+   */
+  hang?: { readonly call: number; readonly chunk: number };
 }
 
 /** The prompt tokens of a text: its UTF-8 bytes + BOS. */
@@ -108,6 +113,14 @@ function abortError(signal: AbortSignal): ApiError {
     : new ApiError("canceled", "The caller went away.");
 }
 
+/** Resolves once `signal` aborts. */
+function aborted(signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) resolve();
+    else signal.addEventListener("abort", () => resolve(), { once: true });
+  });
+}
+
 /** The in-memory Inference port; `calls` records every call in order. */
 export class MemoryInference implements Inference {
   readonly calls: MemoryCall[] = [];
@@ -152,6 +165,12 @@ export class MemoryInference implements Inference {
     };
     this.calls.push(record);
     return { index: this.calls.length - 1, call: record };
+  }
+
+  /** Waits for `signal` to abort when call `index` hangs at `chunk` ({@link MemoryScript.hang}). */
+  async #hang(index: number, chunk: number, signal: AbortSignal): Promise<void> {
+    const hang = this.script.hang;
+    if (hang !== undefined && hang.call === index && hang.chunk === chunk) await aborted(signal);
   }
 
   #failure(index: number, chunk: number): ApiError | undefined {
@@ -202,9 +221,11 @@ export class MemoryInference implements Inference {
     let next = 0;
     const script = this.script;
     const failure = (chunk: number) => this.#failure(index, chunk);
+    const hang = (chunk: number) => this.#hang(index, chunk, call.signal);
     return {
       async next(): Promise<IteratorResult<StreamCompletionResponse>> {
         await Promise.resolve();
+        await hang(next);
         if (record.end !== "open") return { done: true, value: undefined };
         if (call.signal.aborted) {
           record.end = "failed";
@@ -235,6 +256,7 @@ export class MemoryInference implements Inference {
     const r = kept(request);
     const { index, call: record } = this.#record("complete", sum(r.prompts), call);
     await Promise.resolve();
+    await this.#hang(index, 0, call.signal);
     const err = call.signal.aborted ? abortError(call.signal) : this.#failure(index, 0);
     if (err !== undefined) {
       record.end = "failed";
@@ -281,6 +303,7 @@ export class MemoryInference implements Inference {
     const positions = promptIds.length + generatedIds.length - 1;
     const { index, call: record } = this.#record("replay", positions, call);
     await Promise.resolve();
+    await this.#hang(index, 0, call.signal);
     const err = call.signal.aborted ? abortError(call.signal) : this.#failure(index, 0);
     if (err !== undefined) {
       record.end = "failed";

@@ -134,12 +134,17 @@ function countingAdmission(admission: Admission, taken: Taken): Admission {
 
 /**
  * The service over a fresh {@link MemoryInference} running `script`, with keys on `ledger`
- * (undefined: keys off), a 60 s non-stream deadline, and `checkOrder` when a test wraps a step.
+ * (undefined: keys off), a non-stream deadline of `nonStreamDeadlineMs` (60 s unless given), and
+ * `checkOrder` when a test wraps a step.
  */
 export function memoryService(
   ledger: Ledger | undefined,
   script: MemoryScript = {},
-  options: { checkOrder?: readonly CheckStep[]; lensFanOutConcurrency?: number } = {},
+  options: {
+    checkOrder?: readonly CheckStep[];
+    lensFanOutConcurrency?: number;
+    nonStreamDeadlineMs?: number;
+  } = {},
 ): MemoryService {
   const port = new MemoryInference(script);
   const taken: Taken = { holds: new Map(), leases: [], tickets: [] };
@@ -148,7 +153,7 @@ export function memoryService(
   const api = createCompletionsService({
     models: createModelRegistry([memoryModel], () => port),
     ledger: ledger === undefined ? undefined : countingLedger(ledger, taken),
-    nonStreamDeadlineMs: 60_000,
+    nonStreamDeadlineMs: options.nonStreamDeadlineMs ?? 60_000,
     steeringBudget: countingSteering(steering, taken),
     admission: countingAdmission(admission, taken),
     ...(options.checkOrder === undefined ? {} : { checkOrder: options.checkOrder }),

@@ -2,6 +2,7 @@
 // its Hold was placed, a consumer that stopped reading — what it holds is given back once.
 import type { SteeringLease } from "../../lens/index.js";
 import type { AdmissionTicket } from "../admission.js";
+import type { CallDeadline } from "./call-deadline.js";
 
 /** What a prepared call holds until it ends, besides its Hold. */
 export interface CallHeld {
@@ -9,12 +10,14 @@ export interface CallHeld {
   readonly steering: SteeringLease;
   /** Its place among its key's requests in flight. */
   readonly admission: AdmissionTicket;
+  /** Its deadline (a non-streamed call's, ./call-deadline.ts); none for a stream or a refusal. */
+  readonly deadline?: CallDeadline | undefined;
 }
 
 /**
- * Ends one call: releases its steering lease and admission ticket, then settles its Hold through
- * `settle(failure)` (the usage meter's charge for a call that reached Inference, 0 for one
- * refused before). Idempotent: the first {@link CallEnd.end} does it all, a later one returns the
+ * Ends one call: stops its deadline's timer, releases its steering lease and admission ticket,
+ * then settles its Hold through `settle(failure)` (the usage meter's charge for a call that
+ * reached Inference, 0 for one refused before). Idempotent: the first {@link CallEnd.end} does it all, a later one returns the
  * same promise, whatever failure it is given.
  */
 export class CallEnd {
@@ -37,6 +40,7 @@ export class CallEnd {
   }
 
   async #end(failure: unknown): Promise<void> {
+    this.held.deadline?.stop();
     this.held.steering.release();
     this.held.admission.release();
     await this.settle(failure);

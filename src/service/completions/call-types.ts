@@ -7,6 +7,7 @@ import type { FanOutPart } from "../lens-fan-out.js";
 import type { ServedModel } from "../model-registry.js";
 import type { CallContext } from "../types.js";
 import type { UsageMeter } from "../usage-meter.js";
+import type { CallDeadline } from "./call-deadline.js";
 import type { CallEnd } from "./call-end.js";
 import type { Hold } from "./check-order.js";
 /** Everything decided before Inference is called. */
@@ -41,9 +42,16 @@ export interface Prepared {
   readonly admission: AdmissionTicket;
 }
 
-/** A prepared call that runs: its Prepared, its usage meter and its one end. */
+/** A prepared call that runs: its Prepared, its usage meter, its deadline and its one end. */
 export interface RunningCall {
   readonly prepared: Prepared;
   readonly meter: UsageMeter;
+  /**
+   * The signal its Inference requests run under: a non-streamed call's deadline's (the caller's
+   * abort or the deadline), a stream's caller's.
+   */
+  readonly signal: AbortSignal;
+  /** A non-streamed call's one deadline, stopped by `call.end`; undefined for a stream. */
+  readonly deadline: CallDeadline | undefined;
   readonly call: CallEnd;
 }

@@ -9,7 +9,6 @@ import {
   LogprobsSchema,
   type StreamCompletionResponse,
 } from "../../../gen/acs/v1/completions_pb.js";
-import { inferenceDeadlineExceeded } from "../../errors/index.js";
 import type { InferenceRequest } from "../../upstream/index.js";
 import type { UsageMeter } from "../usage-meter.js";
 import type { Prepared } from "./call-types.js";
@@ -74,44 +73,36 @@ function addPieces(choices: CompletionChoice[], chunk: StreamCompletionResponse)
   }
 }
 
-/** The caller's signal and the deadline as one (a controller, a listener and a timer), and its disposal. */
-function deadlineSignal(callerSignal: AbortSignal, deadlineMs: number) {
-  // Cheaper than AbortSignal.any over AbortSignal.timeout; all dropped when the call ends.
-  const linked = new AbortController();
-  const state = { timedOut: false };
-  const onCaller = () => linked.abort(callerSignal.reason);
-  if (callerSignal.aborted) onCaller();
-  else callerSignal.addEventListener("abort", onCaller, { once: true });
-  const timer = setTimeout(() => {
-    state.timedOut = true;
-    linked.abort(inferenceDeadlineExceeded(deadlineMs));
-  }, deadlineMs);
-  return {
-    signal: linked.signal,
-    state,
-    dispose(): void {
-      clearTimeout(timer);
-      callerSignal.removeEventListener("abort", onCaller);
-    },
-  };
+/** The signals one upstream request of a non-streamed call runs under. */
+export interface PartSignals {
+  /**
+   * Its Inference request's: the call's deadline's (the caller's abort or the deadline,
+   * ./call-deadline.ts), a fan-out part's (aborted too when another part fails).
+   */
+  readonly signal: AbortSignal;
+  /**
+   * The gateway's count of its usage once Inference answered (`/tokenize`, when Inference reported
+   * none): the caller's for one request (Inference answered within the deadline), a part's own
+   * `signal` in a fan-out (the whole answer is not there yet).
+   */
+  readonly countSignal: AbortSignal;
 }
 
 /**
  * A non-streamed completion of `body` from Inference's stream, collected: the tokens generated so
- * far are known at every moment, so a caller who goes away or the deadline is charged exactly
- * what was generated (vLLM reports no usage for an aborted non-streamed request). Choices are
- * assembled per index (text, logprobs rows, token ids, finish and stop reason of the last chunk).
+ * far are known at every moment, so a caller who goes away or the deadline (`signals.signal`) is
+ * charged exactly what was generated (vLLM reports no usage for an aborted non-streamed request).
+ * Choices are assembled per index (text, logprobs rows, token ids, finish and stop reason of the
+ * last chunk).
  */
 export async function collectStream(
   prepared: Prepared,
   body: InferenceRequest,
   request: CreateCompletionRequest,
-  callerSignal: AbortSignal,
+  signals: PartSignals,
   meter: UsageMeter,
   part: number,
-  deadlineMs: number,
 ): Promise<CreateCompletionResponse> {
-  const deadline = deadlineSignal(callerSignal, deadlineMs);
   const ids = completionIds(request.model);
   // The choices in the order they first came; each is the first piece of its index (a fresh
   // message of this stream's only), the later pieces appended to it.
@@ -124,18 +115,11 @@ export async function collectStream(
     meter.restart(part);
   };
   const stream = { body, ids, continuousUsage: false, onRestart };
-  try {
-    const upstream = upstreamStream(prepared, stream, deadline.signal, meter, part);
-    for await (const upstreamChunk of { [Symbol.asyncIterator]: () => upstream }) {
-      const chunk = meteredChunk(prepared, upstreamChunk, meter, part);
-      if (chunk.choices.length === 0 && chunk.usage !== undefined) usage = chunk.usage;
-      addPieces(choices, chunk);
-    }
-  } catch (err) {
-    if (deadline.state.timedOut && !callerSignal.aborted) throw inferenceDeadlineExceeded(deadlineMs, err);
-    throw err;
-  } finally {
-    deadline.dispose();
+  const upstream = upstreamStream(prepared, stream, signals.signal, meter, part);
+  for await (const upstreamChunk of { [Symbol.asyncIterator]: () => upstream }) {
+    const chunk = meteredChunk(prepared, upstreamChunk, meter, part);
+    if (chunk.choices.length === 0 && chunk.usage !== undefined) usage = chunk.usage;
+    addPieces(choices, chunk);
   }
   const sorted = sortedByIndex(choices);
   if (request.returnTokenIds !== true) {
@@ -154,7 +138,7 @@ export async function collectStream(
     choices: sorted,
   };
   // Inference reported no usage: the gateway's own count, as charged.
-  usage ??= await countedUsage(prepared, request, meter, part, callerSignal);
+  usage ??= await countedUsage(prepared, request, meter, part, signals.countSignal);
   if (usage !== undefined) response.usage = usage;
   return response;
 }

@@ -10,6 +10,7 @@ import {
   type StreamCall,
 } from "../../upstream/index.js";
 import type { UsageMeter } from "../usage-meter.js";
+import { underDeadline } from "./call-deadline.js";
 import { markFirstToken } from "./call-record.js";
 import type { Prepared } from "./call-types.js";
 
@@ -81,8 +82,9 @@ export function meteredChunk(
 
 /**
  * A streamed capture's activations ({@link Inference.replay} of `body` with the stream's prompt
- * and generated token ids). Its prompt tokens are charged as prompt tokens of meter part `part`
- * (the Hold covered them).
+ * and generated token ids), under a deadline of `deadlineMs` of its own: the one non-streamed
+ * Inference request of a stream (./call-deadline.ts {@link underDeadline}). Its prompt tokens are
+ * charged as prompt tokens of meter part `part` (the Hold covered them).
  */
 export async function captureReplay(
   prepared: Prepared,
@@ -93,12 +95,14 @@ export async function captureReplay(
   part: number,
   deadlineMs: number,
 ): Promise<Activations> {
-  const answer = await prepared.model.client.replay(
-    stream.body,
-    stream.continuousUsage,
-    ids.promptIds,
-    ids.generatedIds,
-    { ...inferenceCall(prepared, signal), deadlineMs },
+  const answer = await underDeadline(signal, deadlineMs, (replaySignal) =>
+    prepared.model.client.replay(
+      stream.body,
+      stream.continuousUsage,
+      ids.promptIds,
+      ids.generatedIds,
+      inferenceCall(prepared, replaySignal),
+    ),
   );
   meter.addReplay(answer.promptTokens, part);
   return answer.activations();

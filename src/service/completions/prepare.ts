@@ -5,6 +5,7 @@ import { noAdmission } from "../admission.js";
 import { fanOutParts } from "../lens-fan-out.js";
 import type { CallContext } from "../types.js";
 import { UsageMeter } from "../usage-meter.js";
+import { CallDeadline } from "./call-deadline.js";
 import { CallEnd } from "./call-end.js";
 import { recorded, startRunning } from "./call-record.js";
 import type { Prepared, RunningCall } from "./call-types.js";
@@ -90,8 +91,10 @@ function newMeter(prepared: Prepared, request: CreateCompletionRequest): UsageMe
 }
 
 /**
- * A call that passed its checks, running: its Prepared, its usage meter, and its one end
- * ({@link CallEnd}: lease and ticket released, the Hold settled to the meter's charge).
+ * A call that passed its checks, running: its Prepared, its usage meter, a non-streamed call's
+ * one deadline (`env.nonStreamDeadlineMs` from here, ./call-deadline.ts), and its one end
+ * ({@link CallEnd}: the deadline stopped, lease and ticket released, the Hold settled to the
+ * meter's charge).
  */
 export async function begin(
   env: ServiceEnv,
@@ -103,10 +106,10 @@ export async function begin(
   if (stream) ctx.record?.streamStarted?.();
   startRunning(ctx);
   const meter = newMeter(prepared, request);
-  const call = new CallEnd(prepared, (failure) =>
-    chargeAndSettle(env, prepared, request, meter, failure, ctx),
-  );
-  return { prepared, meter, call };
+  const deadline = stream ? undefined : new CallDeadline(ctx.signal, env.nonStreamDeadlineMs);
+  const held = { steering: prepared.steering, admission: prepared.admission, deadline };
+  const call = new CallEnd(held, (failure) => chargeAndSettle(env, prepared, request, meter, failure, ctx));
+  return { prepared, meter, signal: deadline?.signal ?? ctx.signal, deadline, call };
 }
 
 /** A fan-out's parts run at once: the concurrency, at most what the key's share admitted. */

@@ -8,15 +8,16 @@ import {
   CreateCompletionResponseSchema,
   type Usage,
 } from "../../../gen/acs/v1/completions_pb.js";
-import { ApiError, inferenceDeadlineExceeded, toApiError } from "../../errors/index.js";
+import { ApiError, toApiError } from "../../errors/index.js";
 import type { InferenceRequest } from "../../upstream/index.js";
 import type { FanOutPart } from "../lens-fan-out.js";
 import { mergeLimited } from "../lens-fan-out.js";
 import type { CallContext } from "../types.js";
 import type { UsageMeter } from "../usage-meter.js";
+import type { CallDeadline } from "./call-deadline.js";
 import { recordError } from "./call-record.js";
-import type { Prepared } from "./call-types.js";
-import { collectStream } from "./collect.js";
+import type { Prepared, RunningCall } from "./call-types.js";
+import { collectStream, type PartSignals } from "./collect.js";
 import { holdStands } from "./hold.js";
 import { completionIds, inferenceCall } from "./inference-calls.js";
 import { begin, partsAtOnce } from "./prepare.js";
@@ -29,19 +30,16 @@ import { countedUsage, sumUsage } from "./usage.js";
  * unknown until Inference answers.
  */
 async function completeUnary(
-  env: ServiceEnv,
   prepared: Prepared,
   body: InferenceRequest,
   request: CreateCompletionRequest,
-  signal: AbortSignal,
+  signals: PartSignals,
   meter: UsageMeter,
   part: number,
 ): Promise<CreateCompletionResponse> {
+  const { signal } = signals;
   meter.markUncounted(part);
-  const answer = await prepared.model.client.complete(body, request.model, {
-    ...inferenceCall(prepared, signal),
-    deadlineMs: env.nonStreamDeadlineMs,
-  });
+  const answer = await prepared.model.client.complete(body, request.model, inferenceCall(prepared, signal));
   const response = answer.response;
   for (const c of response.choices) {
     meter.addGenerated(c.tokenIds.length, part);
@@ -54,7 +52,7 @@ async function completeUnary(
   if (response.usage !== undefined) meter.report(response.usage.totalTokens, part);
   // Inference reported no usage: the gateway's own count (its token ids), as charged.
   else {
-    const usage = await countedUsage(prepared, request, meter, part, signal);
+    const usage = await countedUsage(prepared, request, meter, part, signals.countSignal);
     if (usage !== undefined) response.usage = usage;
   }
   if (request.returnTokenIds !== true) {
@@ -80,17 +78,16 @@ async function completeUnary(
  * than its bytes (ChoiceTextOffsets).
  */
 function completeOne(
-  env: ServiceEnv,
   prepared: Prepared,
   body: InferenceRequest,
   request: CreateCompletionRequest,
-  signal: AbortSignal,
+  signals: PartSignals,
   meter: UsageMeter,
   part: number,
 ): Promise<CreateCompletionResponse> {
   return request.promptLogprobs === undefined && !prepared.capture
-    ? collectStream(prepared, body, request, signal, meter, part, env.nonStreamDeadlineMs)
-    : completeUnary(env, prepared, body, request, signal, meter, part);
+    ? collectStream(prepared, body, request, signals, meter, part)
+    : completeUnary(prepared, body, request, signals, meter, part);
 }
 
 /** A fan-out part's one choice, renumbered to its index, with its activations on the choice. */
@@ -109,7 +106,7 @@ function partChoice(part: FanOutPart, response: CreateCompletionResponse): Compl
 
 /**
  * A lens fan-out's whole completion (proto/API.md §6): every part completed (at most
- * `fanOutConcurrency` at once) under one deadline for the whole request, each part's one choice
+ * `fanOutConcurrency` at once) under the call's one deadline (`signal`), each part's one choice
  * renumbered to its index (with its activations on the choice), usage summed over the parts. The
  * first failure aborts the other parts and is thrown once they have ended.
  */
@@ -118,30 +115,21 @@ async function completeFanOut(
   prepared: Prepared,
   parts: readonly FanOutPart[],
   request: CreateCompletionRequest,
-  ctx: CallContext,
+  signal: AbortSignal,
   meter: UsageMeter,
 ): Promise<CreateCompletionResponse> {
-  const deadline = new AbortController();
-  const timer = setTimeout(
-    () => deadline.abort(inferenceDeadlineExceeded(env.nonStreamDeadlineMs)),
-    env.nonStreamDeadlineMs,
-  );
-  const signal = AbortSignal.any([ctx.signal, deadline.signal]);
   const sources = parts.map(
     (part, i) =>
       async function* (partSignal: AbortSignal) {
-        yield { part, response: await completeOne(env, prepared, part.body, request, partSignal, meter, i) };
+        const signals = { signal: partSignal, countSignal: partSignal };
+        yield { part, response: await completeOne(prepared, part.body, request, signals, meter, i) };
       },
   );
   const choices: CompletionChoice[] = [];
   const usages: Usage[] = [];
-  try {
-    for await (const { part, response } of mergeLimited(sources, partsAtOnce(env, prepared), signal)) {
-      choices.push(partChoice(part, response));
-      if (response.usage !== undefined) usages.push(response.usage);
-    }
-  } finally {
-    clearTimeout(timer);
+  for await (const { part, response } of mergeLimited(sources, partsAtOnce(env, prepared), signal)) {
+    choices.push(partChoice(part, response));
+    if (response.usage !== undefined) usages.push(response.usage);
   }
   choices.sort((a, b) => a.index - b.index);
   const usage = usages.length === parts.length ? sumUsage(usages) : undefined;
@@ -152,26 +140,44 @@ async function completeFanOut(
   });
 }
 
+/**
+ * The whole answer of a running call: its one request, or its fan-out's parts, under the call's
+ * one deadline. Throws what they throw — the deadline's 504 `deadline_exceeded` when it passed
+ * before the caller went away ({@link CallDeadline.failure}).
+ */
+async function answer(
+  env: ServiceEnv,
+  running: RunningCall,
+  request: CreateCompletionRequest,
+  ctx: CallContext,
+): Promise<CreateCompletionResponse> {
+  const { prepared, meter, signal, deadline } = running;
+  try {
+    return prepared.parts === undefined
+      ? await completeOne(prepared, prepared.body, request, { signal, countSignal: ctx.signal }, meter, 0)
+      : await completeFanOut(env, prepared, prepared.parts, request, signal, meter);
+  } catch (err) {
+    throw deadline === undefined ? err : deadline.failure(err);
+  }
+}
+
 /** CreateCompletion (proto/API.md §4): the checks, the whole answer, the one end. */
 export async function createCompletion(
   env: ServiceEnv,
   request: CreateCompletionRequest,
   ctx: CallContext,
 ): Promise<CreateCompletionResponse> {
-  const { prepared, meter, call } = await begin(env, request, ctx, false);
+  const running = await begin(env, request, ctx, false);
   let failure: unknown;
   try {
-    const response =
-      prepared.parts === undefined
-        ? await completeOne(env, prepared, prepared.body, request, ctx.signal, meter, 0)
-        : await completeFanOut(env, prepared, prepared.parts, request, ctx, meter);
-    const stands = holdStands(env, prepared.hold);
+    const response = await answer(env, running, request, ctx);
+    const stands = holdStands(env, running.prepared.hold);
     if (stands !== true) await stands;
     return response;
   } catch (err) {
     failure = err;
     throw recordError(ctx, toApiError(err));
   } finally {
-    await call.end(failure);
+    await running.call.end(failure);
   }
 }

@@ -81,7 +81,8 @@ export async function withFailover<T>(
 
 /**
  * A pool's `complete`: failed over until the whole answer (the caller sees nothing before it), the
- * caller's deadline shared by the attempts, each attempt traced.
+ * caller's deadline shared by the attempts (its signal; a `deadlineMs` too, when set), each
+ * attempt traced.
  */
 export function poolComplete(
   p: PoolState,
@@ -98,12 +99,13 @@ export function poolComplete(
       const upstreamRequestId = attemptRequestId(o.upstreamRequestId, attempt);
       const trace = o.trace?.({ model: p.model, replica, upstreamRequestId, attempt, stream: false });
       try {
-        const result = await client.complete(body, {
+        const options: CompleteOptions = {
           signal,
-          deadlineMs: Math.max(1, o.deadlineMs - (Date.now() - start)),
           upstreamRequestId,
           headers: attemptHeaders(o.headers, trace),
-        });
+        };
+        if (o.deadlineMs !== undefined) options.deadlineMs = Math.max(1, o.deadlineMs - (Date.now() - start));
+        const result = await client.complete(body, options);
         trace?.end();
         return result;
       } catch (err) {

@@ -14,7 +14,8 @@ export interface CallSpec {
   body?: string | VllmRequestBody;
   accept: string;
   signal: AbortSignal | undefined;
-  deadlineMs?: number;
+  /** Milliseconds to wait for the whole answer; undefined: no deadline of the call's own. */
+  deadlineMs?: number | undefined;
   requestId: string;
   /** More headers (a `traceparent`). */
   headers?: Readonly<Record<string, string>> | undefined;

@@ -191,7 +191,7 @@ export class VllmInference<Client extends VllmClient = VllmClient> implements In
   }
 
   async complete(request: InferenceRequest, model: string, call: CompleteCall): Promise<CompleteAnswer> {
-    const options: CompleteOptions = { ...callOptions(call), deadlineMs: call.deadlineMs };
+    const options: CompleteOptions = callOptions(call);
     const v = await this.upstream.complete({ ...bodyOf(request), return_token_ids: true }, options);
     return { response: toCompletionResponse(v, model), activations: () => residualStream(v.activations) };
   }
@@ -204,8 +204,7 @@ export class VllmInference<Client extends VllmClient = VllmClient> implements In
     call: CompleteCall,
   ): Promise<ReplayAnswer> {
     const body = replayBody(bodyOf(request), continuousUsage, promptIds, generatedIds);
-    const options: CompleteOptions = { ...callOptions(call), deadlineMs: call.deadlineMs };
-    const v = await this.upstream.complete(body, options);
+    const v = await this.upstream.complete(body, callOptions(call));
     return {
       promptTokens: v.usage?.prompt_tokens ?? body.prompt.length,
       activations: () => residualStream(v.activations),

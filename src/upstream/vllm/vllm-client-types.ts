@@ -71,8 +71,12 @@ export interface CompleteOptions {
    * the signal's reason when it is a `deadline_exceeded` ApiError: the caller's deadline).
    */
   signal: AbortSignal;
-  /** Milliseconds to wait for the whole response: then the upstream request is aborted, 504. */
-  deadlineMs: number;
+  /**
+   * Milliseconds to wait for the whole response: then the upstream request is aborted, 504
+   * `Inference did not answer within <ms> ms.` The gateway's calls set none: the service's one
+   * deadline comes with `signal`. @default no deadline of its own
+   */
+  deadlineMs?: number;
   /**
    * Sent as `X-Request-Id` (vllm-lens keys its state by it): an id already used by a live request
    * of this process is sent as `<id>-2`, `<id>-3`… instead (see claimUpstreamRequestId).
