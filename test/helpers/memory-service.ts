@@ -5,6 +5,11 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import {
+  type CreateCompletionRequest,
+  CreateCompletionRequestSchema,
+} from "../../gen/acs/v1/completions_pb.js";
 import { type BudgetLedger, createBudgetLedger } from "../../src/budget/index.js";
 import type { ModelConfig } from "../../src/config/index.js";
 import { createSteeringBudget, type SteeringBudget } from "../../src/lens/index.js";
@@ -163,6 +168,17 @@ export function memoryService(
   });
   return { api, port, taken, steering, admission };
 }
+
+/** A request to the memory model (`"m"`, prompt "Hi", max_tokens 4), with `init`'s fields over those. */
+export const memoryRequest = (
+  init: MessageInitShape<typeof CreateCompletionRequestSchema>,
+): CreateCompletionRequest =>
+  create(CreateCompletionRequestSchema, {
+    model: "m",
+    prompt: { case: "text", value: "Hi" },
+    maxTokens: 4,
+    ...init,
+  });
 
 /** A call context of `authorization`, aborted through the returned controller. */
 export function memoryCtx(authorization: string | undefined) {

@@ -5,16 +5,11 @@
 // aborted, the caller gets 504 `deadline_exceeded` with the deadline's message, and the Hold is
 // settled once to the charge of §9. Streams have no such deadline (a streamed capture's replay,
 // a non-streamed request, has one of its own).
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
-import {
-  type CreateCompletionRequest,
-  CreateCompletionRequestSchema,
-} from "../../../gen/acs/v1/completions_pb.js";
 import { Dtype } from "../../../gen/acs/v1/lens_pb.js";
 import type { BudgetLedger } from "../../../src/budget/index.js";
 import type { MemoryScript } from "../../helpers/memory-inference.js";
-import { memoryCtx, memoryLedger, memoryService } from "../../helpers/memory-service.js";
+import { memoryCtx, memoryLedger, memoryRequest, memoryService } from "../../helpers/memory-service.js";
 
 /** The deadline of these tests, ms: a value no other timer of the service uses. */
 const deadlineMs = 157;
@@ -65,14 +60,6 @@ function deadlineTimers(): Timer[] {
 /** Timers set and neither fired nor cleared: left behind. */
 const left = (timers: readonly Timer[]) => timers.filter((t) => !t.fired && !t.cleared);
 
-const request = (init: MessageInitShape<typeof CreateCompletionRequestSchema>): CreateCompletionRequest =>
-  create(CreateCompletionRequestSchema, {
-    model: "m",
-    prompt: { case: "text", value: "Hi" },
-    maxTokens: 4,
-    ...init,
-  });
-
 /** One steering vector of the memory model (2 layers of hidden size 8): zeros on layer 0. */
 const steering = [
   { activations: { dtype: Dtype.FLOAT32, shape: [1, 8], data: new Uint8Array(32) }, layerIndices: [0] },
@@ -113,7 +100,7 @@ describe("a non-streamed call's one deadline", () => {
     async (_, init, script) => {
       const { service, timers, ctx, spent } = await setUp(script, 1);
       const started = performance.now();
-      const err = await service.api.createCompletion(request(init), ctx).then(
+      const err = await service.api.createCompletion(memoryRequest(init), ctx).then(
         () => undefined,
         (e: unknown) => e,
       );
@@ -141,7 +128,7 @@ describe("a non-streamed call's one deadline", () => {
   it("a lens fan-out of whole answers (captures): fires once; the unanswered part is charged its share of the Hold", async () => {
     const { service, timers, ctx, spent } = await setUp({ tokens: 2, hang: { call: 1, chunk: 0 } }, 1);
     const err = await service.api
-      .createCompletion(request({ ...twoPrompts, outputResidualStream: { layerIndices: [0] } }), ctx)
+      .createCompletion(memoryRequest({ ...twoPrompts, outputResidualStream: { layerIndices: [0] } }), ctx)
       .then(
         () => undefined,
         (e: unknown) => e,
@@ -176,7 +163,7 @@ describe("a non-streamed call's one deadline", () => {
     ["a whole answer (prompt_logprobs)", { promptLogprobs: 0 }],
   ] as const)("%s, answered in time: one timer, cleared when the call ends", async (_, init) => {
     const { service, timers, ctx, spent } = await setUp({ tokens: 2 });
-    const r = await service.api.createCompletion(request(init), ctx);
+    const r = await service.api.createCompletion(memoryRequest(init), ctx);
     expect(r.choices.length).toBeGreaterThan(0);
     expect(timers).toHaveLength(1);
     expect(timers[0]?.cleared).toBe(true);
@@ -191,7 +178,7 @@ describe("a stream", () => {
   it("has no such deadline: it outlives it, and sets no timer", async () => {
     const { service, timers, ctx } = await setUp({ tokens: 3 });
     const chunks: string[] = [];
-    for await (const chunk of service.api.streamCompletion(request({}), ctx)) {
+    for await (const chunk of service.api.streamCompletion(memoryRequest({}), ctx)) {
       chunks.push(chunk.choices.map((c) => c.text).join(""));
       if (chunks.length === 1) await new Promise((r) => setTimeout(r, deadlineMs * 2));
     }
@@ -206,7 +193,7 @@ describe("a stream", () => {
     const texts: string[] = [];
     const err = await (async () => {
       for await (const chunk of service.api.streamCompletion(
-        request({ outputResidualStream: { allLayers: true } }),
+        memoryRequest({ outputResidualStream: { allLayers: true } }),
         ctx,
       )) {
         texts.push(chunk.choices.map((c) => c.text).join(""));

@@ -1,18 +1,12 @@
 // The completions service on its own, over an in-memory Inference port (test/helpers/memory-inference.ts)
 // and a real SQLite ledger: what the port is asked, what the caller gets, what each request is
 // charged, and that every Hold, steering lease and admission ticket is given back once.
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  type CreateCompletionRequest,
-  CreateCompletionRequestSchema,
-  FinishReason,
-  type StreamCompletionResponse,
-} from "../../../gen/acs/v1/completions_pb.js";
+import { FinishReason, type StreamCompletionResponse } from "../../../gen/acs/v1/completions_pb.js";
 import type { BudgetLedger } from "../../../src/budget/index.js";
 import { clampedHeader } from "../../../src/service/index.js";
 import { memoryPromptTokens } from "../../helpers/memory-inference.js";
-import { memoryCtx, memoryLedger, memoryService } from "../../helpers/memory-service.js";
+import { memoryCtx, memoryLedger, memoryRequest, memoryService } from "../../helpers/memory-service.js";
 
 let ledger: BudgetLedger;
 let close: () => Promise<void>;
@@ -20,14 +14,6 @@ beforeAll(async () => {
   ({ ledger, close } = await memoryLedger());
 });
 afterAll(() => close());
-
-const request = (init: MessageInitShape<typeof CreateCompletionRequestSchema>): CreateCompletionRequest =>
-  create(CreateCompletionRequestSchema, {
-    model: "m",
-    prompt: { case: "text", value: "Hi" },
-    maxTokens: 4,
-    ...init,
-  });
 
 /** A fresh key with `budget` tokens: its bearer and its usage. */
 async function key(budget = 100_000) {
@@ -54,7 +40,7 @@ describe("a unary completion", () => {
     const k = await key();
     const s = memoryService(ledger, { tokens: 3 });
     const { ctx } = memoryCtx(k.bearer);
-    const r = await s.api.createCompletion(request({}), ctx);
+    const r = await s.api.createCompletion(memoryRequest({}), ctx);
     expect(s.port.calls.map((c) => c.kind)).toEqual(["stream"]);
     expect(s.port.prepared[0]).toMatchObject({ servedModelName: "served", maxTokens: 4, stream: false });
     expect(r.choices.map((c) => [c.text, c.finishReason, c.tokenIds])).toEqual([
@@ -72,7 +58,7 @@ describe("a unary completion", () => {
   it("counts its own usage when Inference reports none, and charges that", async () => {
     const k = await key();
     const s = memoryService(ledger, { tokens: 2, usage: false });
-    const r = await s.api.createCompletion(request({ n: 2 }), memoryCtx(k.bearer).ctx);
+    const r = await s.api.createCompletion(memoryRequest({ n: 2 }), memoryCtx(k.bearer).ctx);
     const prompt = memoryPromptTokens("Hi");
     expect(r.usage).toMatchObject({ promptTokens: prompt, completionTokens: 4, totalTokens: prompt + 4 });
     expect((await k.usage()).spentTokens).toBe(prompt + 4);
@@ -83,7 +69,7 @@ describe("a unary completion", () => {
     const k = await key(prompt + 2);
     const s = memoryService(ledger, { tokens: 10 });
     const { ctx, headers } = memoryCtx(k.bearer);
-    const r = await s.api.createCompletion(request({ maxTokens: 10 }), ctx);
+    const r = await s.api.createCompletion(memoryRequest({ maxTokens: 10 }), ctx);
     expect(s.port.prepared[0]?.maxTokens).toBe(2);
     expect(headers.get(clampedHeader)).toBeDefined();
     expect(r.usage?.completionTokens).toBe(2);
@@ -93,7 +79,7 @@ describe("a unary completion", () => {
     const k = await key();
     const s = memoryService(ledger);
     await expect(
-      s.api.createCompletion(request({ model: "nope" }), memoryCtx(k.bearer).ctx),
+      s.api.createCompletion(memoryRequest({ model: "nope" }), memoryCtx(k.bearer).ctx),
     ).rejects.toMatchObject({
       code: "model_not_found",
       param: "model",
@@ -108,7 +94,7 @@ describe("a unary completion", () => {
     const k = await key();
     const s = memoryService(ledger, { tokens: 2 });
     const r = await s.api.createCompletion(
-      request({
+      memoryRequest({
         prompt: { case: "texts", value: { values: ["a", "bcd"] } },
         outputResidualStream: { layerIndices: [1] },
       }),
@@ -131,7 +117,10 @@ describe("a streamed completion", () => {
     const k = await key();
     const s = memoryService(ledger, { tokens: 3 });
     const chunks = await collect(
-      s.api.streamCompletion(request({ streamOptions: { includeUsage: true } }), memoryCtx(k.bearer).ctx),
+      s.api.streamCompletion(
+        memoryRequest({ streamOptions: { includeUsage: true } }),
+        memoryCtx(k.bearer).ctx,
+      ),
     );
     expect(chunks.map((c) => c.choices.map((x) => x.text).join(""))).toEqual(["t0", "t1", "t2", ""]);
     expect(
@@ -147,7 +136,10 @@ describe("a streamed completion", () => {
     const k = await key();
     const s = memoryService(ledger, { tokens: 2, usage: false });
     const chunks = await collect(
-      s.api.streamCompletion(request({ streamOptions: { includeUsage: true } }), memoryCtx(k.bearer).ctx),
+      s.api.streamCompletion(
+        memoryRequest({ streamOptions: { includeUsage: true } }),
+        memoryCtx(k.bearer).ctx,
+      ),
     );
     const prompt = memoryPromptTokens("Hi");
     expect(chunks.at(-1)).toMatchObject({
@@ -160,7 +152,10 @@ describe("a streamed completion", () => {
     const k = await key();
     const s = memoryService(ledger, { tokens: 3 });
     const chunks = await collect(
-      s.api.streamCompletion(request({ outputResidualStream: { allLayers: true } }), memoryCtx(k.bearer).ctx),
+      s.api.streamCompletion(
+        memoryRequest({ outputResidualStream: { allLayers: true } }),
+        memoryCtx(k.bearer).ctx,
+      ),
     );
     const prompt = memoryPromptTokens("Hi");
     expect(s.port.calls.map((c) => [c.kind, c.promptTokens])).toEqual([
@@ -179,7 +174,7 @@ describe("a streamed completion", () => {
   it("stopped by its consumer closes the port's stream and is charged what was generated so far", async () => {
     const k = await key();
     const s = memoryService(ledger, { tokens: 8 });
-    const stream = s.api.streamCompletion(request({ maxTokens: 8 }), memoryCtx(k.bearer).ctx);
+    const stream = s.api.streamCompletion(memoryRequest({ maxTokens: 8 }), memoryCtx(k.bearer).ctx);
     let read = 0;
     for await (const _ of stream) if (++read === 2) break;
     expect(s.port.calls[0]?.end).toBe("closed");
@@ -191,7 +186,7 @@ describe("a streamed completion", () => {
 describe("keys off", () => {
   it("serves without a ledger: no Hold, the lease and no ticket", async () => {
     const s = memoryService(undefined, { tokens: 1 });
-    const r = await s.api.createCompletion(request({}), memoryCtx(undefined).ctx);
+    const r = await s.api.createCompletion(memoryRequest({}), memoryCtx(undefined).ctx);
     expect(r.choices[0]?.text).toBe("t0");
     expect(s.taken.holds.size).toBe(0);
     expect(s.taken.tickets).toEqual([]);
