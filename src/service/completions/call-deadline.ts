@@ -37,11 +37,6 @@ export class CallDeadline {
     return this.#controller.signal;
   }
 
-  /** Whether the deadline passed (its timer fired before {@link CallDeadline.stop}). */
-  get passed(): boolean {
-    return this.#passed !== undefined;
-  }
-
   /** Clears the timer and stops following the caller's signal. Idempotent. */
   stop(): void {
     if (this.#timer !== undefined) clearTimeout(this.#timer);
