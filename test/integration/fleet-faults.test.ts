@@ -20,6 +20,8 @@ import { type Stack, startStack } from "../helpers/start-stack.js";
 import { chunk, type FakeUpstream, startFakeUpstream } from "../upstream/fake-upstream.js";
 
 const BOUND_MS = 3000;
+/** A shorter bound, for requests sent one after another. */
+const SHORT_BOUND_MS = 1500;
 /** A caller's own bound on each request: far past the gateway's, short of the test's timeout. */
 const CALLER_MS = 12_000;
 
@@ -136,11 +138,12 @@ async function stackWith(
   engine: RunningEngine,
   faulty: FakeUpstream[],
   pool: { failureThreshold?: number } = {},
+  boundMs = BOUND_MS,
 ): Promise<Stack> {
   return startStack({
     upstreams: [...faulty.map((f) => ({ url: f.url })), { url: engine.url }],
     model: { id: engine.model.id, servedModelName: engine.model.id, maxModelLen: engine.model.maxModelLen },
-    upstreamHeadersTimeoutMs: BOUND_MS,
+    upstreamHeadersTimeoutMs: boundMs,
     // Keepalives to the caller flow during the silence (they must not reset its bound).
     keepaliveIntervalMs: 400,
     nonStreamDeadlineMs: 10_000,
@@ -182,8 +185,8 @@ describe("a silent replica listed first beside a good engine", () => {
 
   it("8 of 8 unary and 8 of 8 streamed requests succeed; failovers counted; the replica taken out", async () => {
     const results = await Promise.all(
-      // Token-id prompts: no /tokenize, whose answers from the silent replica (it answers control
-      // calls) would end its run of failed completions before the third (see the closing note).
+      // Token-id prompts: no /tokenize (text prompts, whose /tokenize the silent replica answers,
+      // are the next case).
       Array.from({ length: 16 }, (_, i) => rest(stack, [1, 2, 3 + i], i % 2 === 1)),
     );
     for (const [i, r] of results.entries()) {
@@ -201,6 +204,41 @@ describe("a silent replica listed first beside a good engine", () => {
     expect(
       await metric(stack, "acs_upstream_replica_errors_total", `replica="${replica.url}",kind="silent"`),
     ).toBeGreaterThanOrEqual(3);
+  });
+});
+
+describe("a silent replica listed first beside a good engine, text prompts one after another", () => {
+  let replica: FakeUpstream;
+  let stack: Stack;
+  beforeAll(async () => {
+    replica = await fakeReplica(engine, silent);
+    stack = await stackWith(engine, [replica], {}, SHORT_BOUND_MS);
+  });
+  afterAll(async () => {
+    await stack?.close();
+    await replica?.close();
+  });
+
+  it("its /tokenize answers do not end its run of failed completions: taken out after 3, all succeed", async () => {
+    // Each text prompt's /tokenize goes first and lands on the silent replica (it answers it:
+    // fewest requests in flight, then first), between its failed completions.
+    for (let i = 0; i < 6; i++) {
+      const r = await rest(stack, `Hello ${i}`, i % 2 === 1);
+      if (i % 2 === 1) expectCompleteStream(r);
+      else {
+        expect(r.status).toBe(200);
+        expect((JSON.parse(r.text) as { choices: unknown[] }).choices).toHaveLength(1);
+      }
+    }
+    const seen = (url: string) => replica.requests.filter((q) => q.url === url).length;
+    expect(seen("/tokenize")).toBeGreaterThanOrEqual(3);
+    expect(seen("/v1/completions")).toBe(3);
+    const model = `model="${stack.modelId}"`;
+    expect(await metric(stack, "acs_upstream_failovers_total", model)).toBe(3);
+    expect(await metric(stack, "acs_upstream_replica_up", `replica="${replica.url}"`)).toBe(0);
+    expect(
+      await metric(stack, "acs_upstream_replica_errors_total", `replica="${replica.url}",kind="silent"`),
+    ).toBe(3);
   });
 });
 

@@ -396,6 +396,22 @@ describe("health", () => {
     expect(p.replicas()[0]?.errors.server_error).toBe(5);
   });
 
+  it("its control calls' answers do not end a run of failed completions", async () => {
+    replicas = await Promise.all(["a"].map(startReplica));
+    const [a] = replicas as [Replica];
+    const p = await setup(replicas, { backoff: { initialMs: 60_000 } });
+    const tokenize = () => p.tokenize("served/model", "Hi", true, signal());
+    a.mode = "500";
+    await failure(texts(p));
+    await tokenize();
+    await failure(texts(p));
+    await tokenize();
+    await p.listModels(signal());
+    expect(stateOf(p)).toEqual(["up"]);
+    await failure(texts(p));
+    expect(stateOf(p)).toEqual(["down"]);
+  });
+
   it("keeps out a replica that serves another model, and says what it serves", async () => {
     replicas = await Promise.all(["a", "b"].map(startReplica));
     const [a] = replicas as [Replica, Replica];

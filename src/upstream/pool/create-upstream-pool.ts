@@ -16,10 +16,12 @@ import { check, poolState } from "./replica-set.js";
  * - Health, passive: a replica that refuses connections, or refuses the gateway (401/403, unknown
  *   model), is taken out at once; a broken connection, a 503, a silence (no first event within the
  *   client's bound) or a stream cut short trigger a check at once (taken out if it fails);
- *   `failureThreshold` failures in a row of any kind (5xx and silences included) take it out. A
+ *   `failureThreshold` failures in a row of any kind (5xx and silences included) take it out. Only
+ *   a completion's answer ends a run that holds a failed completion (and the backoff's doubling):
+ *   a replica that answers `/tokenize` and `/health` but not completions is still taken out. A
  *   taken-out replica is checked again after a backoff (doubling from `backoff.initialMs` to
- *   `backoff.maxMs`) and put back when it answers; requests on it that had no output yet are
- *   aborted and go to another replica.
+ *   `backoff.maxMs`) and put back when it answers its check; requests on it that had no output yet
+ *   are aborted and go to another replica.
  * - Failover, keyed on what reached the caller: a request whose call failed before the caller saw
  *   anything (refused, reset, garbage, 503, another 5xx, silence, a replica that died or was taken
  *   out) goes once to another up replica, with a new upstream request id (an id is never sent

@@ -62,13 +62,13 @@ export async function withFailover<T>(
     const link = attemptSignal(r, caller);
     try {
       const result = await call(r.client, link.signal, attempt, r.url);
-      answered(r);
+      answered(r, work);
       return result;
     } catch (err) {
       if (caller?.aborted) throw err;
       const takenOut = link.takenOut();
       const fault = takenOut ? "broken" : upstreamFaultOf(err);
-      if (!takenOut) failed(p, r, fault, err);
+      if (!takenOut) failed(p, r, fault, err, work);
       if (attempt > 0 || !(takenOut || mayRetry(fault, err))) throw takenOut ? noneUp(p, err) : err;
       if (!anotherUp(p, tried)) throw takenOut ? noneUp(p, err) : err;
       p.failovers++;

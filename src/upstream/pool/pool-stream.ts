@@ -134,7 +134,7 @@ function afterFailure(s: PoolStream, replica: Replica, current: AttemptSignal, e
   else {
     const takenOut = current.takenOut();
     const fault = takenOut ? "broken" : upstreamFaultOf(err);
-    if (!takenOut) failed(s.p, replica, fault, err);
+    if (!takenOut) failed(s.p, replica, fault, err, "completion");
     if (!failsOver(s, takenOut, fault)) rethrow = takenOut ? noneUp(s.p, err) : err;
   }
   finishAttempt(s, err);
@@ -159,7 +159,7 @@ function failsOver(s: PoolStream, takenOut: boolean, fault: UpstreamFault): bool
 function ended(s: PoolStream, res: IteratorResult<VllmCompletionChunk>): IteratorResult<VllmCompletionChunk> {
   if (res.done === true) {
     s.closed = true;
-    answered(s.r as Replica);
+    answered(s.r as Replica, "completion");
     finishAttempt(s);
   }
   return res;

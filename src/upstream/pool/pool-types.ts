@@ -60,7 +60,11 @@ export interface UpstreamPoolOptions {
   readonly checkTimeoutMs?: number;
   /** Wait before checking a replica that was taken out: doubles each time, up to maxMs. @default 1000, 30000 */
   readonly backoff?: { readonly initialMs?: number; readonly maxMs?: number };
-  /** Failures in a row (no answer between them) that take a replica out without a check. @default 3 */
+  /**
+   * Failures in a row that take a replica out without a check: of any call, with no answer between
+   * them that ends the run — a completion's answer ends any run, a control call's (`/tokenize`,
+   * `/v1/models`…) only a run since its last completion answered. @default 3
+   */
   readonly failureThreshold?: number;
   readonly logger?: PoolLogger;
 }

@@ -17,9 +17,14 @@ export interface Replica {
   /** The choice's virtual clock (see ReplicaLoad.sent). */
   sent: number;
   errors: Record<ReplicaErrorKind, number>;
-  /** Failures since its last answer. */
+  /** Failures since the answer that ended its last run ({@link answered}), or since it was put in. */
   failuresInARow: number;
-  /** Take-outs since its last answer: the backoff's exponent. */
+  /**
+   * Its last completion failed: until a completion answers, the answers of its control calls end
+   * neither its run of failures nor its backoff ({@link answered}).
+   */
+  completionFailed: boolean;
+  /** Take-outs since the answer that ended its last run: the backoff's exponent. */
   backoffLevel: number;
   timer: NodeJS.Timeout | undefined;
   checking: Promise<void> | undefined;
@@ -85,6 +90,7 @@ export function poolState(options: UpstreamPoolOptions): PoolState {
     sent: 0,
     errors: zeroErrors(),
     failuresInARow: 0,
+    completionFailed: false,
     backoffLevel: 0,
     timer: undefined,
     checking: undefined,
@@ -129,6 +135,8 @@ function putIn(p: PoolState, r: Replica): void {
   if (up.length > 0) r.sent = r.weight * Math.min(...up.map((o) => o.sent / o.weight));
   r.state = "up";
   r.reason = undefined;
+  // A new run; `completionFailed` stays, so that its control calls' answers do not end the
+  // backoff of a replica whose completions still fail.
   r.failuresInARow = 0;
   p.logger?.info({ model: p.model, replica: r.url, was }, `replica of ${p.model} at ${r.url} is up`);
 }
@@ -215,20 +223,28 @@ async function runCheck(p: PoolState, r: Replica, signal: AbortSignal): Promise<
   }
 }
 
-/** The replica answered (whatever it answered): its failures in a row end. */
-export function answered(r: Replica): void {
+/**
+ * The replica answered a call of `work` (whatever it answered): its run of failures and its
+ * backoff end — unless that call was a control call and its last completion failed. Only a
+ * completion's answer ends a run of failed completions: a replica that answers `/tokenize` and
+ * `/health` but fails every completion must still reach `failureThreshold`.
+ */
+export function answered(r: Replica, work: CallWork): void {
+  if (work === "control" && r.completionFailed) return;
   r.failuresInARow = 0;
+  r.completionFailed = false;
   r.backoffLevel = 0;
 }
 
-/** Passive health: what a failed call says about its replica. */
-export function failed(p: PoolState, r: Replica, fault: UpstreamFault, err: unknown): void {
+/** Passive health: what a failed call of `work` says about its replica. */
+export function failed(p: PoolState, r: Replica, fault: UpstreamFault, err: unknown, work: CallWork): void {
   if (fault === "none") {
-    answered(r);
+    answered(r, work);
     return;
   }
   r.errors[fault]++;
   r.failuresInARow++;
+  if (work === "completion") r.completionFailed = true;
   const reason = `${fault.replace("_", " ")}: ${err instanceof Error ? err.message : String(err)}`;
   if (r.state !== "up") return;
   if (fault === "unreachable" || fault === "rejected" || r.failuresInARow >= p.failureThreshold) {
