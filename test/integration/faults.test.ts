@@ -160,9 +160,7 @@ beforeAll(async () => {
   fake = createFakeUpstream();
   await new Promise<void>((r) => fake.server.listen(0, "127.0.0.1", r));
   const port = (fake.server.address() as AddressInfo).port;
-  // Kept in through the scripted faults, each the case of its own test: three in a row (a
-  // completion answering ends a run, a /tokenize does not) would take the fake out for its backoff.
-  stack = await startStack({ upstreamUrl: `http://127.0.0.1:${port}`, pool: { failureThreshold: 100 } });
+  stack = await startStack({ upstreamUrl: `http://127.0.0.1:${port}` });
   shortDeadline = await startStack({ upstreamUrl: `http://127.0.0.1:${port}`, nonStreamDeadlineMs: 300 });
   // A port nobody listens on: connection refused.
   const closed = http.createServer();

@@ -412,6 +412,70 @@ describe("health", () => {
     expect(stateOf(p)).toEqual(["down"]);
   });
 
+  it("panic mode: a lone replica taken out for failures in a row still serves, its own answers and errors", async () => {
+    replicas = await Promise.all(["a"].map(startReplica));
+    const [a] = replicas as [Replica];
+    const p = await setup(replicas, { backoff: { initialMs: 60_000 } });
+    a.mode = "500";
+    for (let i = 0; i < 3; i++) await failure(texts(p));
+    expect(stateOf(p)).toEqual(["down"]);
+    const err = await failure(texts(p, "panic-500"));
+    expect(err.code).toBe("upstream_error");
+    a.mode = "ok";
+    expect(await texts(p, "panic-ok")).toBe("a");
+    expect(a.ids.slice(-2)).toEqual(["panic-500", "panic-ok"]);
+    expect(stateOf(p)).toEqual(["down"]); // only its check puts it back
+  });
+
+  it("panic mode: requests waiting on a lone replica are not aborted when it is taken out", async () => {
+    replicas = await Promise.all(["a"].map(startReplica));
+    const [a] = replicas as [Replica];
+    const p = await setup(replicas, { backoff: { initialMs: 60_000 } });
+    a.mode = "hang";
+    const caller = new AbortController();
+    let waiting: unknown = "pending";
+    const stream = p.stream(streamBody, { signal: caller.signal, upstreamRequestId: "waiting" });
+    const settled = stream[Symbol.asyncIterator]()
+      .next()
+      .then(
+        (t) => (waiting = t),
+        (e: unknown) => (waiting = e),
+      );
+    await until(() => a.ids.includes("waiting"), "the waiting request reached a");
+    a.mode = "500";
+    for (let i = 0; i < 3; i++) await failure(texts(p));
+    expect(stateOf(p)).toEqual(["down"]);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(waiting).toBe("pending");
+    caller.abort();
+    await settled;
+  });
+
+  it("panic mode is not used while another replica is up", async () => {
+    replicas = await Promise.all(["a", "b"].map(startReplica));
+    const [a] = replicas as [Replica, Replica];
+    const p = await setup(replicas, { backoff: { initialMs: 60_000 } });
+    a.mode = "500";
+    while (stateOf(p)[0] === "up") await texts(p); // a's 500s go over to b
+    const onA = a.ids.length;
+    for (let i = 0; i < 4; i++) expect(await texts(p)).toBe("b");
+    expect(a.ids.length).toBe(onA);
+  });
+
+  it("panic mode never chooses a replica whose check failed", async () => {
+    replicas = await Promise.all(["a"].map(startReplica));
+    const [a] = replicas as [Replica];
+    const p = await setup(replicas, { backoff: { initialMs: 60_000 } });
+    a.health = "503";
+    a.mode = "reset-before-first";
+    await failure(texts(p));
+    await until(() => stateOf(p)[0] === "down", "a is taken out by its check");
+    const sent = a.ids.length;
+    a.mode = "ok";
+    expect((await failure(texts(p))).code).toBe("upstream_unavailable");
+    expect(a.ids.length).toBe(sent);
+  });
+
   it("keeps out a replica that serves another model, and says what it serves", async () => {
     replicas = await Promise.all(["a", "b"].map(startReplica));
     const [a] = replicas as [Replica, Replica];

@@ -26,6 +26,12 @@ export interface Replica {
   completionFailed: boolean;
   /** Take-outs since the answer that ended its last run: the backoff's exponent. */
   backoffLevel: number;
+  /**
+   * Taken out only for `failureThreshold` failures in a row (outlier ejection): it still answers
+   * connections and its checks. While no replica is up, requests go to such a replica (panic
+   * mode, {@link pick}); cleared when it is put back or a check refuses it.
+   */
+  ejected: boolean;
   timer: NodeJS.Timeout | undefined;
   checking: Promise<void> | undefined;
   /**
@@ -92,6 +98,7 @@ export function poolState(options: UpstreamPoolOptions): PoolState {
     failuresInARow: 0,
     completionFailed: false,
     backoffLevel: 0,
+    ejected: false,
     timer: undefined,
     checking: undefined,
     attempts: new Set(),
@@ -135,15 +142,24 @@ function putIn(p: PoolState, r: Replica): void {
   if (up.length > 0) r.sent = r.weight * Math.min(...up.map((o) => o.sent / o.weight));
   r.state = "up";
   r.reason = undefined;
+  r.ejected = false;
   // A new run; `completionFailed` stays, so that its control calls' answers do not end the
   // backoff of a replica whose completions still fail.
   r.failuresInARow = 0;
   p.logger?.info({ model: p.model, replica: r.url, was }, `replica of ${p.model} at ${r.url} is up`);
 }
 
-function takeOut(p: PoolState, r: Replica, reason: string): void {
+/**
+ * Takes `r` out for `reason`. An `ejection` (failures in a row, nothing else wrong) leaves it
+ * eligible for panic mode; its attempts without output are aborted (they go elsewhere) unless no
+ * other replica is up, where they would have nowhere to go.
+ */
+function takeOut(p: PoolState, r: Replica, reason: string, ejection = false): void {
   const { model, logger } = p;
+  r.ejected = ejection;
   if (r.state === "down") {
+    // Attempts left running in panic mode go once a check refuses it.
+    if (!ejection) abortAttempts(r, reason);
     if (reason !== r.reason) {
       r.reason = reason;
       logger?.warn(
@@ -157,6 +173,17 @@ function takeOut(p: PoolState, r: Replica, reason: string): void {
   r.state = "down";
   r.reason = reason;
   r.backoffLevel++;
+  if (!(ejection && !p.replicas.some((o) => o.state === "up"))) abortAttempts(r, reason);
+  const retryInMs = backoffMs(p, r.backoffLevel - 1);
+  logger?.warn(
+    { model, replica: r.url, reason, retryInMs, was },
+    `replica of ${model} at ${r.url} is down: ${reason}`,
+  );
+  schedule(p, r);
+}
+
+/** Aborts `r`'s attempts without output: the replica was taken out (they go to another). */
+function abortAttempts(r: Replica, reason: string): void {
   const takenOut = new ApiError("upstream_unavailable", `The replica was taken out: ${reason}`);
   const attempts = [...r.attempts];
   r.attempts.clear();
@@ -164,12 +191,6 @@ function takeOut(p: PoolState, r: Replica, reason: string): void {
     attempt.takenOut = true;
     attempt.controller.abort(takenOut);
   }
-  const retryInMs = backoffMs(p, r.backoffLevel - 1);
-  logger?.warn(
-    { model, replica: r.url, reason, retryInMs, was },
-    `replica of ${model} at ${r.url} is down: ${reason}`,
-  );
-  schedule(p, r);
 }
 
 /** The active check: `/health`, then `admit` unless the replica is up. One at a time. */
@@ -247,8 +268,9 @@ export function failed(p: PoolState, r: Replica, fault: UpstreamFault, err: unkn
   if (work === "completion") r.completionFailed = true;
   const reason = `${fault.replace("_", " ")}: ${err instanceof Error ? err.message : String(err)}`;
   if (r.state !== "up") return;
-  if (fault === "unreachable" || fault === "rejected" || r.failuresInARow >= p.failureThreshold) {
-    takeOut(p, r, reason);
+  if (fault === "unreachable" || fault === "rejected") takeOut(p, r, reason);
+  else if (r.failuresInARow >= p.failureThreshold) {
+    takeOut(p, r, reason, true);
   } else if (fault !== "server_error") {
     void check(p, r);
   }
@@ -258,13 +280,20 @@ export function failed(p: PoolState, r: Replica, fault: UpstreamFault, err: unkn
 export type CallWork = "completion" | "control";
 
 /**
- * The up replica for the next request, not one of `tried`; undefined when there is none. Only
+ * The up replica for the next request, not one of `tried`; undefined when there is none. While
+ * no replica is up, an ejected one (taken out for failures in a row only) serves instead: Envoy's
+ * panic mode, so that a model's lone replica keeps passing on its own answers and errors rather
+ * than a 503 for its whole backoff; a replica that refuses connections or failed its check is
+ * never chosen. Only
  * completions advance the choice's clock (`sent`): a text prompt's `/tokenize` goes before its
  * completion, and if it counted too the two would alternate replicas and every completion would
  * land on the same one.
  */
 export function pick(p: PoolState, tried: ReadonlySet<Replica>, work: CallWork): Replica | undefined {
-  const candidates = p.replicas.filter((r) => r.state === "up" && !tried.has(r));
+  let candidates = p.replicas.filter((r) => r.state === "up" && !tried.has(r));
+  if (candidates.length === 0 && !p.replicas.some((r) => r.state === "up")) {
+    candidates = p.replicas.filter((r) => r.ejected && !tried.has(r));
+  }
   const chosen = candidates[chooseReplica(candidates)];
   if (chosen === undefined) return undefined;
   chosen.outstanding++;
