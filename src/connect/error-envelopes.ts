@@ -15,7 +15,7 @@ import {
 import { findTrailerError, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { trailerFlag, trailerParse, trailerSerialize } from "@connectrpc/connect/protocol-grpc-web";
 import { ErrorEnvelopeSchema } from "../../gen/acs/v1/error_pb.js";
-import { decodeContentEncoding } from "../core/index.js";
+import { asHandlerOf, decodeContentEncoding } from "../core/index.js";
 import { type ApiError, type ErrorCode, errorCatalogue, newRequestId } from "../errors/index.js";
 import { carriedRefusal, hasFinalEnvelope } from "./carried-refusal.js";
 import { earlyRefusal } from "./early-refusal.js";
@@ -242,16 +242,8 @@ async function withEnvelopes(call: EnvelopeCall): Promise<UniversalServerRespons
 }
 
 function wrap(handler: UniversalHandler, opts: ErrorEnvelopeOptions): UniversalHandler {
-  return Object.assign(
-    (request: UniversalServerRequest) => withEnvelopes(startCall(handler, opts, request)),
-    {
-      service: handler.service,
-      method: handler.method,
-      requestPath: handler.requestPath,
-      supportedContentType: handler.supportedContentType,
-      protocolNames: handler.protocolNames,
-      allowedMethods: handler.allowedMethods,
-    },
+  return asHandlerOf(handler, (request: UniversalServerRequest) =>
+    withEnvelopes(startCall(handler, opts, request)),
   );
 }
 

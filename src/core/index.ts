@@ -1,6 +1,7 @@
 // Pieces every layer may use, with no gateway import but src/errors: the record of one call (what
 // the service tells the access log, metrics and traces), how an upstream call is traced, request
-// bodies' Content-Encoding, and the process-wide unique X-Request-Id of each upstream request.
+// bodies' Content-Encoding, the process-wide unique X-Request-Id of each upstream request, and a
+// connect-es handler's description carried over to a wrapper.
 export type { CallRecord } from "./call-record.js";
 export {
   type BodyEncoding,
@@ -8,6 +9,7 @@ export {
   inflateBounded,
   parseContentEncoding,
 } from "./content-encoding.js";
+export { asHandlerOf } from "./universal-handler.js";
 export {
   claimUpstreamRequestId,
   liveUpstreamRequestIds,

@@ -4,6 +4,18 @@
 import { integerArray, type JsonSchema, orNull, ref } from "./openapi-json-schema.js";
 
 /** The component schemas of the responses, by name. */
+/** A reference to the Activations schema, with what it holds where it stands. */
+const activations = (description: string): JsonSchema => ({ ...ref("Activations"), description });
+
+/** The first properties of a choice, whole or streamed. */
+const choiceHead: Readonly<Record<string, JsonSchema>> = {
+  index: { type: "integer", minimum: 0 },
+  text: { type: "string" },
+  logprobs: orNull(ref("Logprobs")),
+  finish_reason: ref("FinishReason"),
+  stop_reason: ref("StopReason"),
+};
+
 export const responseSchemas: Readonly<Record<string, JsonSchema>> = {
   Activations: {
     type: "object",
@@ -81,19 +93,13 @@ export const responseSchemas: Readonly<Record<string, JsonSchema>> = {
     ],
     additionalProperties: false,
     properties: {
-      index: { type: "integer", minimum: 0 },
-      text: { type: "string" },
-      logprobs: orNull(ref("Logprobs")),
-      finish_reason: ref("FinishReason"),
-      stop_reason: ref("StopReason"),
+      ...choiceHead,
       token_ids: orNull({ ...integerArray, description: "With return_token_ids." }),
       prompt_logprobs: orNull(ref("PromptLogprobs")),
       prompt_token_ids: orNull({ ...integerArray, description: "With return_token_ids." }),
-      activations: {
-        ...ref("Activations"),
-        description:
-          "A lens fan-out's capture (several prompts and/or n > 1 with output_residual_stream): this choice's own, proto/API.md §6.",
-      },
+      activations: activations(
+        "A lens fan-out's capture (several prompts and/or n > 1 with output_residual_stream): this choice's own, proto/API.md §6.",
+      ),
     },
   },
   CompletionStreamChoice: {
@@ -102,21 +108,15 @@ export const responseSchemas: Readonly<Record<string, JsonSchema>> = {
     required: ["index", "text", "logprobs", "finish_reason", "stop_reason", "prompt_token_ids", "token_ids"],
     additionalProperties: false,
     properties: {
-      index: { type: "integer", minimum: 0 },
-      text: { type: "string" },
-      logprobs: orNull(ref("Logprobs")),
-      finish_reason: ref("FinishReason"),
-      stop_reason: ref("StopReason"),
+      ...choiceHead,
       prompt_token_ids: orNull({
         ...integerArray,
         description: "With return_token_ids, on a choice's first chunk.",
       }),
       token_ids: orNull({ ...integerArray, description: "With return_token_ids: this chunk's tokens." }),
-      activations: {
-        ...ref("Activations"),
-        description:
-          "A lens fan-out's capture: only in the choice's activations chunk (`text: \"\"`, every other key null), after its last text chunk once its replay is done.",
-      },
+      activations: activations(
+        "A lens fan-out's capture: only in the choice's activations chunk (`text: \"\"`, every other key null), after its last text chunk once its replay is done.",
+      ),
     },
   },
   Usage: {
@@ -156,10 +156,9 @@ export const responseSchemas: Readonly<Record<string, JsonSchema>> = {
       system_fingerprint: { type: "null" },
       usage: orNull(ref("Usage")),
       kv_transfer_params: { type: "null" },
-      activations: {
-        ...ref("Activations"),
-        description: "With output_residual_stream, one prompt and n = 1 (a fan-out has them on each choice).",
-      },
+      activations: activations(
+        "With output_residual_stream, one prompt and n = 1 (a fan-out has them on each choice).",
+      ),
     },
   },
   CompletionChunk: {

@@ -9,7 +9,7 @@ import type {
 import { codeToString, endStreamFlag } from "@connectrpc/connect/protocol-connect";
 import { findTrailerError } from "@connectrpc/connect/protocol-grpc";
 import { trailerFlag, trailerParse } from "@connectrpc/connect/protocol-grpc-web";
-import { type CallRecord, decodeContentEncoding } from "../core/index.js";
+import { asHandlerOf, type CallRecord, decodeContentEncoding } from "../core/index.js";
 
 /** Where a wrapped handler writes the code its RPC ended with (`ok`, `invalid_argument`, …). */
 export interface RpcOutcome {
@@ -194,14 +194,7 @@ function observe(handler: UniversalHandler): UniversalHandler {
       })(),
     };
   }
-  return Object.assign(observed, {
-    service: handler.service,
-    method: handler.method,
-    requestPath: handler.requestPath,
-    supportedContentType: handler.supportedContentType,
-    protocolNames: handler.protocolNames,
-    allowedMethods: handler.allowedMethods,
-  });
+  return asHandlerOf(handler, observed);
 }
 
 /** A gRPC code as its lower-case name (`ok` for none), as Connect writes it. */

@@ -88,6 +88,18 @@ export interface PartSignals {
   readonly countSignal: AbortSignal;
 }
 
+/** One upstream request of a non-streamed call: what is sent, under which signals, metered where. */
+export interface PartCall {
+  readonly prepared: Prepared;
+  /** The request sent to Inference (the call's, or its fan-out part's). */
+  readonly body: InferenceRequest;
+  readonly request: CreateCompletionRequest;
+  readonly signals: PartSignals;
+  readonly meter: UsageMeter;
+  /** Its part in the meter: 0 without a fan-out. */
+  readonly part: number;
+}
+
 /**
  * A non-streamed completion of `body` from Inference's stream, collected: the tokens generated so
  * far are known at every moment, so a caller who goes away or the deadline (`signals.signal`) is
@@ -95,14 +107,8 @@ export interface PartSignals {
  * Choices are assembled per index (text, logprobs rows, token ids, finish and stop reason of the
  * last chunk).
  */
-export async function collectStream(
-  prepared: Prepared,
-  body: InferenceRequest,
-  request: CreateCompletionRequest,
-  signals: PartSignals,
-  meter: UsageMeter,
-  part: number,
-): Promise<CreateCompletionResponse> {
+export async function collectStream(call: PartCall): Promise<CreateCompletionResponse> {
+  const { prepared, body, request, signals, meter, part } = call;
   const ids = completionIds(request.model);
   // The choices in the order they first came; each is the first piece of its index (a fresh
   // message of this stream's only), the later pieces appended to it.

@@ -9,7 +9,6 @@ import {
   type Usage,
 } from "../../../gen/acs/v1/completions_pb.js";
 import { ApiError, toApiError } from "../../errors/index.js";
-import type { InferenceRequest } from "../../upstream/index.js";
 import type { FanOutPart } from "../lens-fan-out.js";
 import { mergeLimited } from "../lens-fan-out.js";
 import type { CallContext } from "../types.js";
@@ -17,7 +16,7 @@ import type { UsageMeter } from "../usage-meter.js";
 import type { CallDeadline } from "./call-deadline.js";
 import { recordError } from "./call-record.js";
 import type { Prepared, RunningCall } from "./call-types.js";
-import { collectStream, type PartSignals } from "./collect.js";
+import { collectStream, type PartCall } from "./collect.js";
 import { holdStands } from "./hold.js";
 import { completionIds, inferenceCall } from "./inference-calls.js";
 import { begin, partsAtOnce } from "./prepare.js";
@@ -29,14 +28,8 @@ import { countedUsage, sumUsage } from "./usage.js";
  * prompt_logprobs and activations exist (a capture's are set at the top level). Its tokens are
  * unknown until Inference answers.
  */
-async function completeUnary(
-  prepared: Prepared,
-  body: InferenceRequest,
-  request: CreateCompletionRequest,
-  signals: PartSignals,
-  meter: UsageMeter,
-  part: number,
-): Promise<CreateCompletionResponse> {
+async function completeUnary(call: PartCall): Promise<CreateCompletionResponse> {
+  const { prepared, body, request, signals, meter, part } = call;
   const { signal } = signals;
   meter.markUncounted(part);
   const answer = await prepared.model.client.complete(body, request.model, inferenceCall(prepared, signal));
@@ -77,17 +70,10 @@ async function completeUnary(
  * character, a skipped special token): the whole text at once may put it earlier, both no later
  * than its bytes (ChoiceTextOffsets).
  */
-function completeOne(
-  prepared: Prepared,
-  body: InferenceRequest,
-  request: CreateCompletionRequest,
-  signals: PartSignals,
-  meter: UsageMeter,
-  part: number,
-): Promise<CreateCompletionResponse> {
-  return request.promptLogprobs === undefined && !prepared.capture
-    ? collectStream(prepared, body, request, signals, meter, part)
-    : completeUnary(prepared, body, request, signals, meter, part);
+function completeOne(call: PartCall): Promise<CreateCompletionResponse> {
+  return call.request.promptLogprobs === undefined && !call.prepared.capture
+    ? collectStream(call)
+    : completeUnary(call);
 }
 
 /** A fan-out part's one choice, renumbered to its index, with its activations on the choice. */
@@ -122,7 +108,10 @@ async function completeFanOut(
     (part, i) =>
       async function* (partSignal: AbortSignal) {
         const signals = { signal: partSignal, countSignal: partSignal };
-        yield { part, response: await completeOne(prepared, part.body, request, signals, meter, i) };
+        yield {
+          part,
+          response: await completeOne({ prepared, body: part.body, request, signals, meter, part: i }),
+        };
       },
   );
   const choices: CompletionChoice[] = [];
@@ -154,7 +143,14 @@ async function answer(
   const { prepared, meter, signal, deadline } = running;
   try {
     return prepared.parts === undefined
-      ? await completeOne(prepared, prepared.body, request, { signal, countSignal: ctx.signal }, meter, 0)
+      ? await completeOne({
+          prepared,
+          body: prepared.body,
+          request,
+          signals: { signal, countSignal: ctx.signal },
+          meter,
+          part: 0,
+        })
       : await completeFanOut(env, prepared, prepared.parts, request, signal, meter);
   } catch (err) {
     throw deadline === undefined ? err : deadline.failure(err);
