@@ -8,6 +8,7 @@ export {
   inflateBounded,
   parseContentEncoding,
 } from "./content-encoding.js";
+export { createShutdownLink, type ShutdownLink } from "./shutdown-link.js";
 export {
   claimUpstreamRequestId,
   liveUpstreamRequestIds,
