@@ -9,17 +9,14 @@ import {
 } from "@bufbuild/protobuf";
 import { base64Decode } from "@bufbuild/protobuf/wire";
 import { ApiError, clip, invalidRequest } from "../errors/index.js";
+import { invalidType, isRangeRefusal, rangeRefusal, unknownField } from "../rest/decode-refusals.js";
+import { integerInString } from "../rest/integer-in-string.js";
 import {
-  integerInString,
-  invalidType,
   isJsonNumber,
-  isRangeRefusal,
   parseStrictJson,
-  rangeRefusal,
   readExactInteger,
   readExactIntegerText,
-  unknownField,
-} from "../rest/index.js";
+} from "../rest/strict-json.js";
 import { jsonArrayCapsOf } from "./prompt-list-caps.js";
 
 type JsonObject = Record<string, unknown>;

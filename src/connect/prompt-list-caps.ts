@@ -2,7 +2,7 @@
 // refused while its Connect JSON is parsed, as REST refuses its `prompt` list (PROMPT_LIST_CAP).
 import type { DescMessage } from "@bufbuild/protobuf";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
-import type { JsonArrayCap } from "../rest/index.js";
+import type { JsonArrayCap } from "../rest/strict-json.js";
 import { maxPromptsPerRequest, tooManyPrompts } from "../service/checks.js";
 
 const fields = CreateCompletionRequestSchema.field;

@@ -15,8 +15,8 @@ import {
   TokenizeRequestSchema,
 } from "../../gen/acs/v1/completions_pb.js";
 import { limits } from "../config/index.js";
+import type { ShutdownLink } from "../core/index.js";
 import { ApiError, callerDeadlineExceeded, newRequestId } from "../errors/index.js";
-import type { ShutdownLink } from "../rest/index.js";
 import type { CallContext, CompletionsApi } from "../service/index.js";
 import { callRecordKey } from "../telemetry/rpc-outcome.js";
 import { toConnectError } from "./error-conversion.js";

@@ -3,7 +3,12 @@
 // `jsonOptions`, then hands the text to protobuf-es (JSON.parse).
 import type { DescMessage } from "@bufbuild/protobuf";
 import { ApiError } from "../errors/index.js";
-import { type JsonArrayCap, JsonNumberText, parseStrictJson, readExactIntegerText } from "../rest/index.js";
+import {
+  type JsonArrayCap,
+  JsonNumberText,
+  parseStrictJson,
+  readExactIntegerText,
+} from "../rest/strict-json.js";
 import { carryRefusal } from "./carried-refusal.js";
 import { checkProtoJson } from "./explain-proto-json.js";
 import { jsonArrayCapsOf } from "./prompt-list-caps.js";

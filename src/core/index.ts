@@ -9,6 +9,7 @@ export {
   inflateBounded,
   parseContentEncoding,
 } from "./content-encoding.js";
+export { createShutdownLink, type ShutdownLink } from "./shutdown-link.js";
 export { asHandlerOf } from "./universal-handler.js";
 export {
   claimUpstreamRequestId,

@@ -3,10 +3,9 @@
 // the chunks pumped as `data:` events (proto/API.md §5).
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from "fastify";
 import type { CreateCompletionRequest, StreamCompletionResponse } from "../../gen/acs/v1/completions_pb.js";
-import type { CallRecord } from "../core/index.js";
+import type { CallRecord, ShutdownLink } from "../core/index.js";
 import { ApiError } from "../errors/index.js";
 import type { CallContext, CompletionsApi } from "../service/index.js";
-import type { ShutdownLink } from "./call-context.js";
 import { type RenderOptions, renderChunk } from "./render-completion.js";
 import { apiErrorFrom } from "./send-error.js";
 import { createSseWriter, type SseWriter } from "./sse-writer.js";

@@ -1,5 +1,5 @@
 export { apiDocsRoutes } from "./api-docs.js";
-export { createCallContext, createShutdownLink, type ShutdownLink } from "./call-context.js";
+export { createCallContext } from "./call-context.js";
 export {
   completionRequestFieldNames,
   type DecodedCompletionRequest,

@@ -1,10 +1,11 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import { limits } from "../config/index.js";
+import { createShutdownLink, type ShutdownLink } from "../core/index.js";
 import { ApiError, invalidRequest } from "../errors/index.js";
 import { type CompletionsApi, modelNotFound } from "../service/index.js";
 import { callRecordOf } from "../telemetry/request-telemetry.js";
 import { apiDocsRoutes } from "./api-docs.js";
-import { createCallContext, createShutdownLink, type ShutdownLink } from "./call-context.js";
+import { createCallContext } from "./call-context.js";
 import { replyWithStream, type StreamScope } from "./completion-stream.js";
 import { decodeCompletionRequestAsync } from "./decode-completion-request.js";
 import { decodeDetokenizeRequest, decodeTokenizeRequest } from "./decode-tokens-request.js";

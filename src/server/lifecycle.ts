@@ -5,8 +5,8 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { FastifyInstance } from "fastify";
 import type { Logger } from "pino";
+import { createShutdownLink, type ShutdownLink } from "../core/index.js";
 import { ApiError } from "../errors/index.js";
-import { createShutdownLink, type ShutdownLink } from "../rest/index.js";
 
 /**
  * - `serving`: ready, accepting.

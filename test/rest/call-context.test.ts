@@ -4,8 +4,9 @@ import type { AddressInfo } from "node:net";
 import Fastify, { type FastifyInstance } from "fastify";
 import { afterEach, describe, expect, it } from "vitest";
 import type { CallRecord } from "../../src/core/index.js";
+import { createShutdownLink, type ShutdownLink } from "../../src/core/index.js";
 import { ApiError } from "../../src/errors/index.js";
-import { createCallContext, createShutdownLink, type ShutdownLink } from "../../src/rest/index.js";
+import { createCallContext } from "../../src/rest/index.js";
 import type { CallContext } from "../../src/service/types.js";
 
 let app: FastifyInstance | undefined;
