@@ -58,9 +58,17 @@ async function* tee(body: AsyncIterable<Uint8Array>, capture: BodyCapture): Asyn
   }
 }
 
+/**
+ * `messages`, with `capture` released once they ended after one at least: a stream that sent none
+ * keeps its (empty) body, so that its refusal is explained as a unary call's ("no message").
+ */
 async function* releaseWhenRead<T>(messages: AsyncIterable<T>, capture: KeptBody): AsyncIterable<T> {
-  for await (const message of messages) yield message;
-  capture.release();
+  let read = false;
+  for await (const message of messages) {
+    read = true;
+    yield message;
+  }
+  if (read) capture.release();
 }
 
 /**

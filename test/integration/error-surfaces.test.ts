@@ -195,6 +195,53 @@ const chunksOf = (bytes: Uint8Array): Uint8Array[] => {
   return out;
 };
 
+const UNFRAMED = { notApplicable: "unframed: the body is the message itself" } as const;
+
+/**
+ * The framed RPC surfaces sending `body` as is (its frames, or none): Connect streaming
+ * (StreamCompletion), gRPC and gRPC-Web (CreateCompletion, and StreamCompletion in `streamed`).
+ */
+function framedCells(body: Uint8Array, path = UNARY) {
+  const framed = (surface: "connect-stream" | "grpc" | "grpc-web"): WireRequest => {
+    const req = rpcRequest(surface, { proto: new Uint8Array(0) });
+    return { ...req, path: surface === "connect-stream" ? STREAM : path, body };
+  };
+  return {
+    rest: { notApplicable: "REST's body is JSON, not frames" },
+    "connect-json": UNFRAMED,
+    "connect-proto": UNFRAMED,
+    "connect-stream": framed("connect-stream"),
+    grpc: framed("grpc"),
+    "grpc-web": framed("grpc-web"),
+  };
+}
+
+const oneMessage = proto({ model: "tiny", prompt: { case: "text", value: "Hi" }, maxTokens: 1 });
+const framingCases = (path: string, rpc: string) => [
+  {
+    name: `${rpc} with no message`,
+    code: "invalid_request" as const,
+    param: null,
+    message: "The request has no message: send one acs.v1.CreateCompletionRequest.",
+    cells: framedCells(new Uint8Array(0), path),
+  },
+  {
+    name: `${rpc} with two messages`,
+    code: "invalid_request" as const,
+    param: null,
+    message: "The request has 2 messages: send exactly one acs.v1.CreateCompletionRequest.",
+    cells: framedCells(Buffer.concat([frame(oneMessage), frame(oneMessage)]), path),
+  },
+  {
+    name: `${rpc} with a frame cut short`,
+    code: "invalid_request" as const,
+    param: null,
+    message:
+      "The request body ends inside a message frame: each message is a 5-byte header (flags, length) and as many bytes as the length says.",
+    cells: framedCells(frame(oneMessage).subarray(0, 8), path),
+  },
+];
+
 const cases: Case[] = [
   {
     name: "malformed protobuf",
@@ -495,6 +542,8 @@ const cases: Case[] = [
       "grpc-web": allRpcCells({}, { "grpc-timeout": "800m" })["grpc-web"],
     },
   },
+  ...framingCases(UNARY, "CreateCompletion"),
+  ...framingCases(STREAM, "StreamCompletion"),
 ];
 
 /** The Connect code string (`invalid_argument`) of a catalogue code. */
