@@ -9,8 +9,20 @@
 import { EngineError } from "./steering.js";
 import type { Tokenizer } from "./tokenizer.js";
 
-/** Python's `str.lstrip()`: the leading characters `str.isspace()` takes. */
-const LEADING_WHITESPACE = /^[\t\n\v\f\r\x1c-\x1f\x85\p{Z}]+/u;
+/** Whether Python's `str.isspace()` takes `c`: \t–\r, U+001C–U+001F, U+0085 and Unicode's separators (Z). */
+function isPythonSpace(c: string): boolean {
+  const code = c.codePointAt(0)!;
+  return (
+    (code >= 0x09 && code <= 0x0d) || (code >= 0x1c && code <= 0x1f) || code === 0x85 || /\p{Z}/u.test(c)
+  );
+}
+
+/** Python's `str.lstrip()`: `text` without its leading whitespace. */
+function lstrip(text: string): string {
+  let start = 0;
+  while (start < text.length && isPythonSpace(text[start]!)) start++;
+  return text.slice(start);
+}
 
 /**
  * The token sequences of `words` (one or two per word, in vLLM's order).
@@ -20,7 +32,7 @@ const LEADING_WHITESPACE = /^[\t\n\v\f\r\x1c-\x1f\x85\p{Z}]+/u;
 export function badWordsTokenIds(tok: Tokenizer, words: readonly string[]): number[][] {
   const sequences: number[][] = [];
   for (const word of words) {
-    const bare = word.replace(LEADING_WHITESPACE, "");
+    const bare = lstrip(word);
     const plain = tok.encode(bare, false);
     if (plain.length === 0) {
       throw new EngineError(
