@@ -9,7 +9,13 @@ import {
 } from "@bufbuild/protobuf";
 import { base64Decode } from "@bufbuild/protobuf/wire";
 import { ApiError, clip, invalidRequest } from "../errors/index.js";
-import { invalidType, isRangeRefusal, rangeRefusal, unknownField } from "../rest/decode-refusals.js";
+import {
+  invalidType,
+  isRangeRefusal,
+  nullListItem,
+  rangeRefusal,
+  unknownField,
+} from "../rest/decode-refusals.js";
 import { integerInString } from "../rest/integer-in-string.js";
 import {
   isJsonNumber,
@@ -164,8 +170,7 @@ function checkField(field: DescField, value: unknown, param: string): ApiError |
       let range: ApiError | undefined;
       for (const [i, item] of value.entries()) {
         const at = `${param}[${i}]`;
-        if (item === null)
-          return invalidRequest(at, `Invalid value for '${at}': a list item cannot be null.`);
+        if (item === null) return nullListItem(at);
         const err = checkValue(field, item, at);
         if (err === undefined) continue;
         if (!isRangeRefusal(err)) return err;

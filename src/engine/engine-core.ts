@@ -37,6 +37,8 @@ export interface SequenceSpec {
   /** Top-k for prompt logprobs, or -1 for none. */
   promptLogprobsTopK: number;
   maxModelLen: number;
+  /** The token sequences of params.badWords (bad-words.ts): one list for all of a request's sequences. */
+  badWordsTokenIds: readonly (readonly number[])[];
   onStep: (out: StepOutput) => void;
 }
 
@@ -161,6 +163,8 @@ export class Sequence {
       outputCounts: this.outputCounts,
       generated: this.outputIds.length,
       eosId: this.tok.eosId,
+      outputIds: this.outputIds,
+      badWordsTokenIds: this.spec.badWordsTokenIds,
     });
     this.outputIds.push(id);
     this.outputCounts.set(id, (this.outputCounts.get(id) ?? 0) + 1);

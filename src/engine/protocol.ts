@@ -93,6 +93,15 @@ function optIntList(b: Body, f: string): number[] | null {
   return v as number[];
 }
 
+function optStringList(b: Body, f: string): string[] | null {
+  const v = b[f];
+  if (v === undefined || v === null) return null;
+  if (!Array.isArray(v) || !v.every((x) => typeof x === "string")) {
+    throw typeError(f, "a valid list of strings", v);
+  }
+  return v as string[];
+}
+
 function parsePrompt(v: unknown): CompletionRequest["prompts"] {
   if (v === undefined || v === null)
     throw bad("Either prompt or prompt_embeds must be provided and non-empty.", "prompt");
@@ -179,6 +188,7 @@ export function parseCompletionRequest(
     throw typeError("stop", "a valid string or list of strings", b.stop);
   const stopTokenIds = optIntList(b, "stop_token_ids") ?? [];
   const allowedTokenIds = optIntList(b, "allowed_token_ids");
+  const badWords = optStringList(b, "bad_words") ?? [];
   let logitBias: Map<number, number> | null = null;
   if (b.logit_bias !== undefined && b.logit_bias !== null) {
     if (typeof b.logit_bias !== "object" || Array.isArray(b.logit_bias)) {
@@ -269,6 +279,7 @@ export function parseCompletionRequest(
     skipSpecialTokens: optBool(b, "skip_special_tokens") ?? true,
     logitBias,
     allowedTokenIds,
+    badWords,
   };
   optBool(b, "spaces_between_special_tokens");
   return {

@@ -1,9 +1,10 @@
 /**
- * Sampling as vLLM (v1) does it: logits processors (allowed_token_ids, min_tokens, logit_bias),
+ * Sampling as vLLM (v1) does it: logits processors (allowed_token_ids, bad_words, min_tokens, logit_bias),
  * penalties (repetition on prompt + output, presence/frequency on output), then greedy argmax when
  * temperature < 1e-5, else temperature → min_p → top_k → top_p → a draw from the per-sequence PRNG.
  * Logprobs are computed from the raw model logits (vLLM's default `raw_logprobs`).
  */
+import { applyBadWords } from "./bad-words.js";
 import type { Rng } from "./prng.js";
 
 /** The sampling fields of one request (already validated). */
@@ -31,6 +32,8 @@ export interface SamplingParams {
   skipSpecialTokens: boolean;
   logitBias: Map<number, number> | null;
   allowedTokenIds: number[] | null;
+  /** Words never generated (their token sequences are the sampler state's). */
+  badWords: string[];
 }
 
 /** Per-sequence state the sampler needs. */
@@ -42,6 +45,10 @@ export interface SamplerState {
   outputCounts: Map<number, number>;
   generated: number;
   eosId: number;
+  /** The token ids generated so far (bad_words match their end). */
+  outputIds: readonly number[];
+  /** The token sequences of the request's bad_words (bad-words.ts), or none. */
+  badWordsTokenIds: readonly (readonly number[])[];
 }
 
 export const GREEDY_EPS = 1e-5;
@@ -54,6 +61,7 @@ export function sampleToken(logits: Float32Array, p: SamplingParams, st: Sampler
   const V = logits.length;
   const plain =
     !p.allowedTokenIds &&
+    st.badWordsTokenIds.length === 0 &&
     st.generated >= p.minTokens &&
     !p.logitBias &&
     p.repetitionPenalty === 1 &&
@@ -73,6 +81,7 @@ export function sampleToken(logits: Float32Array, p: SamplingParams, st: Sampler
       w[id] = keep[i]!;
     });
   }
+  if (st.badWordsTokenIds.length > 0) applyBadWords(w, st.badWordsTokenIds, st.outputIds);
   if (st.generated < p.minTokens) {
     if (!p.ignoreEos) w[st.eosId] = Number.NEGATIVE_INFINITY;
     for (const id of p.stopTokenIds) if (id < V) w[id] = Number.NEGATIVE_INFINITY;

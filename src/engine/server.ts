@@ -8,6 +8,7 @@ import { randomUUID } from "node:crypto";
 import { EventEmitter } from "node:events";
 import type { ServerResponse } from "node:http";
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
+import { badWordsTokenIds } from "./bad-words.js";
 import { Scheduler, type Sequence, type StepOutput } from "./engine-core.js";
 import { installJsonParser } from "./json-body.js";
 import type { Model } from "./model.js";
@@ -213,6 +214,7 @@ export function createEngineServer(deps: ServerDeps): EngineServer {
       const text = pr.kind === "text" ? pr.text : safeDecode(ids, p.skipSpecialTokens);
       prompts.push({ ids, text });
     }
+    const badWordIds = badWordsTokenIds(tok, p.badWords);
     const maxTokensPer: number[] = [];
     for (const pr of prompts) {
       const P = pr.ids.length;
@@ -464,6 +466,7 @@ export function createEngineServer(deps: ServerDeps): EngineServer {
         capture: first ? capture : null,
         promptLogprobsTopK: k === 0 ? promptLpK : -1,
         maxModelLen,
+        badWordsTokenIds: badWordIds,
         onStep: (out) => onStep(c, out),
       });
     }

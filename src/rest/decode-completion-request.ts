@@ -26,6 +26,7 @@ import {
   readInt32Array,
   readInteger,
   readString,
+  readStringList,
 } from "./read-json-values.js";
 import { type JsonArrayCap, parseStrictJson, parseStrictJsonAsync } from "./strict-json.js";
 import { type FieldReader, walkObject } from "./walk-object.js";
@@ -83,6 +84,7 @@ const requestFields = new Map<string, FieldReader<BodyInit>>([
   ["priority", (v, p) => ({ priority: readPriority(v, p) })],
   ["output_residual_stream", (v) => readOutputResidualStream(v)],
   ["apply_steering_vectors", (v, p) => ({ applySteeringVectors: readSteeringVectors(v, p) })],
+  ["bad_words", (v, p) => ({ badWords: readStringList(v, p) })],
 ]);
 
 /** The JSON names of every field `POST /v1/completions` takes (proto/API.md §2). */

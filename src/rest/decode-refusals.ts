@@ -14,6 +14,11 @@ export function invalidType(param: string, expected: string): ApiError {
   return invalidRequest(param, `Invalid type for '${param}': expected ${expected}.`);
 }
 
+/** A `null` item of a list (`param` names it: `bad_words[1]`); null leaves out a field, never an item. */
+export function nullListItem(param: string): ApiError {
+  return invalidRequest(param, `Invalid value for '${param}': a list item cannot be null.`);
+}
+
 /** OpenAI's wording for a field the API does not take. */
 export function unknownField(param: string): ApiError {
   const shown = clip(param);

@@ -119,6 +119,10 @@ const completionRequestDocs: MessageDocs = {
       default: 0,
       description: 'Lower is served earlier (vLLM). An integer, or a string holding one (`"2"`).',
     },
+    bad_words: {
+      description:
+        "Words never generated (vLLM): at most 64, each 1–100 characters. Each word is tokenized as written and after a space; the last token of each is forbidden where the tokens before it were just generated.",
+    },
     output_residual_stream: {
       description:
         "Capture the residual stream (vllm-lens): layer indices (unique, each in [0, layers)), or `true` for all layers. The answer then carries `activations`.",

@@ -2,7 +2,14 @@
 // §2–§4): exact integers (`2`, `2.0`, `2e0`; never `"2"`), finite doubles, booleans, strings, lists
 // of int32. Each throws the field's type refusal, or its range refusal (src/rest/decode-refusals.ts).
 import { invalidRequest } from "../errors/index.js";
-import { INT32, type IntRange, invalidType, outOfRange, rangeRefusal } from "./decode-refusals.js";
+import {
+  INT32,
+  type IntRange,
+  invalidType,
+  nullListItem,
+  outOfRange,
+  rangeRefusal,
+} from "./decode-refusals.js";
 import {
   isJsonNumber,
   JsonNumberText,
@@ -60,6 +67,21 @@ export function readBoolean(value: unknown, param: string): boolean {
 export function readString(value: unknown, param: string): string {
   if (typeof value !== "string") throw invalidType(param, "a string");
   return value;
+}
+
+/**
+ * A list of strings in protobuf JSON's words, as Connect JSON reads one (src/connect/explain-proto-json.ts):
+ * not an array → `expected an array.` (param = the field); the first item that is null or not a
+ * string is named by its index (`bad_words[1]`).
+ */
+export function readStringList(value: unknown, param: string): string[] {
+  if (!Array.isArray(value)) throw invalidType(param, "an array");
+  for (let k = 0; k < value.length; k++) {
+    const item: unknown = value[k];
+    if (item === null) throw nullListItem(`${param}[${k}]`);
+    if (typeof item !== "string") throw invalidType(`${param}[${k}]`, "a string");
+  }
+  return value as string[];
 }
 
 /**

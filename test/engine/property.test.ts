@@ -45,6 +45,7 @@ const plausible = fc.record(
     seed: fc.oneof(fc.integer(), anyValue),
     min_tokens: fc.oneof(fc.integer({ min: -1, max: 10 }), anyValue),
     stop_token_ids: fc.oneof(fc.array(fc.integer({ min: -1, max: 300 }), { maxLength: 3 }), anyValue),
+    bad_words: fc.oneof(fc.array(fc.string({ maxLength: 3 }), { maxLength: 3 }), anyValue),
     repetition_penalty: fc.oneof(fc.double({ min: -1, max: 3, noNaN: true }), anyValue),
     logit_bias: fc.oneof(fc.dictionary(fc.string({ maxLength: 3 }), fc.double({ noNaN: true })), anyValue),
     vllm_xargs: fc.oneof(

@@ -24,19 +24,23 @@ const params = (over: Partial<SamplingParams>): SamplingParams => ({
   skipSpecialTokens: true,
   logitBias: null,
   allowedTokenIds: null,
+  badWords: [],
   ...over,
 });
 
 // probabilities 0.5, 0.3, 0.15, 0.05 (token 4 = EOS with probability 0 after the tail)
 const logits = Float32Array.from([0.5, 0.3, 0.15, 0.05, 1e-9].map(Math.log));
 
-function drawn(p: SamplingParams, generated = 0): number[] {
+function drawn(
+  p: SamplingParams,
+  generated = 0,
+  bad: { outputIds: number[]; badWordsTokenIds: number[][] } = { outputIds: [], badWordsTokenIds: [] },
+): number[] {
   const rng = createRng("sampler-test");
   const seen = new Set<number>();
   for (let i = 0; i < 2000; i++) {
-    seen.add(
-      sampleToken(logits, p, { rng, promptCounts: new Map(), outputCounts: new Map(), generated, eosId: 0 }),
-    );
+    const state = { rng, promptCounts: new Map(), outputCounts: new Map(), generated, eosId: 0 };
+    seen.add(sampleToken(logits, p, { ...state, ...bad }));
   }
   return [...seen].sort();
 }
@@ -55,5 +59,16 @@ describe("sampler", () => {
   it("greedy takes the argmax; min_tokens masks EOS", () => {
     expect(drawn(params({ temperature: 0 }))).toEqual([0]);
     expect(drawn(params({ temperature: 0, minTokens: 2 }), 1)).toEqual([1]);
+  });
+  it("bad_words: a sequence's last token is masked only after the rest of it was generated", () => {
+    const greedy = params({ temperature: 0 });
+    const ban = (outputIds: number[], badWordsTokenIds: number[][]) =>
+      drawn(greedy, outputIds.length, { outputIds, badWordsTokenIds });
+    expect(ban([], [[0]])).toEqual([1]); // one token: always banned
+    expect(ban([3, 2], [[2, 0]])).toEqual([1]); // the prefix [2] just generated
+    expect(ban([2, 3], [[2, 0]])).toEqual([0]); // [2] generated, but not just before
+    expect(ban([], [[2, 0]])).toEqual([0]); // longer than what was generated + 1
+    expect(ban([2], [[2, 0], [1]])).toEqual([2]); // several sequences at once
+    expect(drawn(params({}), 0, { outputIds: [], badWordsTokenIds: [[0], [1]] })).toEqual([2, 3]);
   });
 });

@@ -96,6 +96,25 @@ const wrongTypeCases: ErrorCase[] = [
     param: "stop_token_ids",
     message: typeMessage("stop_token_ids", "an array of integers"),
   })),
+  // bad_words in Connect JSON's words (src/connect/explain-proto-json.ts): the item is named.
+  ...[5, "it", {}, true].map((words) => ({
+    name: `bad_words ${JSON.stringify(words)}`,
+    body: body({ bad_words: words }),
+    param: "bad_words",
+    message: typeMessage("bad_words", "an array"),
+  })),
+  ...[["a", 1], ["a", "b", ["c"]], [{}]].map((words) => ({
+    name: `bad_words ${JSON.stringify(words)}`,
+    body: body({ bad_words: words }),
+    param: `bad_words[${words.length - 1}]`,
+    message: typeMessage(`bad_words[${words.length - 1}]`, "a string"),
+  })),
+  {
+    name: "bad_words [null]",
+    body: body({ bad_words: ["a", null] }),
+    param: "bad_words[1]",
+    message: "Invalid value for 'bad_words[1]': a list item cannot be null.",
+  },
   ...[false, 1, "true", [1.5], ["1"], {}].map((value) => ({
     name: `output_residual_stream ${JSON.stringify(value)}`,
     body: body({ output_residual_stream: value }),
@@ -405,7 +424,7 @@ const decodeCases: DecodeCase[] = [
     body: body(
       Object.fromEntries(
         [...integerFields, ...decimalFields, ...booleanFields, "user", "stop", "stream_options", "priority"]
-          .concat(["stop_token_ids", "output_residual_stream", "apply_steering_vectors"])
+          .concat(["stop_token_ids", "output_residual_stream", "apply_steering_vectors", "bad_words"])
           .map((f) => [f, null]),
       ),
     ),
@@ -529,6 +548,12 @@ const decodeCases: DecodeCase[] = [
   { name: "stop: one string", body: '{"stop": "\\n"}', request: { stop: ["\n"] } },
   { name: "stop: strings", body: '{"stop": ["a", "b"]}', request: { stop: ["a", "b"] } },
   { name: "stop_token_ids", body: '{"stop_token_ids": [128001, 0]}', request: { stopTokenIds: [128001, 0] } },
+  {
+    name: "bad_words (as given: ranges are the service's)",
+    body: '{"bad_words": ["it", " the", "", "ü"]}',
+    request: { badWords: ["it", " the", "", "ü"] },
+  },
+  { name: "bad_words []", body: '{"bad_words": []}', request: {} },
   { name: "stream true", body: '{"stream": true}', stream: true, request: {} },
   { name: "stream false", body: '{"stream": false}', stream: false, request: {} },
   {

@@ -110,6 +110,14 @@ describe("buildVllmRequest", () => {
     expect(body).not.toHaveProperty("seed");
   });
 
+  it("passes bad_words on under vLLM's name when there are some, and leaves them out when none", () => {
+    const words = ["Alice", " rabbit", "ü"];
+    const body = JSON.parse(serializeVllmRequest(buildVllmRequest(text({ badWords: words }), resolved)));
+    expect(body.bad_words).toStrictEqual(words);
+    expect(buildVllmRequest(text({ badWords: [] }), resolved)).not.toHaveProperty("bad_words");
+    expect(serializeVllmRequest(buildVllmRequest(text(), resolved))).not.toContain("bad_words");
+  });
+
   it("sends top_k 0 as -1 (off on every vLLM version) and omits priority 0", () => {
     const body = buildVllmRequest(text({ topK: 0, priority: 0 }), resolved);
     expect(body.top_k).toBe(-1);

@@ -38,7 +38,7 @@ export interface ResolvedCompletion {
  * true, add_special_tokens true, include_stop_str_in_output false, echo false, return_token_ids
  * false, stop [] and stop_token_ids [].
  * Optional fields appear only when set: seed (exact int64), logprobs, prompt_logprobs, user,
- * priority (only when non-zero: vLLM refuses non-zero priority without
+ * bad_words (only when non-empty), priority (only when non-zero: vLLM refuses non-zero priority without
  * `--scheduling-policy priority`), vllm_xargs (only when non-empty). Streams always ask for
  * `include_usage: true` (the gateway counts usage); `continuous_usage_stats` as the caller asked.
  * The proto has no `apply_hooks`, so it can never be forwarded.
@@ -88,6 +88,7 @@ export function buildVllmRequest(
   if (req.logprobs !== undefined) body.logprobs = req.logprobs;
   if (req.promptLogprobs !== undefined) body.prompt_logprobs = req.promptLogprobs;
   if (req.user !== undefined) body.user = req.user;
+  if (req.badWords.length > 0) body.bad_words = [...req.badWords];
   if (req.priority !== undefined && req.priority !== 0) body.priority = req.priority;
   if (Object.keys(resolved.vllmXargs).length > 0) body.vllm_xargs = { ...resolved.vllmXargs };
   return body;

@@ -54,6 +54,8 @@ export interface VllmCompletionRequest {
   /** Only when non-zero (fails unless Inference runs `--scheduling-policy priority`). */
   priority?: number;
   user?: string;
+  /** Words never generated (vLLM tokenizes them); only when non-empty. */
+  bad_words?: string[];
   /**
    * SamplingParams.extra_args; vllm-lens fields as JSON strings. Only when non-empty. A value is a
    * string, or a {@link JsonText} (a large steering list whose tensors are written as base64
