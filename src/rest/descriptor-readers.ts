@@ -10,6 +10,7 @@ import {
   isObject,
   readBoolean,
   readDouble,
+  readFloat,
   readInt32,
   readInt32Array,
   readInteger,
@@ -117,7 +118,11 @@ function messagesReader(readItem: ValueReader): ValueReader {
   return (value, param) => readListItems(value, param, readItem, "read");
 }
 
-/** An integer type's reader beyond int32: exact, within `range`; a bigint, or text (`jstype`). */
+/**
+ * An integer type's reader beyond int32: exact, within `range`; a bigint, or text (`jstype`). An
+ * integer of more than 19 digits is out of range (src/rest/strict-json.ts reads no longer one
+ * exactly): a uint64 is read up to 9,999,999,999,999,999,999, as Connect's check reads it.
+ */
 function integerReader(range: IntRange, asNumber: boolean, asString: boolean): ValueReader {
   if (asNumber) return (value, param) => Number(readInteger(value, param, range));
   if (asString) return (value, param) => String(readInteger(value, param, range));
@@ -143,8 +148,9 @@ function scalarReader(scalar: ScalarType, longAsString: boolean, where: string):
     case ScalarType.SFIXED32:
       return readInt32;
     case ScalarType.DOUBLE:
-    case ScalarType.FLOAT:
       return readDouble;
+    case ScalarType.FLOAT:
+      return readFloat;
     case ScalarType.BOOL:
       return readBoolean;
     case ScalarType.STRING:

@@ -49,13 +49,25 @@ export function readInt32(value: unknown, param: string): number {
   return Number(readInteger(value, param, INT32));
 }
 
+/** `Invalid value for 'param': the number is too large.`, a range refusal. */
+const tooLarge = (param: string) =>
+  rangeRefusal(invalidRequest(param, `Invalid value for '${param}': the number is too large.`));
+
 /** A decimal field: any JSON number (a whole number too); must be finite as a double. */
 export function readDouble(value: unknown, param: string): number {
   if (!isJsonNumber(value)) throw invalidType(param, "a number");
   const number = jsonNumberToDouble(value);
-  if (!Number.isFinite(number)) {
-    throw rangeRefusal(invalidRequest(param, `Invalid value for '${param}': the number is too large.`));
-  }
+  if (!Number.isFinite(number)) throw tooLarge(param);
+  return number;
+}
+
+/** The largest float32 (as Connect JSON bounds a float field: src/connect/explain-proto-json.ts). */
+const FLOAT_MAX = 3.4028234663852886e38;
+
+/** A float field: as {@link readDouble}, and within the float32 range (|x| ≤ 3.4028234663852886e38). */
+export function readFloat(value: unknown, param: string): number {
+  const number = readDouble(value, param);
+  if (Math.abs(number) > FLOAT_MAX) throw tooLarge(param);
   return number;
 }
 
