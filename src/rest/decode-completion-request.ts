@@ -1,7 +1,9 @@
-// REST's strict decoder of `POST /v1/completions` bodies (proto/API.md §2, §4): the table of the
-// request's fields, each read into the proto request's init. The readers live by concern beside
-// it: values (read-json-values.ts), refusals (decode-refusals.ts), OpenAI's forms
-// (decode-openai-forms.ts), steering vectors (decode-steering-vectors.ts), the walk (walk-object.ts).
+// REST's strict decoder of `POST /v1/completions` bodies (proto/API.md §2, §4): the request's
+// fields are read from CreateCompletionRequest's descriptor (src/rest/descriptor-readers.ts), with
+// REST's own JSON forms and `stream` from the one table of forms (src/rest/rest-json-forms.ts).
+// The readers live by concern beside it: values (read-json-values.ts), refusals
+// (decode-refusals.ts), OpenAI's forms (decode-openai-forms.ts), tensors
+// (decode-steering-vectors.ts), the walk (walk-object.ts).
 import { create } from "@bufbuild/protobuf";
 import {
   type CreateCompletionRequest,
@@ -9,27 +11,12 @@ import {
 } from "../../gen/acs/v1/completions_pb.js";
 import { invalidRequest } from "../errors/index.js";
 import { maxPromptsPerRequest, tooManyPrompts } from "../service/checks.js";
-import {
-  type RequestInit,
-  readOutputResidualStream,
-  readPriority,
-  readPrompt,
-  readStop,
-} from "./decode-openai-forms.js";
-import { INT64, invalidType } from "./decode-refusals.js";
-import { readSteeringVectors } from "./decode-steering-vectors.js";
-import {
-  isObject,
-  readBoolean,
-  readDouble,
-  readInt32,
-  readInt32Array,
-  readInteger,
-  readString,
-  readStringList,
-} from "./read-json-values.js";
+import type { RequestInit } from "./decode-openai-forms.js";
+import { fieldReadersOf } from "./descriptor-readers.js";
+import { isObject } from "./read-json-values.js";
+import { decoderForms } from "./rest-json-forms.js";
 import { type JsonArrayCap, parseStrictJson, parseStrictJsonAsync } from "./strict-json.js";
-import { type FieldReader, walkObject } from "./walk-object.js";
+import { walkObject } from "./walk-object.js";
 
 /** A REST completion request, decoded: the proto request, and whether `stream: true` was sent. */
 export interface DecodedCompletionRequest {
@@ -38,54 +25,11 @@ export interface DecodedCompletionRequest {
   readonly stream: boolean;
 }
 
-type StreamOptionsInit = NonNullable<RequestInit["streamOptions"]>;
-
-const streamOptionsFields = new Map<string, FieldReader<StreamOptionsInit>>([
-  ["include_usage", (v, p) => ({ includeUsage: readBoolean(v, p) })],
-  ["continuous_usage_stats", (v, p) => ({ continuousUsageStats: readBoolean(v, p) })],
-]);
-
-function readStreamOptions(value: unknown, param: string): StreamOptionsInit {
-  if (!isObject(value)) throw invalidType(param, "an object");
-  return walkObject(value, `${param}.`, streamOptionsFields);
-}
-
-/** The body's fields: every request field of proto/API.md §2, plus `stream` (it selects the RPC). */
-type BodyInit = RequestInit & { stream?: boolean };
-
-const requestFields = new Map<string, FieldReader<BodyInit>>([
-  ["model", (v, p) => ({ model: readString(v, p) })],
-  ["prompt", (v) => ({ prompt: readPrompt(v) })],
-  ["max_tokens", (v, p) => ({ maxTokens: readInt32(v, p) })],
-  ["n", (v, p) => ({ n: readInt32(v, p) })],
-  ["temperature", (v, p) => ({ temperature: readDouble(v, p) })],
-  ["top_p", (v, p) => ({ topP: readDouble(v, p) })],
-  ["stop", (v) => ({ stop: readStop(v) })],
-  ["stream", (v, p) => ({ stream: readBoolean(v, p) })],
-  ["stream_options", (v, p) => ({ streamOptions: readStreamOptions(v, p) })],
-  ["logprobs", (v, p) => ({ logprobs: readInt32(v, p) })],
-  ["echo", (v, p) => ({ echo: readBoolean(v, p) })],
-  ["presence_penalty", (v, p) => ({ presencePenalty: readDouble(v, p) })],
-  ["frequency_penalty", (v, p) => ({ frequencyPenalty: readDouble(v, p) })],
-  ["seed", (v, p) => ({ seed: readInteger(v, p, INT64) })],
-  ["user", (v, p) => ({ user: readString(v, p) })],
-  ["top_k", (v, p) => ({ topK: readInt32(v, p) })],
-  ["min_p", (v, p) => ({ minP: readDouble(v, p) })],
-  ["repetition_penalty", (v, p) => ({ repetitionPenalty: readDouble(v, p) })],
-  ["min_tokens", (v, p) => ({ minTokens: readInt32(v, p) })],
-  ["ignore_eos", (v, p) => ({ ignoreEos: readBoolean(v, p) })],
-  ["stop_token_ids", (v, p) => ({ stopTokenIds: readInt32Array(v, p) })],
-  ["include_stop_str_in_output", (v, p) => ({ includeStopStrInOutput: readBoolean(v, p) })],
-  ["skip_special_tokens", (v, p) => ({ skipSpecialTokens: readBoolean(v, p) })],
-  ["spaces_between_special_tokens", (v, p) => ({ spacesBetweenSpecialTokens: readBoolean(v, p) })],
-  ["add_special_tokens", (v, p) => ({ addSpecialTokens: readBoolean(v, p) })],
-  ["prompt_logprobs", (v, p) => ({ promptLogprobs: readInt32(v, p) })],
-  ["return_token_ids", (v, p) => ({ returnTokenIds: readBoolean(v, p) })],
-  ["priority", (v, p) => ({ priority: readPriority(v, p) })],
-  ["output_residual_stream", (v) => readOutputResidualStream(v)],
-  ["apply_steering_vectors", (v, p) => ({ applySteeringVectors: readSteeringVectors(v, p) })],
-  ["bad_words", (v, p) => ({ badWords: readStringList(v, p) })],
-]);
+/**
+ * The body's fields, by REST JSON name: every field of CreateCompletionRequest (proto/API.md §2),
+ * plus `stream` (it selects the RPC). Built once, when this module loads.
+ */
+const requestFields = fieldReadersOf(CreateCompletionRequestSchema, decoderForms);
 
 /** The JSON names of every field `POST /v1/completions` takes (proto/API.md §2). */
 export const completionRequestFieldNames: readonly string[] = [...requestFields.keys()];
@@ -103,7 +47,9 @@ export const PROMPT_LIST_CAP: JsonArrayCap = {
 /** The decoded request of a parsed body (a JSON object, else 400). */
 function toCompletionRequest(json: unknown): DecodedCompletionRequest {
   if (!isObject(json)) throw invalidRequest(null, "The request body must be a JSON object.");
-  const { stream = false, ...init } = walkObject(json, "", requestFields);
+  const { stream = false, ...init } = walkObject(json, "", requestFields) as RequestInit & {
+    stream?: boolean;
+  };
   return { request: create(CreateCompletionRequestSchema, init), stream };
 }
 

@@ -1,7 +1,8 @@
 // The JSON forms of OpenAI's completions API that REST takes beyond proto JSON (proto/API.md §2):
 // `prompt` as a string, strings, token ids or lists of token ids; `stop` as one string or a list;
 // `priority` as an integer or a string holding one; `output_residual_stream` as layer indices or
-// `true`. The OpenAPI document states the same forms (src/rest/openapi-request-schemas.ts).
+// `true`. The table of forms (src/rest/rest-json-forms.ts) names them for the decoder and the
+// OpenAPI document.
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type {
   CreateCompletionRequest,
@@ -33,8 +34,7 @@ export function readPriority(value: unknown, param: string): number {
 }
 
 /** `prompt`: string → text; string[] → texts; int[] → token_ids; int[][] → token_ids_list. */
-export function readPrompt(value: unknown): NonNullable<RequestInit["prompt"]> {
-  const param = "prompt";
+export function readPrompt(value: unknown, param: string): NonNullable<RequestInit["prompt"]> {
   if (typeof value === "string") return { case: "text", value };
   if (!Array.isArray(value)) throw invalidType(param, PROMPT_EXPECTED);
   if (value.length === 0 || value.every((item) => typeof item === "string")) {
@@ -59,20 +59,20 @@ export function readPrompt(value: unknown): NonNullable<RequestInit["prompt"]> {
 }
 
 /** `stop`: one string, or a list of strings. */
-export function readStop(value: unknown): string[] {
+export function readStop(value: unknown, param: string): string[] {
   if (typeof value === "string") return [value];
   if (Array.isArray(value) && value.every((item) => typeof item === "string")) return value as string[];
-  throw invalidType("stop", "a string or an array of strings");
+  throw invalidType(param, "a string or an array of strings");
 }
 
 /** `output_residual_stream`: a list of layer indices, or `true` (all layers). */
-export function readOutputResidualStream(value: unknown): Partial<RequestInit> {
-  const param = "output_residual_stream";
+export function readOutputResidualStream(
+  value: unknown,
+  param: string,
+): NonNullable<RequestInit["outputResidualStream"]> {
   // `false` is a wrong type, not "left out" (proto/API.md §2: int[] or true); only null is left out.
-  if (value === true) return { outputResidualStream: { allLayers: true } };
+  if (value === true) return { allLayers: true };
   const expected = "an array of integers or true";
-  if (Array.isArray(value)) {
-    return { outputResidualStream: { layerIndices: readInt32Array(value, param, expected) } };
-  }
+  if (Array.isArray(value)) return { layerIndices: readInt32Array(value, param, expected) };
   throw invalidType(param, expected);
 }

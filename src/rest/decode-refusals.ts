@@ -6,8 +6,12 @@ import { type ApiError, clip, invalidRequest } from "../errors/index.js";
 export const INT32 = { min: -(2n ** 31n), max: 2n ** 31n - 1n, name: "int32" } as const;
 /** The int64 range, as the refusals name it. */
 export const INT64 = { min: -(2n ** 63n), max: 2n ** 63n - 1n, name: "int64" } as const;
+/** The uint32 range, as the refusals name it. */
+export const UINT32 = { min: 0n, max: 2n ** 32n - 1n, name: "uint32" } as const;
+/** The uint64 range, as the refusals name it. */
+export const UINT64 = { min: 0n, max: 2n ** 64n - 1n, name: "uint64" } as const;
 /** An integer type's range. */
-export type IntRange = typeof INT32 | typeof INT64;
+export type IntRange = typeof INT32 | typeof INT64 | typeof UINT32 | typeof UINT64;
 
 /** `Invalid type for 'param': expected <expected>.` (the seed's wording). */
 export function invalidType(param: string, expected: string): ApiError {

@@ -1,15 +1,11 @@
-// `apply_steering_vectors` of a REST request (proto/API.md §4, §6): each vector's fields, its
-// tensor read by src/lens (nested arrays or vllm-lens's encoded object).
-import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { SteeringVector, SteeringVectorSchema } from "../../gen/acs/v1/lens_pb.js";
-import { type ApiError, invalidRequest } from "../errors/index.js";
+// The tensor of a REST request's steering vector (`apply_steering_vectors[i].activations`,
+// proto/API.md §4, §6), read by src/lens (nested arrays or vllm-lens's encoded object). The
+// vectors' other fields are read from SteeringVector's descriptor (src/rest/descriptor-readers.ts).
+import { invalidRequest } from "../errors/index.js";
 import { parseTensorJson, TENSOR_KEYS } from "../lens/index.js";
-import { invalidType, isRangeRefusal, unknownField } from "./decode-refusals.js";
-import { isObject, readBoolean, readDouble, readInt32Array } from "./read-json-values.js";
+import { unknownField } from "./decode-refusals.js";
+import { isObject } from "./read-json-values.js";
 import { JsonNumberText, type JsonObject, jsonNumberToDouble } from "./strict-json.js";
-import { type FieldReader, walkObject } from "./walk-object.js";
-
-type SteeringVectorInit = Exclude<MessageInitShape<typeof SteeringVectorSchema>, SteeringVector>;
 
 /** Deepest nesting accepted inside a tensor (tensors have at most 3 dimensions). */
 const MAX_TENSOR_DEPTH = 16;
@@ -51,31 +47,12 @@ function toPlainJson(value: unknown, param: string, depth = 0): unknown {
   return value;
 }
 
-const steeringVectorFields = new Map<string, FieldReader<SteeringVectorInit>>([
-  ["activations", (v, p) => ({ activations: parseTensorJson(toPlainJson(v, p), p) })],
-  ["layer_indices", (v, p) => ({ layerIndices: readInt32Array(v, p) })],
-  ["scale", (v, p) => ({ scale: readDouble(v, p) })],
-  ["norm_match", (v, p) => ({ normMatch: readBoolean(v, p) })],
-  ["position_indices", (v, p) => ({ positionIndices: readInt32Array(v, p) })],
-]);
-
-/** `apply_steering_vectors`: a list of objects, each walked as a SteeringVector. */
-export function readSteeringVectors(value: unknown, param: string): SteeringVectorInit[] {
-  if (!Array.isArray(value)) throw invalidType(param, "an array");
-  // Every vector's types before any vector's range (see walkObject).
-  let range: ApiError | undefined;
-  const vectors: SteeringVectorInit[] = [];
-  for (let index = 0; index < value.length; index++) {
-    const item: unknown = value[index];
-    const itemParam = `${param}[${index}]`;
-    if (!isObject(item)) throw invalidType(itemParam, "an object");
-    try {
-      vectors.push(walkObject(item, `${itemParam}.`, steeringVectorFields));
-    } catch (err) {
-      if (!isRangeRefusal(err)) throw err;
-      range ??= err;
-    }
-  }
-  if (range !== undefined) throw range;
-  return vectors;
+/**
+ * A steering vector's `activations` (proto/API.md §6): nested number arrays, or vllm-lens's
+ * encoded object, as `parseTensorJson` reads them.
+ *
+ * @throws ApiError 400 `invalid_request` (param `param`, or `param.<key>` for an unknown key)
+ */
+export function readTensor(value: unknown, param: string): ReturnType<typeof parseTensorJson> {
+  return parseTensorJson(toPlainJson(value, param), param);
 }

@@ -1,4 +1,7 @@
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
+// REST's strict decoders of vLLM's `POST /tokenize` and `POST /detokenize` bodies: the fields of
+// TokenizeRequest and DetokenizeRequest, read from their descriptors as a completion's are
+// (src/rest/descriptor-readers.ts); neither has a form beyond proto JSON.
+import { create } from "@bufbuild/protobuf";
 import {
   type DetokenizeRequest,
   DetokenizeRequestSchema,
@@ -6,28 +9,14 @@ import {
   TokenizeRequestSchema,
 } from "../../gen/acs/v1/completions_pb.js";
 import { invalidRequest } from "../errors/index.js";
-import { isObject, readBoolean, readInt32Array, readString } from "./read-json-values.js";
+import { fieldReadersOf } from "./descriptor-readers.js";
+import { isObject } from "./read-json-values.js";
+import { decoderForms } from "./rest-json-forms.js";
 import { parseStrictJsonAsync } from "./strict-json.js";
-import { type FieldReader, walkObject } from "./walk-object.js";
+import { walkObject } from "./walk-object.js";
 
-type Init<Desc extends typeof TokenizeRequestSchema | typeof DetokenizeRequestSchema> = Exclude<
-  MessageInitShape<Desc>,
-  TokenizeRequest | DetokenizeRequest
->;
-type TokenizeInit = Init<typeof TokenizeRequestSchema>;
-type DetokenizeInit = Init<typeof DetokenizeRequestSchema>;
-
-const tokenizeFields = new Map<string, FieldReader<TokenizeInit>>([
-  ["model", (v, p) => ({ model: readString(v, p) })],
-  ["prompt", (v, p) => ({ prompt: readString(v, p) })],
-  ["add_special_tokens", (v, p) => ({ addSpecialTokens: readBoolean(v, p) })],
-  ["return_token_strs", (v, p) => ({ returnTokenStrs: readBoolean(v, p) })],
-]);
-
-const detokenizeFields = new Map<string, FieldReader<DetokenizeInit>>([
-  ["model", (v, p) => ({ model: readString(v, p) })],
-  ["tokens", (v, p) => ({ tokens: readInt32Array(v, p) })],
-]);
+const tokenizeFields = fieldReadersOf(TokenizeRequestSchema, decoderForms);
+const detokenizeFields = fieldReadersOf(DetokenizeRequestSchema, decoderForms);
 
 /** The JSON names of the fields `POST /tokenize` takes (vLLM's TokenizeCompletionRequest). */
 export const tokenizeRequestFieldNames: readonly string[] = [...tokenizeFields.keys()];

@@ -5,8 +5,9 @@
 // its oneof's), its type, presence and repetition, enum values, and the ranges and lengths of its
 // rules. What it does not carry comes from a table (`ProtoSchemaTable`): descriptions and defaults
 // (buf's generated descriptors keep no comments), and REST's own JSON forms of some messages and
-// fields (src/rest/openapi-request-schemas.ts). A rule this file cannot state in JSON Schema makes
-// the build throw, so that no constraint of the proto is silently left out of the document.
+// fields (src/rest/rest-json-forms.ts, the table the decoder reads too). A rule this file cannot
+// state in JSON Schema makes the build throw, so that no constraint of the proto is silently left
+// out of the document.
 import {
   type DescField,
   type DescMessage,
@@ -30,20 +31,29 @@ import { type JsonSchema, orNull, ref } from "./openapi-json-schema.js";
 export interface ProtoSchemaTable {
   /** Message full name (`acs.v1.SteeringVector`) → the component schema it is (a `$ref`). */
   readonly components: Readonly<Record<string, string>>;
-  /** Message full name → its REST JSON, built from its descriptor (instead of an object). */
-  readonly messageForms: Readonly<Record<string, (message: DescMessage) => JsonSchema>>;
+  /** Message full name → its REST JSON, built from its descriptor and this table (instead of an object). */
+  readonly messageForms: Readonly<
+    Record<string, (message: DescMessage, table: ProtoSchemaTable) => JsonSchema>
+  >;
   /** `Message.field` full name → the field's REST JSON, built from the schema generated for it. */
   readonly fieldForms: Readonly<Record<string, (generated: JsonSchema) => JsonSchema>>;
+  /** Message full name → fields REST takes beyond the proto, each placed before `before`. */
+  readonly extra?: Readonly<Record<string, readonly RestOnlyFieldSchema[]>>;
   /** Message full name → what its comments say. */
   readonly docs: Readonly<Record<string, MessageDocs>>;
 }
 
-/** A message's description, its fields' (by REST JSON name), and REST-only fields. */
+/** A field REST takes beyond the proto: its schema, placed before the field named `before`. */
+export interface RestOnlyFieldSchema {
+  readonly name: string;
+  readonly before: string;
+  readonly schema: JsonSchema;
+}
+
+/** A message's description, and its fields' (by REST JSON name). */
 export interface MessageDocs {
   readonly description?: string;
   readonly fields?: Readonly<Record<string, FieldDocs>>;
-  /** Fields REST takes beyond the proto, each placed before the field named `before`. */
-  readonly extra?: readonly { readonly name: string; readonly before: string; readonly schema: JsonSchema }[];
 }
 
 /** A field's description and default (the value a field left out gets). */
@@ -79,7 +89,7 @@ export function messageObjectSchema(message: DescMessage, table: ProtoSchemaTabl
   const required: string[] = [];
   for (const member of membersOf(message)) {
     const name = member.desc.name;
-    for (const extra of docs?.extra ?? []) {
+    for (const extra of table.extra?.[message.typeName] ?? []) {
       if (extra.before === name) properties[extra.name] = orNull(extra.schema);
     }
     const schema = { ...memberSchema(member, table), ...docs?.fields?.[name] };
@@ -189,7 +199,7 @@ function valueSchema(
 /** A message-typed value: the table's REST form, a `$ref` to its component, or the object inline. */
 function messageValueSchema(message: DescMessage, table: ProtoSchemaTable): JsonSchema {
   const form = table.messageForms[message.typeName];
-  if (form !== undefined) return form(message);
+  if (form !== undefined) return form(message, table);
   const component = table.components[message.typeName];
   return component === undefined ? messageObjectSchema(message, table) : ref(component);
 }

@@ -1,89 +1,22 @@
 // The request schemas of the OpenAPI document (src/rest/openapi.ts), generated from the protos
 // (src/rest/openapi-from-proto.ts): `POST /v1/completions`, `/tokenize` and `/detokenize`.
 //
-// This file holds what the descriptors do not carry: the short table of the JSON forms REST takes
-// beyond proto JSON (the same forms src/rest/decode-completion-request.ts reads), and the
-// descriptions and defaults that the protos' comments give (proto/acs/v1/*.proto).
-import type { DescMessage } from "@bufbuild/protobuf";
+// This file holds what the descriptors do not carry: the descriptions and defaults that the
+// protos' comments give (proto/acs/v1/*.proto). REST's JSON forms beyond proto JSON come from the
+// table the decoder reads too (src/rest/rest-json-forms.ts).
 import {
   CreateCompletionRequestSchema,
   DetokenizeRequestSchema,
   TokenizeRequestSchema,
 } from "../../gen/acs/v1/completions_pb.js";
 import { SteeringVectorSchema } from "../../gen/acs/v1/lens_pb.js";
-import {
-  fieldSchema,
-  type MessageDocs,
-  messageObjectSchema,
-  type ProtoSchemaTable,
-} from "./openapi-from-proto.js";
-import { type JsonSchema, orNull, ref } from "./openapi-json-schema.js";
-
-/** The field of `message` named `name` (a descriptor this table was written for has it). */
-function fieldNamed(message: DescMessage, name: string) {
-  const field = message.fields.find((f) => f.name === name);
-  if (field === undefined) throw new Error(`${message.typeName} has no field ${name}`);
-  return field;
-}
-
-/** A message of one list `values` (PromptTexts, PromptTokenIds, …): REST writes the list alone. */
-const theList = (message: DescMessage): JsonSchema => fieldSchema(fieldNamed(message, "values"), table);
-
-/** A steering vector's tensor: nested arrays, or vllm-lens's encoded object (src/lens/tensor-json.ts). */
-const tensor: JsonSchema = {
-  description:
-    "A tensor (proto/API.md §6): plain nested number arrays (2D or 3D, rectangular, finite, float32 range), or the vllm-lens encoded object. bf16 travels as int16 bits.",
-  oneOf: [
-    {
-      title: "nested arrays",
-      type: "array",
-      items: {
-        type: "array",
-        items: { anyOf: [{ type: "number" }, { type: "array", items: { type: "number" } }] },
-      },
-    },
-    ref("EncodedTensor"),
-  ],
-};
-
-/**
- * REST's JSON forms beyond proto JSON (proto/API.md §2): `prompt` as a string, strings, token ids
- * or lists of token ids (the oneof's members, each wrapper written as its list); `stop` as one
- * string or a list; `priority` as an integer or a string holding one; `output_residual_stream` as
- * a list of layer indices or `true`; a tensor as vllm-lens writes it.
- */
-const restForms: Pick<ProtoSchemaTable, "messageForms" | "fieldForms"> = {
-  messageForms: {
-    "acs.v1.PromptTexts": theList,
-    "acs.v1.PromptTokenIds": theList,
-    "acs.v1.PromptTokenIdsList": theList,
-    "acs.v1.OutputResidualStream": (message) => ({
-      oneOf: [fieldSchema(fieldNamed(message, "layer_indices"), table), { const: true }],
-    }),
-    "acs.v1.Tensor": () => tensor,
-  },
-  fieldForms: {
-    "acs.v1.CreateCompletionRequest.stop": (list) => ({ oneOf: [list.items, list] }),
-    "acs.v1.CreateCompletionRequest.priority": (int32) => ({
-      oneOf: [int32, { type: "string", pattern: "^-?[0-9]+$" }],
-    }),
-  },
-};
+import { type MessageDocs, messageObjectSchema, type ProtoSchemaTable } from "./openapi-from-proto.js";
+import { type JsonSchema, orNull } from "./openapi-json-schema.js";
+import { openApiForms } from "./rest-json-forms.js";
 
 const completionRequestDocs: MessageDocs = {
   description:
     "The body of `POST /v1/completions` (proto/API.md §2): `acs.v1.CreateCompletionRequest` under its REST JSON names, plus `stream`. `null` means left out, for every field. Unknown fields are refused (400, param = the field). Ranges and cross-field rules are the service's (same as on Connect).",
-  extra: [
-    {
-      name: "stream",
-      before: "stream_options",
-      schema: {
-        type: "boolean",
-        default: false,
-        description: "`true`: the answer is a `text/event-stream` of chunks.",
-      },
-    },
-  ],
   fields: {
     model: { description: "A served model id or alias (e.g. `llama-8b`). Unknown → 404 `model_not_found`." },
     prompt: { description: "Non-empty: a string, strings, token ids (integers ≥ 0), or lists of token ids." },
@@ -177,7 +110,7 @@ const docs: ProtoSchemaTable["docs"] = {
 /** The table of the request messages (see src/rest/openapi-from-proto.ts). */
 const table: ProtoSchemaTable = {
   components: { "acs.v1.SteeringVector": "SteeringVector" },
-  ...restForms,
+  ...openApiForms,
   docs,
 };
 

@@ -1,11 +1,13 @@
 // Readers of one JSON value of a request field, as REST's strict decoding takes it (proto/API.md
 // §2–§4): exact integers (`2`, `2.0`, `2e0`; never `"2"`), finite doubles, booleans, strings, lists
-// of int32. Each throws the field's type refusal, or its range refusal (src/rest/decode-refusals.ts).
-import { invalidRequest } from "../errors/index.js";
+// of int32, lists of any item. Each throws the field's type refusal, or its range refusal
+// (src/rest/decode-refusals.ts).
+import { type ApiError, invalidRequest } from "../errors/index.js";
 import {
   INT32,
   type IntRange,
   invalidType,
+  isRangeRefusal,
   nullListItem,
   outOfRange,
   rangeRefusal,
@@ -47,13 +49,25 @@ export function readInt32(value: unknown, param: string): number {
   return Number(readInteger(value, param, INT32));
 }
 
+/** `Invalid value for 'param': the number is too large.`, a range refusal. */
+const tooLarge = (param: string) =>
+  rangeRefusal(invalidRequest(param, `Invalid value for '${param}': the number is too large.`));
+
 /** A decimal field: any JSON number (a whole number too); must be finite as a double. */
 export function readDouble(value: unknown, param: string): number {
   if (!isJsonNumber(value)) throw invalidType(param, "a number");
   const number = jsonNumberToDouble(value);
-  if (!Number.isFinite(number)) {
-    throw rangeRefusal(invalidRequest(param, `Invalid value for '${param}': the number is too large.`));
-  }
+  if (!Number.isFinite(number)) throw tooLarge(param);
+  return number;
+}
+
+/** The largest float32 (as Connect JSON bounds a float field: src/connect/explain-proto-json.ts). */
+const FLOAT_MAX = 3.4028234663852886e38;
+
+/** A float field: as {@link readDouble}, and within the float32 range (|x| ≤ 3.4028234663852886e38). */
+export function readFloat(value: unknown, param: string): number {
+  const number = readDouble(value, param);
+  if (Math.abs(number) > FLOAT_MAX) throw tooLarge(param);
   return number;
 }
 
@@ -70,18 +84,33 @@ export function readString(value: unknown, param: string): string {
 }
 
 /**
- * A list of strings in protobuf JSON's words, as Connect JSON reads one (src/connect/explain-proto-json.ts):
- * not an array → `expected an array.` (param = the field); the first item that is null or not a
- * string is named by its index (`bad_words[1]`).
+ * A list in protobuf JSON's words, as Connect JSON reads one (src/connect/explain-proto-json.ts):
+ * not an array → `expected an array.` (param = the field); a null item → `a list item cannot be
+ * null.` (`nullItems: "read"`: `readItem` reads a null too); each item read by `readItem`, named
+ * by its index (`bad_words[1]`). Every item's type is checked before any item's range.
  */
-export function readStringList(value: unknown, param: string): string[] {
+export function readListItems<T>(
+  value: unknown,
+  param: string,
+  readItem: (item: unknown, param: string) => T,
+  nullItems: "refused" | "read" = "refused",
+): T[] {
   if (!Array.isArray(value)) throw invalidType(param, "an array");
+  const items: T[] = [];
+  let range: ApiError | undefined;
   for (let k = 0; k < value.length; k++) {
     const item: unknown = value[k];
-    if (item === null) throw nullListItem(`${param}[${k}]`);
-    if (typeof item !== "string") throw invalidType(`${param}[${k}]`, "a string");
+    const at = `${param}[${k}]`;
+    if (item === null && nullItems === "refused") throw nullListItem(at);
+    try {
+      items.push(readItem(item, at));
+    } catch (err) {
+      if (!isRangeRefusal(err)) throw err;
+      range ??= err;
+    }
   }
-  return value as string[];
+  if (range !== undefined) throw range;
+  return items;
 }
 
 /**

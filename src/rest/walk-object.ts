@@ -4,32 +4,39 @@ import type { ApiError } from "../errors/index.js";
 import { isRangeRefusal, unknownField } from "./decode-refusals.js";
 import type { JsonObject } from "./strict-json.js";
 
-/** Reads one field's JSON value (never null) into a fragment of the message init `T`. */
-export type FieldReader<T> = (value: unknown, param: string) => Partial<T>;
+/** Reads one JSON value (never null) of a field; `param` names it in a refusal. */
+export type ValueReader = (value: unknown, param: string) => unknown;
+
+/** One field of a table: the message init's key it is read into (its localName), and its reader. */
+export interface FieldReader {
+  readonly key: string;
+  readonly read: ValueReader;
+}
 
 /**
- * Walks an object's keys against `fields`: unknown keys first (all of them, before any type), then
- * each known field in body order; `null` = left out. Returns the merged init fragments.
+ * Walks an object's keys against `fields` (REST JSON name → reader): unknown keys first (all of
+ * them, before any type), then each known field in body order; `null` = left out. Returns the
+ * message init: each field's value under its reader's key.
  */
-export function walkObject<T extends object>(
+export function walkObject(
   object: JsonObject,
   prefix: string,
-  fields: ReadonlyMap<string, FieldReader<T>>,
-): Partial<T> {
+  fields: ReadonlyMap<string, FieldReader>,
+): Record<string, unknown> {
   const keys = Object.keys(object);
   for (const key of keys) {
     if (!fields.has(key)) throw unknownField(prefix + key);
   }
-  const init: Partial<T> = {};
+  const init: Record<string, unknown> = {};
   // Types before ranges (proto/API.md §3): the first range refusal waits until every field's type
   // has been checked.
   let range: ApiError | undefined;
   for (const key of keys) {
     const value = object[key];
-    const read = fields.get(key);
-    if (value === null || read === undefined) continue;
+    const field = fields.get(key);
+    if (value === null || field === undefined) continue;
     try {
-      Object.assign(init, read(value, prefix + key));
+      init[field.key] = field.read(value, prefix + key);
     } catch (err) {
       if (!isRangeRefusal(err)) throw err;
       range ??= err;
