@@ -166,10 +166,18 @@ function simpleEscape(byte: number | undefined): number {
   }
 }
 
+/** The refusal of the surrogate escape at `at` with no other half beside it. */
+const loneSurrogate = (bytes: Buffer, at: number): JsonSyntaxError =>
+  new JsonSyntaxError(
+    `the escape ${bytes.toString("latin1", at, at + 6)} at position ${at} is a lone surrogate: a string holds Unicode characters only`,
+  );
+
 /**
  * A string with escapes (its opening quote at `start`), decoded in one pass into UTF-16 code
- * units (the body is valid UTF-8, checked before), then made a string at once — lone surrogates
- * written as `\ud800` stay, as in JSON.parse.
+ * units (the body is valid UTF-8, checked before), then made a string at once. A surrogate escape
+ * must be half of a pair (`\ud83d\ude00`): a lone one (`\ud800`) is refused, unlike JSON.parse —
+ * a string holds Unicode characters only (RFC 8259 §8.2; I-JSON, RFC 7493 §2.1), as a protobuf
+ * string must, so that REST and Connect JSON refuse the same text alike.
  */
 function scanEscapedString(bytes: Buffer, start: number): string {
   const n = bytes.length;
@@ -186,9 +194,12 @@ function scanEscapedString(bytes: Buffer, start: number): string {
     length += 2;
   };
   let i = start + 1;
+  /** The position of a high surrogate's escape whose low half must come next; -1 when none. */
+  let high = -1;
   for (;;) {
     if (i >= n) throw new JsonSyntaxError(`the string that starts at position ${start} never ends`);
     const byte = bytes[i] as number;
+    if (high >= 0 && (byte !== BACKSLASH || bytes[i + 1] !== 0x75)) throw loneSurrogate(bytes, high);
     if (byte === QUOTE) break;
     if (byte === BACKSLASH) {
       const escaped = bytes[i + 1];
@@ -207,6 +218,9 @@ function scanEscapedString(bytes: Buffer, start: number): string {
         (hexValue(bytes[i + 4]) << 4) |
         hexValue(bytes[i + 5]);
       if (code < 0) throw unexpected(bytes, i, "four hexadecimal digits after \\u");
+      const low = code >= 0xdc00 && code <= 0xdfff;
+      if (high >= 0 ? !low : low) throw loneSurrogate(bytes, high >= 0 ? high : i);
+      high = !low && code >= 0xd800 && code <= 0xdbff ? i : -1;
       put(code);
       i += 6;
     } else if (byte < 0x20) {

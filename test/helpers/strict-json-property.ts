@@ -171,7 +171,7 @@ const hex4 = (unit: number, upper: boolean): string => {
   return upper ? hex.toUpperCase() : hex;
 };
 
-/** One piece of a string: raw characters, a short escape, or a \u escape (lone surrogates too). */
+/** One piece of a string: raw characters, a short escape, or a \u escape (lone surrogates too: refused). */
 const stringPiece: fc.Arbitrary<Key> = fc.oneof(
   {
     weight: 5,
@@ -518,11 +518,16 @@ async function assertSlicedAgrees(bytes: Buffer, outcome: Outcome, slice: number
 
 // ---------------------------------------------------------------- the scenarios
 
+/** A lone surrogate in `text` (a `u` regex reads a pair as one code point, a lone half as Cs). */
+const hasLoneSurrogate = (text: string): boolean => /\p{Cs}/u.test(text);
+
 /**
  * The first refusal the parser must meet, reading the document in order: a container opened
- * deeper than the limit, or a key repeated with another value (found when that value ends).
+ * deeper than the limit, a string (or key) holding a lone surrogate, or a key repeated with
+ * another value (found when that value ends).
  */
-function firstRefusal(doc: Doc, depth = 0): "depth" | "repeated" | undefined {
+function firstRefusal(doc: Doc, depth = 0): "depth" | "surrogate" | "repeated" | undefined {
+  if (doc.t === "str") return hasLoneSurrogate(doc.value) ? "surrogate" : undefined;
   if (doc.t !== "arr" && doc.t !== "obj") return undefined;
   if (depth + 1 > MAX_JSON_DEPTH) return "depth";
   if (doc.t === "arr") {
@@ -534,6 +539,7 @@ function firstRefusal(doc: Doc, depth = 0): "depth" | "repeated" | undefined {
   }
   const seen = new Map<string, unknown>();
   for (const [key, value] of doc.entries) {
+    if (hasLoneSurrogate(key.value)) return "surrogate";
     const refusal = firstRefusal(value, depth + 1);
     if (refusal !== undefined) return refusal;
     const parsed = expectedValue(value);
@@ -551,6 +557,9 @@ async function checkDocument(doc: Doc, spaces: readonly string[], slice: number)
     if (outcome.ok || outcome.message !== "The request body is not valid JSON: it is nested too deeply.") {
       fail(`${depthOf(doc)} levels: expected "nested too deeply"`);
     }
+  } else if (refusal === "surrogate") {
+    if (outcome.ok || !outcome.message.includes("is a lone surrogate"))
+      fail("expected a lone surrogate refusal");
   } else if (refusal === "repeated") {
     if (outcome.ok || !outcome.message.includes("repeated key")) fail("expected a repeated key refusal");
   } else {
@@ -623,7 +632,7 @@ async function checkCorrupted(
     if (!reference.ok) fail(`accepted what JSON.parse refuses: ${mutated.slice(0, 120)}`);
     assertMatchesJsonParse(outcome.value, reference.value, "$");
   } else if (reference.ok) {
-    const allowed = ["repeated key", "nested too deeply", "The request body is empty"];
+    const allowed = ["repeated key", "nested too deeply", "The request body is empty", "is a lone surrogate"];
     if (!allowed.some((why) => outcome.message.includes(why))) {
       fail(`refused what JSON.parse accepts (${outcome.message.slice(0, 160)}): ${mutated.slice(0, 120)}`);
     }

@@ -276,6 +276,17 @@ const cases: Case[] = [
     },
   },
   {
+    name: "a lone surrogate in a string",
+    code: "invalid_request",
+    param: null,
+    message:
+      "The request body is not valid JSON: the escape \\ud800 at position 28 is a lone surrogate: a string holds Unicode characters only.",
+    cells: {
+      rest: rest('{"model":"tiny","prompt":"Hi\\ud800","max_tokens":1}'),
+      ...jsonRpcCells('{"model":"tiny","text":"Hi!!\\ud800","maxTokens":1}'),
+    },
+  },
+  {
     name: "a type error",
     code: "invalid_request",
     param: "max_tokens",

@@ -181,9 +181,23 @@ describe("objects, strings and the rest of the grammar", () => {
     expect(err.message).toContain(message);
   });
 
-  it("reads strings: escapes, surrogate pairs, lone surrogates (as JSON.parse), multi-byte UTF-8", () => {
-    const text = String.raw`["a\"b\\c\/d\b\f\n\r\t", "\u00e9\u20AC", "\ud83d\ude00", "\ud800", "é → 😀", ""]`;
+  it("reads strings: escapes, surrogate pairs, multi-byte UTF-8", () => {
+    const text = String.raw`["a\"b\\c\/d\b\f\n\r\t", "\u00e9\u20AC", "\ud83d\ude00", "\uD83D\uDE00", "é → 😀", ""]`;
     expect(parseStrictJson(text)).toEqual(JSON.parse(text));
+  });
+
+  it.each([
+    [String.raw`["\ud800"]`, String.raw`\ud800 at position 2`],
+    [String.raw`["a\udc00"]`, String.raw`\udc00 at position 3`],
+    [String.raw`["\ud800\u0041"]`, String.raw`\ud800 at position 2`],
+    [String.raw`["\ud800\ud800\udc00"]`, String.raw`\ud800 at position 2`],
+    [String.raw`["\ud83d😀"]`, String.raw`\ud83d at position 2`],
+    [String.raw`{"k\uDBFF": 1}`, String.raw`\uDBFF at position 3`],
+  ])("refuses a lone surrogate escape, which JSON.parse keeps: %s", (text, where) => {
+    expect(() => JSON.parse(text)).not.toThrow();
+    expect(() => parseStrictJson(text)).toThrow(
+      `The request body is not valid JSON: the escape ${where} is a lone surrogate: a string holds Unicode characters only.`,
+    );
   });
 
   it("accepts JSON whitespace anywhere between tokens", () => {
