@@ -16,7 +16,7 @@ import {
 import { until } from "../helpers/hang-guard.js";
 import { chunk, closedPortUrl, type FakeUpstream, sse, startFakeUpstream } from "./fake-upstream.js";
 
-type Mode = "ok" | "503" | "500" | "400" | "cut-after-first" | "reset-before-first" | "hang";
+type Mode = "ok" | "503" | "500" | "400" | "401" | "cut-after-first" | "reset-before-first" | "hang";
 
 /** A scripted replica: its completions behave as `mode`, its /health as `health`. */
 interface Replica {
@@ -24,6 +24,8 @@ interface Replica {
   readonly name: string;
   mode: Mode;
   health: "ok" | "503" | "hang";
+  /** How long its /health takes to answer, in ms. */
+  healthDelayMs: number;
   served: string;
   /** X-Request-Id of each completion request it received. */
   readonly ids: string[];
@@ -39,15 +41,22 @@ const completionJson = (text: string) => ({
 });
 
 async function startReplica(name: string): Promise<Replica> {
-  const r = { name, mode: "ok", health: "ok", served: "served/model", ids: [] as string[] } as Omit<
-    Replica,
-    "up"
-  > & { up?: FakeUpstream };
+  const r = {
+    name,
+    mode: "ok",
+    health: "ok",
+    healthDelayMs: 0,
+    served: "served/model",
+    ids: [] as string[],
+  } as Omit<Replica, "up"> & { up?: FakeUpstream };
   r.up = await startFakeUpstream((req, res, raw) => {
     if (req.url === "/health") {
       if (r.health === "hang") return;
-      res.statusCode = r.health === "ok" ? 200 : 503;
-      res.end();
+      const status = r.health === "ok" ? 200 : 503;
+      setTimeout(() => {
+        res.statusCode = status;
+        res.end();
+      }, r.healthDelayMs);
       return;
     }
     if (req.url === "/v1/models") {
@@ -79,6 +88,10 @@ async function startReplica(name: string): Promise<Replica> {
       case "500":
         res.writeHead(500, { "content-type": "application/json" });
         res.end(JSON.stringify({ error: { message: "boom", type: "InternalServerError", code: 500 } }));
+        return;
+      case "401":
+        res.writeHead(401, { "content-type": "application/json" });
+        res.end(JSON.stringify({ error: { message: "Unauthorized", type: "Unauthorized", code: 401 } }));
         return;
       case "400":
         res.writeHead(400, { "content-type": "application/json" });
@@ -424,7 +437,44 @@ describe("health", () => {
     a.mode = "ok";
     expect(await texts(p, "panic-ok")).toBe("a");
     expect(a.ids.slice(-2)).toEqual(["panic-500", "panic-ok"]);
-    expect(stateOf(p)).toEqual(["down"]); // only its check puts it back
+    // A completion it answered puts it back (readiness and health follow), not its next check.
+    expect(stateOf(p)).toEqual(["up"]);
+  });
+
+  it("panic mode: a failed attempt goes to another ejected replica", async () => {
+    replicas = await Promise.all(["a", "b"].map(startReplica));
+    const [a, b] = replicas as [Replica, Replica];
+    const p = await setup(replicas, { backoff: { initialMs: 60_000 } });
+    a.mode = "500";
+    b.mode = "500";
+    while (stateOf(p).includes("up")) await failure(texts(p));
+    b.mode = "ok";
+    for (let i = 0; i < 4; i++) expect(await texts(p, `after-${i}`)).toBe("b");
+  });
+
+  it("panic mode: an ejected replica that then refuses the gateway is no longer chosen", async () => {
+    replicas = await Promise.all(["a"].map(startReplica));
+    const [a] = replicas as [Replica];
+    const p = await setup(replicas, { backoff: { initialMs: 60_000 } });
+    a.mode = "500";
+    for (let i = 0; i < 3; i++) await failure(texts(p));
+    a.mode = "401";
+    expect((await failure(texts(p))).code).not.toBe("upstream_unavailable"); // its own refusal, once
+    const sent = a.ids.length;
+    expect((await failure(texts(p))).code).toBe("upstream_unavailable");
+    expect(a.ids.length).toBe(sent);
+  });
+
+  it("a check under way when a replica is taken out does not put it back", async () => {
+    replicas = await Promise.all(["a", "b"].map(startReplica));
+    const [a] = replicas as [Replica, Replica];
+    const p = await setup(replicas, { backoff: { initialMs: 60_000 } });
+    // Each 503 starts a check (one at a time); its /health answers 200 after the third took a out.
+    a.mode = "503";
+    a.healthDelayMs = 150; // within the check's 300 ms
+    while (stateOf(p)[0] === "up") await texts(p);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(stateOf(p)).toEqual(["down", "up"]);
   });
 
   it("panic mode: requests waiting on a lone replica are not aborted when it is taken out", async () => {

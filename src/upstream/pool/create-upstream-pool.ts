@@ -22,7 +22,8 @@ import { check, poolState } from "./replica-set.js";
  *   taken-out replica is checked again after a backoff (doubling from `backoff.initialMs` to
  *   `backoff.maxMs`) and put back when it answers its check; requests on it that had no output yet
  *   are aborted and go to another replica. Panic mode: while none is up, a replica taken out only
- *   for failures in a row still serves (see `pick`).
+ *   for failures in a row still serves, and is put back when it answers a completion (see
+ *   `candidates` in replica-set.ts).
  * - Failover, keyed on what reached the caller: a request whose call failed before the caller saw
  *   anything (refused, reset, garbage, 503, another 5xx, silence, a replica that died or was taken
  *   out) goes once to another up replica, with a new upstream request id (an id is never sent

@@ -8,7 +8,7 @@ import type { VllmCompletion, VllmCompletionRequest } from "../vllm/types.js";
 import type { CompleteOptions, VllmClient } from "../vllm/vllm-client-types.js";
 import { attemptSignal } from "./attempt-signal.js";
 import {
-  anotherUp,
+  anotherCandidate,
   answered,
   type CallWork,
   failed,
@@ -62,7 +62,7 @@ export async function withFailover<T>(
     const link = attemptSignal(r, caller);
     try {
       const result = await call(r.client, link.signal, attempt, r.url);
-      answered(r, work);
+      answered(p, r, work);
       return result;
     } catch (err) {
       if (caller?.aborted) throw err;
@@ -70,7 +70,7 @@ export async function withFailover<T>(
       const fault = takenOut ? "broken" : upstreamFaultOf(err);
       if (!takenOut) failed(p, r, fault, err, work);
       if (attempt > 0 || !(takenOut || mayRetry(fault, err))) throw takenOut ? noneUp(p, err) : err;
-      if (!anotherUp(p, tried)) throw takenOut ? noneUp(p, err) : err;
+      if (!anotherCandidate(p, tried)) throw takenOut ? noneUp(p, err) : err;
       p.failovers++;
     } finally {
       r.outstanding--;

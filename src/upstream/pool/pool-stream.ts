@@ -8,7 +8,15 @@ import type { VllmCompletionChunk, VllmCompletionRequest } from "../vllm/types.j
 import type { StreamOptions } from "../vllm/vllm-client-types.js";
 import { type AttemptSignal, attemptSignal } from "./attempt-signal.js";
 import { attemptHeaders, retryableFaults } from "./failover.js";
-import { anotherUp, answered, failed, noneUp, type PoolState, pick, type Replica } from "./replica-set.js";
+import {
+  anotherCandidate,
+  answered,
+  failed,
+  noneUp,
+  type PoolState,
+  pick,
+  type Replica,
+} from "./replica-set.js";
 
 /** One pool stream's state: the request, the replicas tried, and the attempt under way. */
 interface PoolStream {
@@ -151,7 +159,7 @@ function failsOver(s: PoolStream, takenOut: boolean, fault: UpstreamFault): bool
     !(s.yielded && !s.restartable) &&
     s.attempt === 0 &&
     (takenOut || retryableFaults.has(fault)) &&
-    anotherUp(s.p, s.tried)
+    anotherCandidate(s.p, s.tried)
   );
 }
 
@@ -159,7 +167,7 @@ function failsOver(s: PoolStream, takenOut: boolean, fault: UpstreamFault): bool
 function ended(s: PoolStream, res: IteratorResult<VllmCompletionChunk>): IteratorResult<VllmCompletionChunk> {
   if (res.done === true) {
     s.closed = true;
-    answered(s.r as Replica, "completion");
+    answered(s.p, s.r as Replica, "completion");
     finishAttempt(s);
   }
   return res;

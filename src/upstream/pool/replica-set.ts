@@ -26,6 +26,8 @@ export interface Replica {
   completionFailed: boolean;
   /** Take-outs since the answer that ended its last run: the backoff's exponent. */
   backoffLevel: number;
+  /** Take-outs since start: a check that began before the last one does not decide its state. */
+  takeOuts: number;
   /**
    * Taken out only for `failureThreshold` failures in a row (outlier ejection): it still answers
    * connections and its checks. While no replica is up, requests go to such a replica (panic
@@ -98,6 +100,7 @@ export function poolState(options: UpstreamPoolOptions): PoolState {
     failuresInARow: 0,
     completionFailed: false,
     backoffLevel: 0,
+    takeOuts: 0,
     ejected: false,
     timer: undefined,
     checking: undefined,
@@ -173,6 +176,7 @@ function takeOut(p: PoolState, r: Replica, reason: string, ejection = false): vo
   r.state = "down";
   r.reason = reason;
   r.backoffLevel++;
+  r.takeOuts++;
   if (!(ejection && !p.replicas.some((o) => o.state === "up"))) abortAttempts(r, reason);
   const retryInMs = backoffMs(p, r.backoffLevel - 1);
   logger?.warn(
@@ -218,6 +222,7 @@ export function check(p: PoolState, r: Replica): Promise<void> {
 
 /** One check of `r` (see {@link check}), then its next one scheduled. */
 async function runCheck(p: PoolState, r: Replica, signal: AbortSignal): Promise<void> {
+  const takeOuts = r.takeOuts;
   let refusal: string | undefined;
   if (!(await r.client.health(signal))) {
     refusal = `GET /health failed (no 200 within ${p.checkTimeoutMs} ms)`;
@@ -230,7 +235,9 @@ async function runCheck(p: PoolState, r: Replica, signal: AbortSignal): Promise<
       r.errors.health++;
     }
   }
-  if (p.closing.signal.aborted) return;
+  // Taken out while it ran (failures in a row, a refusal): the take-out's own backoff check
+  // decides, not this one — which may have begun while it was up (and skipped `admit`).
+  if (p.closing.signal.aborted || r.takeOuts !== takeOuts) return;
   if (refusal === undefined) {
     putIn(p, r);
     schedule(p, r);
@@ -250,25 +257,36 @@ async function runCheck(p: PoolState, r: Replica, signal: AbortSignal): Promise<
  * completion's answer ends a run of failed completions: a replica that answers `/tokenize` and
  * `/health` but fails every completion must still reach `failureThreshold`.
  */
-export function answered(r: Replica, work: CallWork): void {
+export function answered(p: PoolState, r: Replica, work: CallWork): void {
   if (work === "control" && r.completionFailed) return;
   r.failuresInARow = 0;
   r.completionFailed = false;
   r.backoffLevel = 0;
+  // Panic mode's replica answered a completion: it serves again (its checks still pass).
+  if (work === "completion" && r.ejected && r.state === "down") {
+    putIn(p, r);
+    schedule(p, r);
+  }
 }
 
 /** Passive health: what a failed call of `work` says about its replica. */
 export function failed(p: PoolState, r: Replica, fault: UpstreamFault, err: unknown, work: CallWork): void {
   if (fault === "none") {
-    answered(r, work);
+    answered(p, r, work);
     return;
   }
   r.errors[fault]++;
   r.failuresInARow++;
   if (work === "completion") r.completionFailed = true;
   const reason = `${fault.replace("_", " ")}: ${err instanceof Error ? err.message : String(err)}`;
-  if (r.state !== "up") return;
-  if (fault === "unreachable" || fault === "rejected") takeOut(p, r, reason);
+  const refuses = fault === "unreachable" || fault === "rejected";
+  // Down: only an ejected replica (panic mode's) is still sent requests; one that refuses them
+  // is down for a reason of its own now, and panic mode no longer chooses it.
+  if (r.state !== "up") {
+    if (r.ejected && refuses) takeOut(p, r, reason);
+    return;
+  }
+  if (refuses) takeOut(p, r, reason);
   else if (r.failuresInARow >= p.failureThreshold) {
     takeOut(p, r, reason, true);
   } else if (fault !== "server_error") {
@@ -280,21 +298,27 @@ export function failed(p: PoolState, r: Replica, fault: UpstreamFault, err: unkn
 export type CallWork = "completion" | "control";
 
 /**
- * The up replica for the next request, not one of `tried`; undefined when there is none. While
- * no replica is up, an ejected one (taken out for failures in a row only) serves instead: Envoy's
- * panic mode, so that a model's lone replica keeps passing on its own answers and errors rather
- * than a 503 for its whole backoff; a replica that refuses connections or failed its check is
- * never chosen. Only
- * completions advance the choice's clock (`sent`): a text prompt's `/tokenize` goes before its
- * completion, and if it counted too the two would alternate replicas and every completion would
- * land on the same one.
+ * The replicas a request may go to, not one of `tried`: those up; while none is up, those taken
+ * out for failures in a row only (ejected) — Envoy's panic mode, so that a model's lone replica
+ * keeps passing on its own answers and errors rather than a 503 for its whole backoff, and a
+ * failed attempt still goes to another ejected one. A replica that refuses connections or the
+ * gateway, or failed its check, is never among them.
+ */
+function candidates(p: PoolState, tried: ReadonlySet<Replica>): Replica[] {
+  const up = p.replicas.filter((r) => r.state === "up" && !tried.has(r));
+  if (up.length > 0 || p.replicas.some((r) => r.state === "up")) return up;
+  return p.replicas.filter((r) => r.ejected && !tried.has(r));
+}
+
+/**
+ * The replica for the next request, among its {@link candidates}; undefined when there is none.
+ * Only completions advance the choice's clock (`sent`): a text prompt's `/tokenize` goes before
+ * its completion, and if it counted too the two would alternate replicas and every completion
+ * would land on the same one.
  */
 export function pick(p: PoolState, tried: ReadonlySet<Replica>, work: CallWork): Replica | undefined {
-  let candidates = p.replicas.filter((r) => r.state === "up" && !tried.has(r));
-  if (candidates.length === 0 && !p.replicas.some((r) => r.state === "up")) {
-    candidates = p.replicas.filter((r) => r.ejected && !tried.has(r));
-  }
-  const chosen = candidates[chooseReplica(candidates)];
+  const open = candidates(p, tried);
+  const chosen = open[chooseReplica(open)];
   if (chosen === undefined) return undefined;
   chosen.outstanding++;
   chosen.requests++;
@@ -302,9 +326,9 @@ export function pick(p: PoolState, tried: ReadonlySet<Replica>, work: CallWork):
   return chosen;
 }
 
-/** True while a replica that is up is not one of `tried`. */
-export const anotherUp = (p: PoolState, tried: ReadonlySet<Replica>): boolean =>
-  p.replicas.some((o) => o.state === "up" && !tried.has(o));
+/** True while a request that failed on `tried` may go to another replica ({@link candidates}). */
+export const anotherCandidate = (p: PoolState, tried: ReadonlySet<Replica>): boolean =>
+  candidates(p, tried).length > 0;
 
 /** The 503 of a request with no replica up (or whose replica was taken out). */
 export const noneUp = (p: PoolState, cause?: unknown): ApiError =>
