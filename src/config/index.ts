@@ -3,6 +3,7 @@ export {
   type BudgetDb,
   type Config,
   type EmbeddedEngineConfig,
+  type EnvSettings,
   isLoopback,
   limits,
   loadConfig,
@@ -11,5 +12,4 @@ export {
 export { ConfigError } from "./config-error.js";
 export { dbOpenError, redactDb } from "./db-open-error.js";
 export { type LogLevel, logLevels, parseEnv } from "./env-schema.js";
-export type { ModelConfig, UpstreamConfig } from "./model-config.js";
-export { parseModelsFile } from "./models-file.js";
+export { type ModelConfig, parseModelsFile, type UpstreamConfig } from "./models-file.js";

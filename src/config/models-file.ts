@@ -1,7 +1,6 @@
 import { z } from "zod";
 import { ConfigError } from "./config-error.js";
 import { formatIssues } from "./format-issues.js";
-import type { ModelConfig } from "./model-config.js";
 
 const name = z.string({ error: "must be a string" }).min(1, { error: "must not be empty" });
 
@@ -110,6 +109,76 @@ function allowedKeys(path: readonly PropertyKey[]): readonly string[] {
   return [];
 }
 
+/** A replica as the schema gives it (the file's snake_case keys). */
+type UpstreamEntry = z.output<typeof upstreamSchema>;
+/** A model as the schema gives it (the file's snake_case keys). */
+type ModelEntry = z.output<typeof modelSchema>;
+
+/** One replica of a model: an Inference server (vLLM's OpenAI-compatible server) that runs it. */
+function toUpstreamConfig(u: Pick<UpstreamEntry, "url" | "api_key" | "weight">) {
+  return {
+    /** Base URL of the replica, without `/v1`, e.g. `http://10.0.0.5:8000` (a path prefix is kept). */
+    url: u.url,
+    /** Bearer key for the replica's `--api-key`, if any. */
+    apiKey: u.api_key,
+    /** Its share of the model's requests relative to the other replicas. @default 1 */
+    weight: u.weight ?? 1,
+  };
+}
+
+/** One model the gateway serves, and where Inference runs it. */
+function toModelConfig(m: ModelEntry) {
+  const aliases: readonly string[] = m.aliases ?? [];
+  // upstream_url (one replica) is set when upstreams is not: the schema checks it.
+  const upstreams: readonly UpstreamConfig[] = (
+    m.upstreams ?? [{ url: m.upstream_url ?? "", api_key: m.upstream_api_key }]
+  ).map(toUpstreamConfig);
+  return {
+    /** The canonical id callers see, e.g. `meta-llama/Llama-3.1-8B`. */
+    id: m.id,
+    /** Other names the model answers to, e.g. `llama-8b`. @default [] */
+    aliases,
+    /** The replicas that run it (at least one; each URL once). */
+    upstreams,
+    /** The model name Inference serves it under. @default id */
+    servedModelName: m.served_model_name ?? m.id,
+    /** Longest prompt + completion in tokens; read from Inference's /v1/models when undefined. */
+    maxModelLen: m.max_model_len ?? undefined,
+    /** Residual stream width (last dim of steering vectors), e.g. 4096 for Llama-3.1-8B. */
+    hiddenSize: m.hidden_size,
+    /** Decoder layers, e.g. 32 for Llama-3.1-8B. */
+    numLayers: m.num_hidden_layers,
+    /** `owned_by` in /v1/models. @default "acs" */
+    ownedBy: m.owned_by ?? "acs",
+    /**
+     * Concurrent completions each replica accepts (vLLM's own queue is behind it): the gateway
+     * opens up to this many connections per replica, and no more. undefined = the client's
+     * default, DEFAULT_MAX_CONCURRENT_COMPLETIONS (16384: enough for 10,000 streams).
+     */
+    maxConcurrentRequests: m.max_concurrent_requests,
+    /**
+     * The model's tokenizer is a byte-level BPE without a normalizer (Llama 3, GPT-2 families): a
+     * text prompt is never more tokens than its UTF-8 bytes plus the special tokens added (BOS),
+     * so the gateway skips `/tokenize` when that bound decides (src/service/count-prompt-tokens.ts).
+     * Leave it off for a SentencePiece tokenizer or one that normalizes (NFC, NFKC): text can grow.
+     * @default false
+     */
+    byteLevelTokenizer: m.byte_level_tokenizer ?? false,
+  };
+}
+
+/** One replica of a model, as the models file gives it, defaults filled in. */
+export type UpstreamConfig = Readonly<ReturnType<typeof toUpstreamConfig>>;
+/** The keys a model given in code (the embedded engine's, a test's) may leave out: undefined = their default. */
+type LeftOut = "maxConcurrentRequests" | "byteLevelTokenizer";
+/**
+ * One model the gateway serves, as the models file gives it, defaults filled in (a model given in
+ * code may leave out the keys of the tuning flags).
+ */
+export type ModelConfig = Readonly<
+  Omit<ReturnType<typeof toModelConfig>, LeftOut> & Partial<Pick<ReturnType<typeof toModelConfig>, LeftOut>>
+>;
+
 /**
  * Parses a models file, checked against its schema (zod; unknown keys are refused):
  * `{"models": [{"id", "aliases"?, "upstream_url" | "upstreams": [{"url", "api_key"?, "weight"?}],
@@ -126,21 +195,5 @@ export function parseModelsFile(text: string, source: string): ModelConfig[] {
   }
   const parsed = modelsFileSchema.safeParse(json, { reportInput: true });
   if (!parsed.success) throw new ConfigError(`${source}: ${formatIssues(parsed.error.issues, allowedKeys)}`);
-  return parsed.data.models.map((m) => ({
-    id: m.id,
-    aliases: m.aliases ?? [],
-    // upstream_url (one replica) is set when upstreams is not: the schema checks it.
-    upstreams: (m.upstreams ?? [{ url: m.upstream_url ?? "", api_key: m.upstream_api_key }]).map((u) => ({
-      url: u.url,
-      apiKey: u.api_key,
-      weight: u.weight ?? 1,
-    })),
-    servedModelName: m.served_model_name ?? m.id,
-    maxModelLen: m.max_model_len ?? undefined,
-    hiddenSize: m.hidden_size,
-    numLayers: m.num_hidden_layers,
-    ownedBy: m.owned_by ?? "acs",
-    maxConcurrentRequests: m.max_concurrent_requests,
-    byteLevelTokenizer: m.byte_level_tokenizer ?? false,
-  }));
+  return parsed.data.models.map(toModelConfig);
 }
