@@ -1,5 +1,5 @@
 /**
- * Benchmark of the strict JSON decoder (src/rest/strict-json.ts) on max-size request bodies
+ * Benchmark of the strict JSON decoder (src/core/json/strict-json.ts) on max-size request bodies
  * (≈7.5 MB, under the 8 MiB cap), next to JSON.parse of the same bytes: the parse alone, the
  * whole request decode (numbers read exactly, tensors packed), and the sliced parse the REST route
  * runs, with the longest event-loop turn it leaves while it runs.
@@ -11,9 +11,9 @@ import { availableParallelism, cpus } from "node:os";
 import { setImmediate as nextTurn } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { Bench } from "tinybench";
-import { ApiError } from "../src/errors/index.js";
-import { decodeCompletionRequest } from "../src/rest/decode-completion-request.js";
-import { parseStrictJson, parseStrictJsonAsync } from "../src/rest/strict-json.js";
+import { ApiError } from "../src/core/errors/index.js";
+import { parseStrictJson, parseStrictJsonAsync } from "../src/core/json/strict-json.js";
+import { decodeCompletionRequest } from "../src/surfaces/rest/decode-completion-request.js";
 
 const TARGET_BYTES = 7.5e6;
 
@@ -129,7 +129,7 @@ async function slicedParse(
 /** Runs the benchmark and returns a markdown section (`## Strict JSON decoder …`). */
 export async function benchStrictJson(): Promise<string> {
   const lines = [
-    "## Strict JSON decoder (src/rest/strict-json.ts): max-size request bodies",
+    "## Strict JSON decoder (src/core/json/strict-json.ts): max-size request bodies",
     "",
     `Bodies of ≈7.5 MB (the cap is 8 MiB). Node ${process.version}, ${availableParallelism()} CPUs ` +
       `(${cpus()[0]?.model ?? "unknown"}); tinybench, 7 runs after 1 warmup, median ms. ` +

@@ -1,20 +1,20 @@
 // Process entry: loadConfig() → run the single process, the cluster's primary (ACS_WORKERS > 1,
-// src/server/cluster/) or one of its workers. A gateway process (src/server/gateway-process.ts):
-// (embedded engine) → buildApp() → listen; SIGTERM/SIGINT → drain and close (src/server/lifecycle.ts).
+// src/app/cluster/) or one of its workers. A gateway process (src/app/gateway-process.ts):
+// (embedded engine) → buildApp() → listen; SIGTERM/SIGINT → drain and close (src/surfaces/http/lifecycle.ts).
 // A mistake in the configuration (a keys database that cannot be opened too) is one line on stderr
 // and exit code 2; the first log line comes before anything slow (the server's modules are
 // imported after it, the engine is started after it).
 import { extname } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { pino } from "pino";
+import type { ClusterWorker } from "./app/cluster/index.js";
+import { type EngineProgram, startEmbeddedEngine } from "./app/embedded-engine.js";
+import { refuse, warnKeysOff } from "./app/operator-lines.js";
 import { type Config, ConfigError, loadConfig } from "./config/index.js";
-import type { ClusterWorker } from "./server/cluster/index.js";
-import { type EngineProgram, startEmbeddedEngine } from "./server/embedded-engine.js";
-import { refuse, warnKeysOff } from "./server/operator-lines.js";
 import { createLogger } from "./telemetry/logger.js";
 
-/** src/server/cluster/, imported only with ACS_WORKERS > 1. */
-type Cluster = typeof import("./server/cluster/index.js");
+/** src/app/cluster/, imported only with ACS_WORKERS > 1. */
+type Cluster = typeof import("./app/cluster/index.js");
 
 /** The reference engine's preset and main file: only main.ts imports src/engine (its presets). */
 async function engineProgram(config: Config): Promise<EngineProgram> {
@@ -28,7 +28,7 @@ async function engineProgram(config: Config): Promise<EngineProgram> {
   return { preset, dims, entry };
 }
 
-/** Starts the embedded reference engine (src/server/embedded-engine.ts). */
+/** Starts the embedded reference engine (src/app/embedded-engine.ts). */
 async function startEngine(config: Config, logger: pino.Logger) {
   return startEmbeddedEngine(config, logger, await engineProgram(config));
 }
@@ -76,13 +76,13 @@ async function runPrimary(cluster: Cluster, config: Config, logger: pino.Logger)
 async function main(): Promise<void> {
   const config = readConfig();
   const logger = createLogger({ level: config.logLevel, format: config.logFormat });
-  // ACS_WORKERS > 1: this process is the cluster's primary, or one of its workers (src/server/cluster/).
-  const cluster = config.workers > 1 ? await import("./server/cluster/index.js") : undefined;
+  // ACS_WORKERS > 1: this process is the cluster's primary, or one of its workers (src/app/cluster/).
+  const cluster = config.workers > 1 ? await import("./app/cluster/index.js") : undefined;
   const worker = cluster?.joinCluster(logger);
   logStart(config, logger, worker);
   if (cluster && !worker) return runPrimary(cluster, config, logger);
   const [{ runGateway }, embedded] = await Promise.all([
-    import("./server/gateway-process.js"),
+    import("./app/gateway-process.js"),
     worker?.embeddedModel
       ? { model: worker.embeddedModel, isAlive: worker.engineAlive, stop: undefined }
       : config.embeddedEngine && !worker

@@ -15,7 +15,7 @@ import { Writable } from "node:stream";
 import { parseArgs } from "node:util";
 import { pino } from "pino";
 import { Pool } from "undici";
-import { buildApp } from "../../src/server/build-app.js";
+import { buildApp } from "../../src/app/build-app.js";
 
 const { values } = parseArgs({
   options: {

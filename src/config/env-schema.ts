@@ -109,7 +109,7 @@ export const envSchema = z.object({
   ACS_STEERING_PROCESS_BYTES: intText(1, 2 ** 40, limits.steeringProcessBytes),
   /**
    * The built playground page served at GET /playground (`npm run build:playground` writes it).
-   * @default dist/playground of the package (unset: src/server/build-server.ts)
+   * @default dist/playground of the package (unset: src/surfaces/http/build-server.ts)
    */
   ACS_PLAYGROUND_DIR: z.string().optional(),
   /**
@@ -155,7 +155,7 @@ export const envSchema = z.object({
    */
   ACS_UPSTREAM_HEADERS_TIMEOUT_MS: intText(0, 24 * 3_600_000, limits.upstreamHeadersTimeoutMs),
   /**
-   * Gateway processes serving the one port (node:cluster; src/server/cluster.ts); 1 = a single
+   * Gateway processes serving the one port (node:cluster; src/app/cluster.ts); 1 = a single
    * process. @default os.availableParallelism()
    */
   ACS_WORKERS: intText(1, 1024, availableParallelism()),

@@ -1,5 +1,5 @@
 import * as zlib from "node:zlib";
-import { corruptEncoding, requestTooLarge, unsupportedEncoding } from "../errors/index.js";
+import { corruptEncoding, requestTooLarge, unsupportedEncoding } from "./errors/index.js";
 
 /** A compression a request body may come in (`identity` aside). */
 export type BodyEncoding = "gzip" | "deflate" | "br";

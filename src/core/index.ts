@@ -1,4 +1,4 @@
-// Pieces every layer may use, with no gateway import but src/errors: the record of one call (what
+// Pieces every layer may use, with no gateway import but src/core/errors: the record of one call (what
 // the service tells the access log, metrics and traces), how an upstream call is traced, request
 // bodies' Content-Encoding, the process-wide unique X-Request-Id of each upstream request, and a
 // connect-es handler's description carried over to a wrapper.

@@ -1,6 +1,7 @@
 // The one link between the process-long shutdown signal and the calls it cancels (REST and RPC).
-import { ApiError } from "../errors/index.js";
+
 import type { CallRecord } from "./call-record.js";
+import { ApiError } from "./errors/index.js";
 
 /**
  * The calls a process-long shutdown signal cancels, through **one** `abort` listener on it however

@@ -16,7 +16,7 @@
 //   all (param `apply_steering_vectors`), checked before decoding.
 import type { CreateCompletionRequest } from "../../gen/acs/v1/completions_pb.js";
 import { Compression, type SteeringVector, type Tensor } from "../../gen/acs/v1/lens_pb.js";
-import { type ApiError, invalidRequest } from "../errors/index.js";
+import { type ApiError, invalidRequest } from "../core/errors/index.js";
 import type { SteeringBudget, SteeringLease } from "./steering-budget.js";
 import {
   dtypeWidth,

@@ -1,8 +1,8 @@
 // The vllm_xargs entries of the lens fields, as JSON strings (src/upstream/vllm/VLLM.md: strings work on every vLLM).
 import type { CreateCompletionRequest } from "../../gen/acs/v1/completions_pb.js";
 import { Dtype, type Tensor } from "../../gen/acs/v1/lens_pb.js";
-import { invalidRequest } from "../errors/index.js";
-import { type Base64Source, type JsonText, type JsonTextPart, jsonText } from "../json-text/index.js";
+import { invalidRequest } from "../core/errors/index.js";
+import { type Base64Source, type JsonText, type JsonTextPart, jsonText } from "../core/json-text/index.js";
 import type { LensModelFacts } from "./check-lens-request.js";
 import { dtypeWidth, isTensorDtype, rawBytesToFloat32, tensorRawBytes } from "./tensor-codec.js";
 import { TensorRefusal } from "./tensor-refusal.js";

@@ -1,7 +1,7 @@
 // How many bytes of decoded steering tensors the gateway holds at once. A zstd tensor of ~1.5 KB
 // inflates to 32 MiB: without a bound, a few small requests can make the process hold gigabytes.
 import { limits } from "../config/index.js";
-import { ApiError } from "../errors/index.js";
+import { ApiError } from "../core/errors/index.js";
 
 /** Seconds a caller refused for a busy process is told to wait (`Retry-After`). */
 export const STEERING_RETRY_AFTER_SECONDS = 1;

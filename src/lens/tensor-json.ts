@@ -2,7 +2,7 @@
 // the vllm-lens dict of Inference's responses.
 import { create } from "@bufbuild/protobuf";
 import { Compression, Dtype, type Tensor, TensorSchema } from "../../gen/acs/v1/lens_pb.js";
-import { ApiError, invalidRequest } from "../errors/index.js";
+import { ApiError, invalidRequest } from "../core/errors/index.js";
 import { zstdCompress, zstdDeclaredSize, zstdDecompressExact } from "./bounded-zstd.js";
 import { decodeBase64, encodeBase64, strictBase64ByteLength } from "./strict-base64.js";
 import {

@@ -1,5 +1,5 @@
 // Builds the playground page (src/playground) into dist/playground, served by the gateway at
-// GET /playground (src/server/playground-routes.ts). Every asset is bundled from npm packages.
+// GET /playground (src/surfaces/http/playground-routes.ts). Every asset is bundled from npm packages.
 import { fileURLToPath } from "node:url";
 import { defineConfig } from "vite";
 

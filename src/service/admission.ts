@@ -3,7 +3,7 @@
 // "No single caller can pin the gateway": ACS_MAX_REQUESTS_PER_KEY, ACS_MAX_STREAMS_PER_KEY,
 // ACS_MAX_UPSTREAM_SHARE_PER_KEY).
 import { limits as contractLimits } from "../config/index.js";
-import { ApiError } from "../errors/index.js";
+import { ApiError } from "../core/errors/index.js";
 
 /** Seconds a caller refused for a cap is told to wait (`Retry-After`): one of its requests may end by then. */
 export const ADMISSION_RETRY_AFTER_SECONDS = 1;
@@ -89,7 +89,7 @@ export interface Admission {
    * `rate_limit_error`, param null, retry after {@link ADMISSION_RETRY_AFTER_SECONDS} s) naming
    * the first cap it would break, in this order: requests, streams, the model's share. One
    * process's counts answer at once; a cluster worker's ask the primary, which counts every
-   * worker's (src/server/cluster/admission-broker.ts), and answer with a promise.
+   * worker's (src/app/cluster/admission-broker.ts), and answer with a promise.
    */
   admit(keyId: string, demand: AdmissionDemand): AdmissionTicket | Promise<AdmissionTicket>;
   /** What `keyId` has in flight now (zeros for a key with nothing in flight). */

@@ -3,7 +3,7 @@
 // completions/check-order.ts); each has unit tests of its own (test/service/checks.test.ts).
 import type { CreateCompletionRequest } from "../../gen/acs/v1/completions_pb.js";
 import { limits } from "../config/index.js";
-import { ApiError, invalidRequest } from "../errors/index.js";
+import { ApiError, invalidRequest } from "../core/errors/index.js";
 
 /** How many prompts and choices a request asks for. */
 export interface RequestShape {
@@ -30,9 +30,9 @@ export const maxPromptsPerRequest = limits.maxGeneratedTokens;
 
 /**
  * §3 size cap, for a prompt list longer than it can ever allow: the refusal of the JSON parsers
- * (src/rest `PROMPT_LIST_CAP`, src/connect `PROTO_PROMPT_LIST_CAPS`), given as soon as the list's
+ * (src/surfaces/rest `PROMPT_LIST_CAP`, src/surfaces/rpc `PROTO_PROMPT_LIST_CAPS`), given as soon as the list's
  * item {@link maxPromptsPerRequest} + 1 is read, before the rest of the body is decoded; of the
- * binary bodies' wire count (src/connect/prompt-list-wire-count.ts), before protobuf-es decodes
+ * binary bodies' wire count (src/surfaces/rpc/prompt-list-wire-count.ts), before protobuf-es decodes
  * them; and of {@link checkPromptCount} for a compressed binary message. ApiError 400 `invalid_request`, param
  * `max_tokens` (the size cap's).
  */

@@ -4,7 +4,7 @@
 // `concurrency` at a time; their outputs are merged into the caller's one completion.
 import pLimit from "p-limit";
 import type { CreateCompletionRequest } from "../../gen/acs/v1/completions_pb.js";
-import { ApiError } from "../errors/index.js";
+import { ApiError } from "../core/errors/index.js";
 import type { Inference, InferenceRequest } from "../upstream/index.js";
 import type { RequestShape } from "./checks.js";
 

@@ -1,5 +1,5 @@
 import type { ModelConfig } from "../config/index.js";
-import { ApiError } from "../errors/index.js";
+import { ApiError } from "../core/errors/index.js";
 import { DEFAULT_MAX_CONCURRENT_COMPLETIONS } from "../upstream/index.js";
 
 /** The part of an Inference server's client the registry's replica check needs (src/upstream). */

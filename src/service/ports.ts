@@ -1,5 +1,5 @@
 // What the service needs of the Budget ledger, as an interface (src/budget implements it; the
-// Inference port is src/upstream/port.ts; the app wiring in src/server/build-app.ts plugs the real
+// Inference port is src/upstream/port.ts; the app wiring in src/app/build-app.ts plugs the real
 // ones in).
 // A ledger may answer synchronously (SQLite) or asynchronously (a database over the network):
 // the service awaits every call.

@@ -4,7 +4,7 @@ import type {
   TokenizeRequest,
   TokenizeResponse,
 } from "../../gen/acs/v1/completions_pb.js";
-import { toApiError } from "../errors/index.js";
+import { toApiError } from "../core/errors/index.js";
 import type { Inference } from "../upstream/index.js";
 import type { ModelRegistry, ServedModel } from "./model-registry.js";
 import type { Ledger } from "./ports.js";

@@ -38,7 +38,7 @@ export interface CallContext {
 
 /**
  * The service both surfaces call: the same code for REST and Connect (proto/API.md §1).
- * Every method throws ApiError (src/errors) for a refusal.
+ * Every method throws ApiError (src/core/errors) for a refusal.
  */
 export interface CompletionsApi {
   /**

@@ -1,5 +1,5 @@
 // The one rule of charging a request (src/budget/README.md, "What a request is charged").
-import { ApiError, type ErrorCode } from "../errors/index.js";
+import { ApiError, type ErrorCode } from "../core/errors/index.js";
 
 /** Errors after which Inference did no work for the request. */
 const noWorkCodes: ReadonlySet<ErrorCode> = new Set<ErrorCode>([

@@ -8,7 +8,7 @@ import {
   type TokenizeRequest,
   TokenizeRequestSchema,
 } from "../../gen/acs/v1/completions_pb.js";
-import { ApiError, invalidRequest } from "../errors/index.js";
+import { ApiError, invalidRequest } from "../core/errors/index.js";
 
 const validator = createValidator();
 

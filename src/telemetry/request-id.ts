@@ -1,4 +1,4 @@
-import { newRequestId } from "../errors/index.js";
+import { newRequestId } from "../core/errors/index.js";
 
 /** Longest `X-Request-Id` a caller may send and have kept, in characters. */
 export const MAX_REQUEST_ID_LENGTH = 128;

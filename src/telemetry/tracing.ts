@@ -23,8 +23,8 @@ import {
   SimpleSpanProcessor,
   type SpanExporter,
 } from "@opentelemetry/sdk-trace-base";
+import { ApiError } from "../core/errors/index.js";
 import type { UpstreamCallTrace, UpstreamTracer } from "../core/index.js";
-import { ApiError } from "../errors/index.js";
 
 /** Options of {@link createTracing}. */
 export interface TracingOptions {

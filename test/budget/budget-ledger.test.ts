@@ -14,7 +14,7 @@ import {
   UnknownIdError,
   utcDay,
 } from "../../src/budget/index.js";
-import { ApiError } from "../../src/errors/index.js";
+import { ApiError } from "../../src/core/errors/index.js";
 import { until } from "../helpers/hang-guard.js";
 import { type StoreUnderTest, storesUnderTest } from "./helpers.js";
 

@@ -3,7 +3,7 @@ import { writeFileSync } from "node:fs";
 import { promisify } from "node:util";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { createBudgetLedger, isPostgresUrl } from "../../src/budget/index.js";
-import { ApiError } from "../../src/errors/index.js";
+import { ApiError } from "../../src/core/errors/index.js";
 import { ROOT, storesUnderTest, tempDb } from "./helpers.js";
 
 const run = promisify(execFile);

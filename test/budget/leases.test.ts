@@ -15,7 +15,7 @@ import {
   type KeyInfo,
   type LeaseSyncInput,
 } from "../../src/budget/index.js";
-import { ApiError } from "../../src/errors/index.js";
+import { ApiError } from "../../src/core/errors/index.js";
 import { exited, lineReader, spawnFixture, storesUnderTest } from "./helpers.js";
 
 const outcomeOf = async <T>(p: Promise<T>): Promise<T | { refused: string }> => {

@@ -10,7 +10,7 @@ import {
   DEFAULT_LEASE_SETTINGS,
   type WritableChange,
 } from "../../src/budget/index.js";
-import { ApiError } from "../../src/errors/index.js";
+import { ApiError } from "../../src/core/errors/index.js";
 import { tempDb } from "./helpers.js";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

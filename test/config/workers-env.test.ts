@@ -1,4 +1,4 @@
-// ACS_WORKERS: the gateway's processes on one port (src/server/cluster/).
+// ACS_WORKERS: the gateway's processes on one port (src/app/cluster/).
 import { availableParallelism } from "node:os";
 import { describe, expect, it } from "vitest";
 import { loadConfig } from "../../src/config/index.js";

@@ -2,8 +2,8 @@
 // bytes while inflating: a compression bomb stops within one zlib chunk of the cap.
 import * as zlib from "node:zlib";
 import { describe, expect, it } from "vitest";
+import { ApiError } from "../../src/core/errors/index.js";
 import { decodeContentEncoding, inflateBounded, parseContentEncoding } from "../../src/core/index.js";
-import { ApiError } from "../../src/errors/index.js";
 
 const text = new TextEncoder().encode(JSON.stringify({ model: "tiny", prompt: "Hello ".repeat(100) }));
 const MIB = 1024 * 1024;

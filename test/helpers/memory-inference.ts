@@ -16,7 +16,7 @@ import {
   UsageSchema,
 } from "../../gen/acs/v1/completions_pb.js";
 import { ActivationsSchema, Dtype, TensorSchema } from "../../gen/acs/v1/lens_pb.js";
-import { ApiError } from "../../src/errors/index.js";
+import { ApiError } from "../../src/core/errors/index.js";
 import type {
   CompleteAnswer,
   CompleteCall,

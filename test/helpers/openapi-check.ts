@@ -1,5 +1,5 @@
 // Every REST response an end-to-end test gets, checked against the OpenAPI document the gateway
-// serves (src/rest/openapi.ts) with ajv (JSON Schema 2020-12, the dialect of OpenAPI 3.1).
+// serves (src/surfaces/rest/openapi.ts) with ajv (JSON Schema 2020-12, the dialect of OpenAPI 3.1).
 //
 // Use `checkedFetch` instead of `fetch` (or pass it to the openai SDK as its `fetch`), and
 // `afterEach(assertConforming)`: a response that does not conform fails the test — the read of
@@ -19,7 +19,7 @@ import {
   type OpenApiOperation,
   type OpenApiResponse,
   openApiDocument,
-} from "../../src/rest/index.js";
+} from "../../src/surfaces/rest/index.js";
 import { exchange, type WireRequest, type WireResponse } from "./rpc-wire.js";
 
 const DOC_ID = "https://acs-gateway.invalid/openapi.json";

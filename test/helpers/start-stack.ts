@@ -4,10 +4,10 @@ import type { AddressInfo, Server } from "node:net";
 import type { FastifyInstance } from "fastify";
 import { pino } from "pino";
 import type { Registry } from "prom-client";
+import { type AppOptions, buildApp, type Lifecycle, type OnePortTimeouts } from "../../src/app/index.js";
 import type { BudgetLedger } from "../../src/budget/index.js";
 import { type BudgetDb, limits, type ModelConfig } from "../../src/config/index.js";
 import { type RunningEngine, startEngine } from "../../src/engine/index.js";
-import { type AppOptions, buildApp, type Lifecycle, type OnePortTimeouts } from "../../src/server/index.js";
 import type { Admission, ModelRegistry } from "../../src/service/index.js";
 import type { UpstreamPool, VllmInference } from "../../src/upstream/index.js";
 
@@ -36,7 +36,7 @@ export interface StackOptions {
   steeringProcessBytes?: number;
   /** The built playground page served at GET /playground. @default dist/playground */
   playgroundDir?: string;
-  /** Drain and shutdown (src/server/lifecycle.ts). @default none: close() ends calls at once */
+  /** Drain and shutdown (src/surfaces/http/lifecycle.ts). @default none: close() ends calls at once */
   lifecycle?: Lifecycle;
   /** The gateway's logger (tests read the access log from its destination). @default silent */
   logger?: AppOptions["logger"];

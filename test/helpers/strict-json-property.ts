@@ -1,13 +1,12 @@
-// One fast-check property of the strict JSON decoder (src/rest/strict-json.ts and the request
+// One fast-check property of the strict JSON decoder (src/core/json/strict-json.ts and the request
 // decoder on top), checked against references written independently of it: exact decimal
 // arithmetic on BigInt for numbers, JSON.parse for syntax. Its inputs reach the hard cases: digit
 // runs thousands long, exponents far beyond a double, nesting around the 512-level limit, arrays of
 // thousands of numbers, escapes and lone surrogates, duplicate and prototype keys, and bodies cut
-// or corrupted anywhere. The suite runs it a few hundred times (test/rest/strict-json.property
+// or corrupted anywhere. The suite runs it a few hundred times (test/surfaces/rest/strict-json.property
 // .test.ts); `npm run soak -- json` runs it 100,000 times.
 import fc from "fast-check";
-import { ApiError } from "../../src/errors/index.js";
-import { decodeCompletionRequest } from "../../src/rest/decode-completion-request.js";
+import { ApiError } from "../../src/core/errors/index.js";
 import {
   type ExactInteger,
   JsonNumberText,
@@ -16,7 +15,8 @@ import {
   parseStrictJson,
   parseStrictJsonAsync,
   readExactInteger,
-} from "../../src/rest/strict-json.js";
+} from "../../src/core/json/strict-json.js";
+import { decodeCompletionRequest } from "../../src/surfaces/rest/decode-completion-request.js";
 
 // ---------------------------------------------------------------- references
 

@@ -1,4 +1,4 @@
-// Drain and shutdown on real servers on loopback (src/server/lifecycle.ts): a scripted Inference
+// Drain and shutdown on real servers on loopback (src/surfaces/http/lifecycle.ts): a scripted Inference
 // holds every completion until the test releases it, so that calls are in flight on every
 // protocol (REST unary, SSE, Connect, gRPC, gRPC-Web) while the gateway drains and stops; an open
 // grpc.health.v1.Health/Watch sees NOT_SERVING at once and ends when the listener stops. Keys on
@@ -22,8 +22,8 @@ import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { CompletionsService, CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { ErrorEnvelopeSchema } from "../../gen/acs/v1/error_pb.js";
 import { Health, HealthCheckResponse_ServingStatus as Status } from "../../gen/grpc/health/v1/health_pb.js";
+import { createLifecycle, drainAndClose, type Lifecycle } from "../../src/app/index.js";
 import { createBudgetLedger } from "../../src/budget/index.js";
-import { createLifecycle, drainAndClose, type Lifecycle } from "../../src/server/index.js";
 import { createLogger } from "../../src/telemetry/index.js";
 import { until } from "../helpers/hang-guard.js";
 import { parseSse } from "../helpers/parse-sse.js";

@@ -10,7 +10,7 @@ import { Code } from "@connectrpc/connect";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
-import { type ErrorCode, errorCatalogue } from "../../src/errors/index.js";
+import { type ErrorCode, errorCatalogue } from "../../src/core/errors/index.js";
 import { conformanceProblems } from "../helpers/openapi-check.js";
 import { decodeError, type ErrorForm, exchange, frame, type WireRequest } from "../helpers/rpc-wire.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";

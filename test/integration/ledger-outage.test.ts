@@ -15,10 +15,10 @@ import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-no
 import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Health, HealthCheckResponse_ServingStatus as Status } from "../../gen/grpc/health/v1/health_pb.js";
+import { LEDGER_NOT_WRITABLE } from "../../src/app/build-app.js";
 import { type BudgetLedger, createBudgetLedger } from "../../src/budget/index.js";
+import { ApiError } from "../../src/core/errors/index.js";
 import { type RunningEngine, startEngine } from "../../src/engine/index.js";
-import { ApiError } from "../../src/errors/index.js";
-import { LEDGER_NOT_WRITABLE } from "../../src/server/build-app.js";
 import { until } from "../helpers/hang-guard.js";
 import { type PrivatePostgres, startPrivatePostgres } from "../helpers/private-postgres.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";

@@ -6,7 +6,7 @@ import { request as httpRequest } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { defaultPlaygroundDir } from "../../src/server/playground-routes.js";
+import { defaultPlaygroundDir } from "../../src/surfaces/http/playground-routes.js";
 import { buildPlayground } from "../helpers/build-playground.js";
 import { until } from "../helpers/hang-guard.js";
 import { metricSeries } from "../helpers/metrics.js";

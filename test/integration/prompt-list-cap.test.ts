@@ -6,7 +6,7 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
-import { errorCatalogue } from "../../src/errors/index.js";
+import { errorCatalogue } from "../../src/core/errors/index.js";
 import { decodeError, type ErrorForm, exchange, frame, type WireRequest } from "../helpers/rpc-wire.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 

@@ -16,7 +16,7 @@ import { trailerFlag, trailerParse } from "@connectrpc/connect/protocol-grpc-web
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { ErrorEnvelopeSchema } from "../../gen/acs/v1/error_pb.js";
-import { h2SessionLimits } from "../../src/server/index.js";
+import { h2SessionLimits } from "../../src/app/index.js";
 import { assertConforming, checkedFetch } from "../helpers/openapi-check.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 

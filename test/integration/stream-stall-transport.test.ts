@@ -18,7 +18,7 @@ import {
   type MockInstance,
   vi,
 } from "vitest";
-import { createLifecycle, type Lifecycle } from "../../src/server/index.js";
+import { createLifecycle, type Lifecycle } from "../../src/app/index.js";
 import { createLogger } from "../../src/telemetry/index.js";
 import { until } from "../helpers/hang-guard.js";
 import { frame, frames } from "../helpers/rpc-wire.js";

@@ -1,6 +1,6 @@
 // Test helper: run `fn`, expect an ApiError with this code/param, and return it for more checks.
 import { expect } from "vitest";
-import { ApiError } from "../../src/errors/index.js";
+import { ApiError } from "../../src/core/errors/index.js";
 
 export function expectApiError(
   fn: () => unknown,

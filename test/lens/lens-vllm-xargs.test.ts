@@ -2,7 +2,7 @@ import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { Compression, Dtype } from "../../gen/acs/v1/lens_pb.js";
-import { isJsonText, type JsonText, jsonTextToString } from "../../src/json-text/index.js";
+import { isJsonText, type JsonText, jsonTextToString } from "../../src/core/json-text/index.js";
 import {
   decodeTensor,
   encodeTensor,

@@ -2,7 +2,7 @@
 // its cap; every ticket gives its place back exactly once.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { ApiError } from "../../src/errors/index.js";
+import { ApiError } from "../../src/core/errors/index.js";
 import {
   ADMISSION_RETRY_AFTER_SECONDS,
   type AdmissionTicket,

@@ -2,7 +2,7 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
-import { ApiError } from "../../src/errors/index.js";
+import { ApiError } from "../../src/core/errors/index.js";
 import {
   checkContextLength,
   checkDeadlineFeasible,

@@ -4,7 +4,7 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
-import { ApiError } from "../../src/errors/index.js";
+import { ApiError } from "../../src/core/errors/index.js";
 import { checkFanOutSeed, fanOutParts, isLensFanOut, mergeLimited } from "../../src/service/lens-fan-out.js";
 import {
   type InferenceRequest,

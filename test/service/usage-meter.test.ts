@@ -1,6 +1,6 @@
 // The one rule of charging a request: prompt + tokens generated (Inference's usage where reported).
 import { describe, expect, it } from "vitest";
-import { ApiError } from "../../src/errors/index.js";
+import { ApiError } from "../../src/core/errors/index.js";
 import { UsageMeter } from "../../src/service/usage-meter.js";
 
 const err = (code: ConstructorParameters<typeof ApiError>[0]) => new ApiError(code, "x");

@@ -22,7 +22,7 @@ import { describe, expect, it } from "vitest";
  * only their own layer's files, and only the layers in `importedBy` may import them.
  */
 const LAYERS: readonly Layer[] = [
-  { name: "core", rank: 0, paths: ["src/errors", "src/json-text", "src/core"] },
+  { name: "core", rank: 0, paths: ["src/core"] },
   { name: "config", rank: 1, paths: ["src/config"] },
   // Pure tensor and vllm-lens codecs: below upstream, whose translator (upstream/vllm/translate.ts)
   // writes steering vectors and reads captures with them.
@@ -31,12 +31,18 @@ const LAYERS: readonly Layer[] = [
   { name: "upstream", rank: 3, paths: ["src/upstream"] },
   { name: "telemetry", rank: 3, paths: ["src/telemetry"] },
   { name: "service", rank: 4, paths: ["src/service"] },
-  { name: "surfaces", rank: 5, paths: ["src/rest", "src/connect"] },
-  { name: "app", rank: 6, paths: ["src/server"] },
-  { name: "main", rank: 7, paths: ["src/main.ts"] },
+  // The two API surfaces, siblings: what they share is in core (the strict JSON parser, the
+  // shutdown link) or the service.
+  { name: "rest", rank: 5, paths: ["src/surfaces/rest"] },
+  { name: "rpc", rank: 5, paths: ["src/surfaces/rpc"] },
+  // The one HTTP server both surfaces are served on: its routes, error handlers, ops port, metrics.
+  { name: "http", rank: 6, paths: ["src/surfaces/http"] },
+  // The one wiring: config to a running app, the cluster, the embedded engine, the drain.
+  { name: "app", rank: 7, paths: ["src/app"] },
+  { name: "main", rank: 8, paths: ["src/main.ts"] },
   // The reference engine, started by main.ts as a child process (`import("./engine/index.js")`).
   { name: "engine", program: true, importedBy: ["main"], paths: ["src/engine"] },
-  // The browser bundle (vite), served as static files by src/server.
+  // The browser bundle (vite), served as static files by src/surfaces/http.
   { name: "playground", program: true, importedBy: [], paths: ["src/playground"] },
 ];
 

@@ -44,7 +44,7 @@ afterEach(async () => {
  * An app whose POST /call marks its record running (as the service does past its checks) and
  * never answers; `beforeRunning` runs first (a check the caller may leave during). `onClose` is an
  * onClose hook registered after the telemetry's, which fastify runs first (last registered, first
- * run), as the gateway's pools, ledger, engine and tracing close (src/server/build-server.ts).
+ * run), as the gateway's pools, ledger, engine and tracing close (src/surfaces/http/build-server.ts).
  */
 async function start(
   beforeRunning?: (closed: Promise<unknown>) => Promise<void>,

@@ -2,8 +2,8 @@
 import { create } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema, FinishReason } from "../../gen/acs/v1/completions_pb.js";
+import { ApiError } from "../../src/core/errors/index.js";
 import { type RunningEngine, startEngine } from "../../src/engine/index.js";
-import { ApiError } from "../../src/errors/index.js";
 import {
   buildVllmRequest,
   createVllmClient,

@@ -1,9 +1,9 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
-import { ApiError } from "../../src/errors/index.js";
-import { jsonText, jsonTextByteLength, jsonTextChunks } from "../../src/json-text/index.js";
-import { isJsonNumber, parseStrictJson, readExactInteger } from "../../src/rest/strict-json.js";
+import { ApiError } from "../../src/core/errors/index.js";
+import { isJsonNumber, parseStrictJson, readExactInteger } from "../../src/core/json/strict-json.js";
+import { jsonText, jsonTextByteLength, jsonTextChunks } from "../../src/core/json-text/index.js";
 import {
   buildVllmRequest,
   serializeVllmRequest,

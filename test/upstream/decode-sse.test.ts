@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { ApiError } from "../../src/errors/index.js";
+import { ApiError } from "../../src/core/errors/index.js";
 import { decodeSse } from "../../src/upstream/index.js";
 
 const enc = new TextEncoder();

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ApiError, type ErrorCode } from "../../src/errors/index.js";
+import { ApiError, type ErrorCode } from "../../src/core/errors/index.js";
 import { isVllmErrorBody, mapUpstreamError, parseVllmError } from "../../src/upstream/index.js";
 
 /** The three body forms vLLM uses for one error. */

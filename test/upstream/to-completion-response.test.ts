@@ -7,7 +7,7 @@ import {
   StreamCompletionResponseSchema,
   UsageSchema,
 } from "../../gen/acs/v1/completions_pb.js";
-import { ApiError } from "../../src/errors/index.js";
+import { ApiError } from "../../src/core/errors/index.js";
 import {
   parseVllmCompletion,
   parseVllmCompletionChunk,

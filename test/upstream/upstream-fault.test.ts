@@ -1,7 +1,7 @@
 // What a failed call says about the replica that handled it, for each kind of failure the
 // Inference client raises (the errors come from mapUpstreamError, the one mapping).
 import { describe, expect, it } from "vitest";
-import { ApiError } from "../../src/errors/index.js";
+import { ApiError } from "../../src/core/errors/index.js";
 import {
   mapUpstreamError,
   type UpstreamFault,

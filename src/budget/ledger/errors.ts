@@ -1,6 +1,6 @@
 // The ledger's errors, each written once: the refusals meant for callers (ApiErrors of the
-// catalogue in src/errors), the one for ids the store does not know, and the range checks.
-import { ApiError, type RetryAdvice } from "../../errors/index.js";
+// catalogue in src/core/errors), the one for ids the store does not know, and the range checks.
+import { ApiError, type RetryAdvice } from "../../core/errors/index.js";
 import type { PlaceHoldOutcome } from "../budget-store.js";
 import type { HoldDemand } from "../plan-hold.js";
 

@@ -1,7 +1,7 @@
 // The one deadline of a non-streamed completion (proto/API.md §5: 14 minutes): one timer, started
 // when the call runs and stopped by its one end, and one signal — the caller's and the deadline's
 // as one — that every Inference request of the call runs under. Streams have no such deadline.
-import { type ApiError, inferenceDeadlineExceeded } from "../../errors/index.js";
+import { type ApiError, inferenceDeadlineExceeded } from "../../core/errors/index.js";
 
 /**
  * A deadline of `ms` milliseconds from its construction over the caller's `caller` signal.

@@ -1,7 +1,7 @@
 // What a completion records on its call's CallRecord (src/core: the access line, the metrics):
 // when it runs, its first token, its error code and its tokens. A call without a record (a test's
 // context) records nothing.
-import { type ApiError, toApiError } from "../../errors/index.js";
+import { type ApiError, toApiError } from "../../core/errors/index.js";
 import type { CallContext } from "../types.js";
 import type { UsageMeter } from "../usage-meter.js";
 

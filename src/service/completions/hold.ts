@@ -1,7 +1,7 @@
 // A completion's Hold while it runs and when it ends: whether it still stands before each delivery,
 // its renewal during a stream, and the one settle to the usage meter's charge.
 import type { CreateCompletionRequest } from "../../../gen/acs/v1/completions_pb.js";
-import { ApiError } from "../../errors/index.js";
+import { ApiError } from "../../core/errors/index.js";
 import { countPromptTokens } from "../count-prompt-tokens.js";
 import type { CallContext } from "../types.js";
 import type { UsageMeter } from "../usage-meter.js";

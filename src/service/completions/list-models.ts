@@ -5,7 +5,7 @@ import {
   ListModelsResponseSchema,
   ModelSchema,
 } from "../../../gen/acs/v1/completions_pb.js";
-import { ApiError } from "../../errors/index.js";
+import { ApiError } from "../../core/errors/index.js";
 import type { Inference } from "../../upstream/index.js";
 import type { ServedModel } from "../model-registry.js";
 import type { KeyInfo } from "../ports.js";

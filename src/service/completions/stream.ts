@@ -4,7 +4,7 @@ import type {
   CreateCompletionRequest,
   StreamCompletionResponse,
 } from "../../../gen/acs/v1/completions_pb.js";
-import { toApiError } from "../../errors/index.js";
+import { toApiError } from "../../core/errors/index.js";
 import type { CallContext } from "../types.js";
 import { recordError } from "./call-record.js";
 import type { Prepared } from "./call-types.js";

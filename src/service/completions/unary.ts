@@ -8,7 +8,7 @@ import {
   CreateCompletionResponseSchema,
   type Usage,
 } from "../../../gen/acs/v1/completions_pb.js";
-import { ApiError, toApiError } from "../../errors/index.js";
+import { ApiError, toApiError } from "../../core/errors/index.js";
 import type { FanOutPart } from "../lens-fan-out.js";
 import { mergeLimited } from "../lens-fan-out.js";
 import type { CallContext } from "../types.js";

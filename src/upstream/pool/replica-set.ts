@@ -1,6 +1,6 @@
 // The replicas of one pool and their health: the pool's state in one small object, and the
 // functions that choose a replica, put one in, take one out and check it (active and passive).
-import { ApiError } from "../../errors/index.js";
+import { ApiError } from "../../core/errors/index.js";
 import type { UpstreamFault } from "../vllm/map-upstream-error.js";
 import type { VllmClient } from "../vllm/vllm-client-types.js";
 import { chooseReplica } from "./choose-replica.js";

@@ -1,6 +1,6 @@
 import { Readable } from "node:stream";
 import type { CreateCompletionRequest } from "../../../gen/acs/v1/completions_pb.js";
-import { invalidRequest } from "../../errors/index.js";
+import { invalidRequest } from "../../core/errors/index.js";
 import {
   isJsonText,
   type JsonText,
@@ -10,7 +10,7 @@ import {
   jsonTextByteLength,
   jsonTextChunks,
   jsonTextToString,
-} from "../../json-text/index.js";
+} from "../../core/json-text/index.js";
 import type { VllmCompletionRequest, VllmPrompt, VllmXargValue } from "./types.js";
 
 /** What the service has decided before the request goes to Inference. */

@@ -1,5 +1,5 @@
 import { createParser, type EventSourceMessage, type ParseError } from "eventsource-parser";
-import { ApiError } from "../../errors/index.js";
+import { ApiError } from "../../core/errors/index.js";
 
 /**
  * Longest SSE data buffered across reads, in characters (a vLLM chunk is a few hundred bytes).

@@ -1,6 +1,6 @@
 import type { Dispatcher, Pool } from "undici";
+import { type ApiError, inferenceDeadlineExceeded } from "../../core/errors/index.js";
 import { claimUpstreamRequestId, releaseUpstreamRequestId } from "../../core/index.js";
-import { type ApiError, inferenceDeadlineExceeded } from "../../errors/index.js";
 import type { VllmRequestBody } from "./build-vllm-request.js";
 import { isVllmErrorBody, mapUpstreamError } from "./map-upstream-error.js";
 import { bodyText, callerAbort, follow, type HeadersFor, parseJson } from "./upstream-call.js";

@@ -1,4 +1,4 @@
-import { ApiError, clip, type ErrorCode, MAX_UPSTREAM_MESSAGE_CHARS } from "../../errors/index.js";
+import { ApiError, clip, type ErrorCode, MAX_UPSTREAM_MESSAGE_CHARS } from "../../core/errors/index.js";
 import type { VllmErrorDetail } from "./types.js";
 
 /**

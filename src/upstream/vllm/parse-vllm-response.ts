@@ -1,4 +1,4 @@
-import { ApiError } from "../../errors/index.js";
+import { ApiError } from "../../core/errors/index.js";
 import { parseJsonOrdered } from "./parse-json-ordered.js";
 import type {
   VllmActivations,

@@ -10,7 +10,7 @@ import {
   type StreamCompletionResponse,
   type Usage,
 } from "../../../gen/acs/v1/completions_pb.js";
-import { ApiError } from "../../errors/index.js";
+import { ApiError } from "../../core/errors/index.js";
 import { newCompletionId } from "./ids.js";
 import { orderedEntries } from "./parse-json-ordered.js";
 import { TextOffsets } from "./text-offsets.js";

@@ -13,7 +13,7 @@ import {
   TokenizeResponseSchema,
 } from "../../../gen/acs/v1/completions_pb.js";
 import { type Activations, ActivationsSchema } from "../../../gen/acs/v1/lens_pb.js";
-import { ApiError } from "../../errors/index.js";
+import { ApiError } from "../../core/errors/index.js";
 import { lensVllmXargs, tensorFromVllmLensJson } from "../../lens/index.js";
 import type {
   CompleteAnswer,

@@ -1,4 +1,4 @@
-import type { JsonText } from "../../json-text/index.js";
+import type { JsonText } from "../../core/json-text/index.js";
 // Wire types of Inference: vLLM's OpenAI-compatible HTTP API with the vllm-lens plugin
 // (src/upstream/vllm/VLLM.md). These are vLLM's own JSON shapes (snake_case), not the proto messages.
 

@@ -1,7 +1,7 @@
 // What both kinds of upstream call share (src/upstream/vllm/upstream-stream.ts, json-call.ts): the
 // errors of a caller's abort, one shared listener per caller signal, the headers, the body in and out.
 import type { Readable } from "node:stream";
-import { ApiError } from "../../errors/index.js";
+import { ApiError } from "../../core/errors/index.js";
 import type { VllmRequestBody } from "./build-vllm-request.js";
 import { parseVllmJson } from "./parse-vllm-response.js";
 import type { VllmClientOptions } from "./vllm-client-types.js";

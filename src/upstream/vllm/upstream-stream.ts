@@ -1,6 +1,6 @@
 import type { Dispatcher, Pool } from "undici";
+import { ApiError } from "../../core/errors/index.js";
 import { claimUpstreamRequestId, releaseUpstreamRequestId } from "../../core/index.js";
-import { ApiError } from "../../errors/index.js";
 import { vllmRequestBody } from "./build-vllm-request.js";
 import { createSseDecoder, type SseDecoder } from "./decode-sse.js";
 import { isVllmErrorBody, mapUpstreamError, upstreamSilence } from "./map-upstream-error.js";

@@ -11,7 +11,7 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../../gen/acs/v1/completions_pb.js";
 import type { BudgetLedger } from "../../../src/budget/index.js";
-import { ApiError, toApiError } from "../../../src/errors/index.js";
+import { ApiError, toApiError } from "../../../src/core/errors/index.js";
 import { type CheckStep, checkOrder } from "../../../src/service/completions/check-order.js";
 import type { MemoryCall, MemoryScript } from "../../helpers/memory-inference.js";
 import { memoryCtx, memoryLedger, memoryService } from "../../helpers/memory-service.js";
