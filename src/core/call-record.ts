@@ -1,4 +1,4 @@
-import type { ErrorCode } from "../errors/index.js";
+import type { ErrorCode } from "./errors/index.js";
 import type { UpstreamTracer } from "./upstream-trace.js";
 
 /**
