@@ -112,6 +112,18 @@ describe("Connect JSON refuses what REST refuses as malformed, with REST's messa
   });
 });
 
+describe("Connect JSON accepts what REST accepts: a key repeated with the same value", () => {
+  it("is kept once, and the completion is REST's (protobuf-es alone refuses every repeated key)", async () => {
+    const got = await connectJson(completion('"text":"Hi","seed":7,"seed":7,"stop":["x"],"stop":["x"]'));
+    const asRest = await rest(completion('"prompt":"Hi","seed":7,"seed":7,"stop":["x"],"stop":["x"]'));
+    const once = await rest(completion('"prompt":"Hi","seed":7,"stop":["x"]'));
+    expect(asRest.status, JSON.stringify(asRest)).toBe(200);
+    expect(got.status, JSON.stringify(got)).toBe(200);
+    expect(got.text).toBe(asRest.text);
+    expect(got.text).toBe(once.text);
+  });
+});
+
 describe("Connect JSON: an integer field's string holds an integer as REST reads priority's", () => {
   const received = () => stack.engine?.stats.received ?? Number.NaN;
   it('`-?digits` is read as that integer: seed "42" samples as seed 42', async () => {

@@ -468,6 +468,8 @@ class StrictJsonParser {
   /** The open array one of {@link caps} bounds, and that cap (at most one: paths are fixed). */
   private capped: unknown[] | undefined;
   private cap: JsonArrayCap | undefined;
+  /** Whether a key was repeated (with the same value, kept once): the body's text has it twice. */
+  repeatedKey = false;
 
   constructor(bytes: Buffer, caps: readonly JsonArrayCap[]) {
     this.bytes = bytes;
@@ -636,7 +638,9 @@ class StrictJsonParser {
             } else {
               object[key] = value;
             }
-          } else if (!sameJsonValue(object[key], value)) {
+          } else if (sameJsonValue(object[key], value)) {
+            this.repeatedKey = true;
+          } else {
             throw new JsonSyntaxError(`repeated key "${clip(key)}" has a different value at position ${i}`);
           }
           if (byte === COMMA) {
@@ -720,13 +724,25 @@ function syntaxError(err: unknown): unknown {
  *   soon as the capped array passes it (whatever follows in the body).
  */
 export function parseStrictJson(body: string | Uint8Array, caps: readonly JsonArrayCap[] = []): unknown {
+  return parseStrictJsonNoting(body, caps).value;
+}
+
+/**
+ * {@link parseStrictJson}, and whether the body repeated a key (with the same value, which the value
+ * keeps once): a reader of the body's text (protobuf-es refuses every repeated key) must then be
+ * given the value written out again. Throws as {@link parseStrictJson}.
+ */
+export function parseStrictJsonNoting(
+  body: string | Uint8Array,
+  caps: readonly JsonArrayCap[] = [],
+): { readonly value: unknown; readonly repeatedKey: boolean } {
   const parser = startParse(body, caps);
   try {
     parser.run(Number.POSITIVE_INFINITY);
   } catch (err) {
     throw syntaxError(err);
   }
-  return parser.value;
+  return { value: parser.value, repeatedKey: parser.repeatedKey };
 }
 
 /**

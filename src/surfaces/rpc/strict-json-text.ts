@@ -6,7 +6,7 @@ import { ApiError } from "../../core/errors/index.js";
 import {
   type JsonArrayCap,
   JsonNumberText,
-  parseStrictJson,
+  parseStrictJsonNoting,
   readExactIntegerText,
 } from "../../core/json/strict-json.js";
 import { carryRefusal } from "./carried-refusal.js";
@@ -45,8 +45,10 @@ const numberTextAsString = (_key: string, value: unknown): unknown => {
  * The `textDecoder` of connect-es's `jsonOptions`: the bytes of a Connect JSON message (Connect,
  * gRPC-Web and gRPC JSON codecs) are first parsed as REST parses a body ({@link parseStrictJson}),
  * so that what REST refuses is refused here too — invalid UTF-8 (not replaced by U+FFFD), a byte
- * order mark, malformed JSON, a key repeated with another value, nesting deeper than 512 — and the
- * text protobuf-es then reads keeps every integer exact: a number JSON.parse would round
+ * order mark, malformed JSON, a key repeated with another value, nesting deeper than 512 — and
+ * what REST accepts is accepted: a key repeated with the same value is kept once, as on REST
+ * (protobuf-es alone would refuse it), by handing protobuf-es the parsed value written out again.
+ * The text protobuf-es then reads keeps every integer exact: a number JSON.parse would round
  * (`"seed": 9007199254740993`, `1e17`, an int64; proto/API.md §2 "never rounded through a double")
  * is passed on in a JSON string, which protobuf JSON reads for every numeric field: an integer as
  * its decimal digits, anything else as written. Other bodies are passed on as their UTF-8 text,
@@ -69,14 +71,17 @@ export const strictJsonTextDecoder = {
 /** The text protobuf-es reads from `bytes` (see {@link strictJsonTextDecoder}); throws carried refusals. */
 function decodeStrictly(bytes: Uint8Array, caps: readonly JsonArrayCap[], desc?: DescMessage): string {
   let parsed: unknown;
+  let repeatedKey: boolean;
   try {
-    parsed = parseStrictJson(bytes, caps);
+    ({ value: parsed, repeatedKey } = parseStrictJsonNoting(bytes, caps));
   } catch (err) {
     throw err instanceof ApiError ? carryRefusal(err) : err;
   }
   const fault = desc === undefined ? undefined : checkProtoJson(desc, parsed);
   if (fault !== undefined) throw carryRefusal(fault);
-  return holdsNumberText(parsed) ? JSON.stringify(parsed, numberTextAsString) : utf8.decode(bytes);
+  return repeatedKey || holdsNumberText(parsed)
+    ? JSON.stringify(parsed, numberTextAsString)
+    : utf8.decode(bytes);
 }
 
 /**
