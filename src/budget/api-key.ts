@@ -92,3 +92,31 @@ export function maskApiKey(token: string): string | null {
   if (token.length < 20 || !/^[A-Za-z0-9_-]+$/.test(token)) return null;
   return `${token.slice(0, 7)}***${token.slice(-4)}`;
 }
+
+/** Every admin key starts with this prefix; an API key never does (and an admin key is never an API key). */
+export const ADMIN_KEY_PREFIX = "acs-admin-";
+
+/** A fresh admin key: `acs-admin-` + 43 base64url characters (256 bits). Shown once, never stored. */
+export function generateAdminKey(): string {
+  return `${ADMIN_KEY_PREFIX}${randomBytes(32).toString("base64url")}`;
+}
+
+/** A fresh public admin key id: `adm_` + 12 lowercase hex (48 random bits). */
+export function generateAdminKeyId(): string {
+  return `adm_${randomBytes(6).toString("hex")}`;
+}
+
+/** A fresh audit log entry id: `audit_` + 16 lowercase hex (64 random bits). */
+export function generateAuditId(): string {
+  return `audit_${randomBytes(8).toString("hex")}`;
+}
+
+/** True when the token has an admin key's prefix (so it is never looked up as an API key). */
+export function isAdminKeyToken(token: string): boolean {
+  return token.startsWith(ADMIN_KEY_PREFIX);
+}
+
+/** `acs-admin-…` + the admin key's last 4 characters, for listings. */
+export function adminKeyHint(key: string): string {
+  return `${ADMIN_KEY_PREFIX}…${key.slice(-4)}`;
+}

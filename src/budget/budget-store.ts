@@ -1,3 +1,5 @@
+import type { AdminStore } from "./admin-store.js";
+import type { KeyMetadata, RateLimits } from "./key-settings.js";
 import type { HoldDemand } from "./plan-hold.js";
 
 /** One key as a store keeps it. Times are Unix epoch milliseconds; amounts are tokens. */
@@ -19,6 +21,12 @@ export interface KeyRecord {
   readonly createdAt: number;
   /** When the key was revoked, or null while it is live. */
   readonly revokedAt: number | null;
+  /** Rate limits (stored and returned; src/ratelimit enforces them); null or absent: none. */
+  readonly rateLimits?: RateLimits | null;
+  /** When the key stops working (Unix epoch ms); null or absent: never. */
+  readonly expiresAt?: number | null;
+  /** Admin metadata (≤ 16 pairs); null or absent: none. */
+  readonly metadata?: KeyMetadata | null;
 }
 
 /** A key's charges on one UTC day (the usage history: settled Holds are not kept). */
@@ -101,6 +109,7 @@ export type PlaceHoldOutcome =
       readonly kind: "count";
     }
   | { readonly kind: "revoked" }
+  | { readonly kind: "expired"; readonly expiresAt: number }
   | { readonly kind: "unknown_key" };
 
 /**
@@ -217,7 +226,7 @@ export interface ReclaimCount {
  * (safe integers); times are Unix epoch milliseconds. Both stores pass one test suite
  * (test/budget/store-contract.test.ts).
  */
-export interface BudgetStore {
+export interface BudgetStore extends AdminStore {
   /** `sqlite` or `postgres`. */
   readonly kind: "sqlite" | "postgres";
   /** Adds a key. Throws when the id or the hash already exists. */

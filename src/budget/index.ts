@@ -1,4 +1,13 @@
+export type {
+  AdminKeyRecord,
+  AdminStore,
+  AuditEntry,
+  AuditStamp,
+  Page,
+  PageRequest,
+} from "./admin-store.js";
 export {
+  ADMIN_KEY_PREFIX,
   API_KEY_PREFIX,
   apiKeyHint,
   generateApiKey,
@@ -21,22 +30,39 @@ export type {
   SettleResult,
 } from "./budget-store.js";
 export {
+  checkExpiresAt,
+  checkMetadata,
+  checkRateLimits,
+  type KeyMetadata,
+  KeySettingError,
+  METADATA_MAX_KEY_CHARS,
+  METADATA_MAX_PAIRS,
+  METADATA_MAX_VALUE_CHARS,
+  type RateLimitPair,
+  type RateLimits,
+} from "./key-settings.js";
+export {
   DEFAULT_LEASE_SETTINGS,
   type LeaseOptions,
   type LeaseSettings,
   leaseGrant,
 } from "./leases/settings.js";
 export type {
+  AdminKeyInfo,
   BudgetLedger,
   CountNeeded,
+  CreatedAdminKey,
   CreatedKey,
+  KeyChanges,
   KeyInfo,
+  KeySettings,
   KeySummary,
   KeyUsage,
   PlacedHold,
 } from "./ledger/api.js";
 export { createBudgetLedger } from "./ledger/create-ledger.js";
 export { UnknownIdError } from "./ledger/errors.js";
+export { CLI_ACTOR, MAX_PAGE_LIMIT } from "./ledger/key-admin.js";
 export {
   type BudgetLedgerCommonOptions,
   type BudgetLedgerOptions,

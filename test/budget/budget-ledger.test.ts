@@ -213,6 +213,9 @@ describe.each(storesUnderTest("ledger"))("the ledger on $kind", (store) => {
         models: ["a", "b"],
         createdAt: clock,
         revokedAt: null,
+        rateLimits: null,
+        expiresAt: null,
+        metadata: null,
       });
       expect(JSON.stringify(await ledger.listKeys())).not.toContain(key.slice(4, 40));
     });

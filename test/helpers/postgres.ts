@@ -101,6 +101,11 @@ export function testDatabase(label: string): TestDatabase {
           await client.query(
             "DELETE FROM usage_daily; DELETE FROM holds; DELETE FROM leases; DELETE FROM keys",
           );
+        // The admin tables (schema 2 on): audit_logs refuses DELETE (append-only), TRUNCATE empties it.
+        const admin = await client.query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM pg_tables WHERE tablename = 'audit_logs'",
+        );
+        if (admin.rows[0]?.n) await client.query("TRUNCATE audit_logs, admin_keys");
       } finally {
         await client.end();
       }

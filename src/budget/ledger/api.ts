@@ -1,6 +1,8 @@
 // What the service sees of the ledger: the BudgetLedger interface and the shapes it takes and
 // returns (keys, Holds, usage). Opened by `createBudgetLedger` (create-ledger.ts).
+import type { AuditEntry, Page } from "../admin-store.js";
 import type { BudgetStore, DailyUsageRecord, ReclaimCount } from "../budget-store.js";
+import type { KeyMetadata, RateLimits } from "../key-settings.js";
 import type { HoldDemand } from "../plan-hold.js";
 import type { LedgerSettleResult } from "../store-writes.js";
 
@@ -13,6 +15,8 @@ export interface KeyInfo {
   readonly models: readonly string[] | null;
   /** The key's hint (`acs-…wxyz`: its prefix and last 4 characters), for messages. */
   readonly hint?: string;
+  /** When the key expires (Unix epoch ms); absent: never. placeHold refuses it from then on. */
+  readonly expiresAt?: number;
 }
 
 /** A placed Hold: the id to renew and settle, and the max_tokens the request may use. */
@@ -52,6 +56,48 @@ export interface KeySummary {
   readonly models: readonly string[] | null;
   readonly createdAt: number;
   readonly revokedAt: number | null;
+  /** Rate limits, or null for none (stored and returned; src/ratelimit enforces them). */
+  readonly rateLimits: RateLimits | null;
+  /** When the key stops working (Unix epoch ms), or null for never. */
+  readonly expiresAt: number | null;
+  /** Admin metadata (string → string), or null for none. */
+  readonly metadata: KeyMetadata | null;
+}
+
+/**
+ * The settings an admin gives a key besides its Budget (each checked: key-settings.ts; a
+ * KeySettingError names the one that fails). `null` clears a setting.
+ */
+export interface KeySettings {
+  readonly models?: readonly string[] | null;
+  readonly rateLimits?: RateLimits | null;
+  readonly expiresAt?: number | null;
+  readonly metadata?: KeyMetadata | null;
+}
+
+/** The changes of `updateKey`: fields left out are kept. */
+export interface KeyChanges extends KeySettings {
+  readonly name?: string;
+  /** Sets the Budget (tokens, integer ≥ 0; not below spent + held + leased). */
+  readonly budgetTokens?: number;
+  /** Adds to the Budget (tokens, integer ≥ 1), after budgetTokens when both are given. */
+  readonly addTokens?: number;
+}
+
+/** An admin key as admins see it (no hash, no secret). */
+export interface AdminKeyInfo {
+  /** `adm_` + 12 hex. */
+  readonly id: string;
+  readonly name: string;
+  /** `acs-admin-…` + the key's last 4 characters. */
+  readonly hint: string;
+  readonly createdAt: number;
+  readonly revokedAt: number | null;
+}
+
+/** A new admin key: its secret `acs-admin-` + 43 base64url characters, shown once. */
+export interface CreatedAdminKey extends AdminKeyInfo {
+  readonly key: string;
 }
 
 /** A key's Budget right now, in tokens. */
@@ -178,18 +224,50 @@ export interface BudgetLedger {
    */
   close(): Promise<void>;
 
-  /** Creates a key with a Budget of budgetTokens (integer ≥ 0) and an optional model allow-list. */
-  createKey(input: { name?: string; budgetTokens: number; models?: readonly string[] }): Promise<CreatedKey>;
+  /**
+   * The admin operations below take the `actor` of their audit row: the admin key id, or `cli`
+   * (the default). Each change is one transaction with its audit row. Throws UnknownIdError for
+   * an unknown id, KeySettingError (with the param) for a setting that fails its check.
+   */
+  /** Creates a key with a Budget of budgetTokens (integer ≥ 0) and its settings; the secret is shown once. */
+  createKey(
+    input: { name?: string; budgetTokens: number } & KeySettings,
+    actor?: string,
+  ): Promise<CreatedKey & KeySummary>;
+  /** One key. */
+  getKey(id: string): Promise<KeySummary>;
   /** Every key, oldest first. */
   listKeys(): Promise<KeySummary[]>;
-  /** Adds tokens (integer ≥ 1) to a key's Budget and returns its usage. Throws UnknownIdError. */
-  grant(id: string, tokens: number): Promise<KeyUsage>;
+  /** A page of keys, newest first (created_at, then id); `limit` 1–100, `after` the last id of the previous page. */
+  listKeysPage(page: { after?: string; limit: number }): Promise<Page<KeySummary>>;
+  /** Changes a key's name, Budget (set, add), models, rate limits, expiry, metadata. */
+  updateKey(id: string, changes: KeyChanges, actor?: string): Promise<KeySummary>;
+  /** Adds tokens (integer ≥ 1) to a key's Budget and returns its usage. */
+  grant(id: string, tokens: number, actor?: string): Promise<KeyUsage>;
+  /**
+   * A new secret for the key (same id, Budget, spent and usage). The old secret gets 401 at once
+   * on this replica, and within the auth cache's TTL (1 s) on the others: a replica that read the
+   * key within the last second still accepts the old secret until its cache entry expires (its
+   * lease is the key id's, so it serves it meanwhile). A revoked key cannot be rotated.
+   */
+  rotateKey(id: string, actor?: string): Promise<CreatedKey & KeySummary>;
   /**
    * Revokes a key: from now on every request with it gets 401. Waits (at most the lease drain
    * wait) until every live replica leasing the key has confirmed it, so that when it resolves no
-   * replica places a Hold for the key. Throws UnknownIdError.
+   * replica places a Hold for the key.
    */
-  revoke(id: string): Promise<KeySummary>;
+  revoke(id: string, actor?: string): Promise<KeySummary>;
+  /** Creates an admin key (`acs-admin-…`), shown once. */
+  createAdminKey(input: { name?: string }, actor?: string): Promise<CreatedAdminKey>;
+  /**
+   * The admin key of an Authorization header (never cached). 401 `invalid_api_key` for none, an
+   * unknown or a revoked one; 403 `permission_denied` for a live API key.
+   */
+  authenticateAdmin(authorization: string | undefined): Promise<AdminKeyInfo>;
+  /** Revokes an admin key: refused at once on every replica. */
+  revokeAdminKey(id: string, actor?: string): Promise<AdminKeyInfo>;
+  /** A page of the audit log, newest first (the order written); `limit` 1–100. */
+  listAuditLogs(page: { after?: string; limit: number }): Promise<Page<AuditEntry>>;
   /** A key's Budget, spent, held, leased and available tokens, and its last `days` days (default 31). Throws UnknownIdError. */
   usage(id: string, days?: number): Promise<KeyUsage>;
 }

@@ -1,9 +1,19 @@
 // Who is calling: the key of an Authorization header, through a small cache of keys read
 // lately, and whether that key may use a model.
-import { hashApiKey, hashesEqual, maskApiKey, parseAuthorization } from "../api-key.js";
+import { hashApiKey, hashesEqual, isAdminKeyToken, maskApiKey, parseAuthorization } from "../api-key.js";
 import type { KeyRecord } from "../budget-store.js";
+import { findAdminKey } from "./admin-keys.js";
 import type { KeyInfo } from "./api.js";
-import { incorrectKey, modelNotAllowed, noKey, revokedKey, storeUnavailable, wrongScheme } from "./errors.js";
+import {
+  adminKeyOnApiRoute,
+  expiredKey,
+  incorrectKey,
+  modelNotAllowed,
+  noKey,
+  revokedKey,
+  storeUnavailable,
+  wrongScheme,
+} from "./errors.js";
 import type { LedgerState } from "./state.js";
 
 /** Keys kept by the authentication cache at most. */
@@ -15,6 +25,13 @@ export async function authenticate(l: LedgerState, authorization: string | undef
   const parsed = parseAuthorization(authorization);
   if (parsed.kind === "missing") throw noKey();
   if (parsed.kind === "wrong_scheme") throw wrongScheme();
+  if (isAdminKeyToken(parsed.token)) {
+    // An admin key never serves completions: 403 for a live one (the caller holds a real key of
+    // the wrong kind), 401 for anything else.
+    const admin = await findAdminKey(l, parsed.token);
+    if (admin !== undefined && admin.revokedAt === null) throw adminKeyOnApiRoute();
+    throw incorrectKey(maskApiKey(parsed.token));
+  }
   const t = now();
   let record: KeyRecord | undefined;
   // The cache is keyed by the key itself: a hit was matched by its hash when it was read from
@@ -30,11 +47,19 @@ export async function authenticate(l: LedgerState, authorization: string | undef
   }
   if (record === undefined) throw incorrectKey(maskApiKey(parsed.token));
   if (record.revokedAt !== null) throw revokedKey(record.hint);
-  return { id: record.id, name: record.name, models: record.models, hint: record.hint };
+  const expiresAt = record.expiresAt ?? null;
+  if (expiresAt !== null && expiresAt <= t) throw expiredKey(record.hint, expiresAt);
+  return {
+    id: record.id,
+    name: record.name,
+    models: record.models,
+    hint: record.hint,
+    ...(expiresAt === null ? {} : { expiresAt }),
+  };
 }
 
 /** The key's record read from the store (matched by its hash), cached as read at `t`; undefined when unknown. */
-async function readKey(l: LedgerState, token: string, t: number): Promise<KeyRecord | undefined> {
+export async function readKey(l: LedgerState, token: string, t: number): Promise<KeyRecord | undefined> {
   const { authCache, authCacheTtlMs, store } = l;
   const hash = hashApiKey(token);
   let record: KeyRecord | undefined;

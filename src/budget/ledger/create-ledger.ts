@@ -10,11 +10,22 @@ import type { HoldDemand } from "../plan-hold.js";
 import { watchStoreWrites } from "../store-writes.js";
 import { createPostgresBudgetStore, type PostgresBudgetStoreOptions } from "../stores/postgres/index.js";
 import { createSqliteBudgetStore, type SqliteBudgetStoreOptions } from "../stores/sqlite/index.js";
+import { authenticateAdmin, createAdminKey, listAuditLogs, revokeAdminKey } from "./admin-keys.js";
 import type { BudgetLedger, KeyInfo } from "./api.js";
 import { authenticate, checkModel } from "./auth.js";
 import { checkInt } from "./errors.js";
 import { placeHold } from "./holds.js";
-import { createKey, grant, listKeys, mustKnowKey, revoke } from "./key-admin.js";
+import {
+  createKey,
+  getKey,
+  grant,
+  listKeys,
+  listKeysPage,
+  mustKnowKey,
+  revoke,
+  rotateKey,
+  updateKey,
+} from "./key-admin.js";
 import {
   type BudgetLedgerOptions,
   DEFAULT_AUTH_CACHE_TTL_MS,
@@ -155,10 +166,18 @@ function ledgerApi(l: LedgerState, close: () => Promise<void>): BudgetLedger {
       await leases?.syncAll();
     },
     close,
-    createKey: (input) => createKey(l, input),
+    createKey: (input, actor) => createKey(l, input, actor),
+    getKey: (id) => getKey(l, id),
     listKeys: () => listKeys(l),
-    grant: (id, tokens) => grant(l, id, tokens),
-    revoke: (id) => revoke(l, id),
+    listKeysPage: (page) => listKeysPage(l, page),
+    updateKey: (id, changes, actor) => updateKey(l, id, changes, actor),
+    grant: (id, tokens, actor) => grant(l, id, tokens, actor),
+    rotateKey: (id, actor) => rotateKey(l, id, actor),
+    revoke: (id, actor) => revoke(l, id, actor),
     usage: (id, days) => mustKnowKey(l, id, days),
+    createAdminKey: (input, actor) => createAdminKey(l, input, actor),
+    authenticateAdmin: (authorization) => authenticateAdmin(l, authorization),
+    revokeAdminKey: (id, actor) => revokeAdminKey(l, id, actor),
+    listAuditLogs: (page) => listAuditLogs(l, page),
   };
 }

@@ -28,7 +28,7 @@ export function quotaRetry(outcome: {
 export class UnknownIdError extends Error {
   override readonly name = "UnknownIdError";
   constructor(
-    readonly kind: "key" | "hold",
+    readonly kind: "key" | "hold" | "admin key",
     readonly id: string,
   ) {
     super(`No ${kind} with id '${id}'.`);
@@ -71,6 +71,44 @@ export function revokedKey(hint: string | undefined): ApiError {
   return new ApiError(
     "invalid_api_key",
     `The API key provided${hint === undefined ? "" : ` (${hint})`} has been revoked. Ask the API's operator for a new key.`,
+  );
+}
+
+/**
+ * 401 `invalid_api_key` for a key past its expiry, in the same words whether authenticate or
+ * placeHold finds it expired; the message names the expiry (ISO 8601, UTC).
+ */
+export function expiredKey(hint: string | undefined, expiresAt: number): ApiError {
+  return new ApiError(
+    "invalid_api_key",
+    `The API key provided${hint === undefined ? "" : ` (${hint})`} expired at ${new Date(expiresAt).toISOString()}. ` +
+      "Ask the API's operator for a new key.",
+  );
+}
+
+/** 403 `permission_denied`: an admin key sent to a route that serves API keys (completions, models, tokenize). */
+export function adminKeyOnApiRoute(): ApiError {
+  return new ApiError(
+    "permission_denied",
+    "An admin key cannot be used for this route: admin keys serve only the admin API (/v1/admin/…). Use an API key.",
+  );
+}
+
+/** 403 `permission_denied`: an API key sent to the admin API. */
+export function apiKeyOnAdminRoute(): ApiError {
+  return new ApiError(
+    "permission_denied",
+    "An API key cannot be used for the admin API: it needs an admin key (acs-admin-…). Ask the API's operator for one.",
+  );
+}
+
+/** 401 `invalid_api_key` for an admin key the store does not know, or a revoked one. */
+export function incorrectAdminKey(masked: string | null, revoked: boolean): ApiError {
+  return new ApiError(
+    "invalid_api_key",
+    revoked
+      ? `The admin key provided${masked === null ? "" : ` (${masked})`} has been revoked.`
+      : `Incorrect admin key provided${masked === null ? "" : `: ${masked}`}. Check the key, or create one with \`npm run keys -- create-admin\`.`,
   );
 }
 

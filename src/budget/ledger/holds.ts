@@ -5,7 +5,7 @@ import type { PlaceHoldInput, PlaceHoldOutcome } from "../budget-store.js";
 import type { Leases } from "../leases/api.js";
 import { checkDemand, type HoldDemand } from "../plan-hold.js";
 import type { CountNeeded, KeyInfo, PlacedHold } from "./api.js";
-import { incorrectKey, insufficientQuota, revokedKey, storeUnavailable } from "./errors.js";
+import { expiredKey, incorrectKey, insufficientQuota, revokedKey, storeUnavailable } from "./errors.js";
 import type { LedgerState } from "./state.js";
 
 /** What {@link placeInStore} placed, or why not: the Hold's id and the expiry it was given (Unix epoch ms). */
@@ -23,6 +23,8 @@ export async function placeHold(
 ): Promise<PlacedHold | CountNeeded> {
   const { leases, writes } = l;
   checkDemand(demand);
+  // The expiry as authenticate read it (at most the auth cache's TTL old); the store checks it again.
+  if (key.expiresAt !== undefined && key.expiresAt <= l.now()) throw expiredKey(key.hint, key.expiresAt);
   if (leases !== undefined) {
     let placed: Awaited<ReturnType<Leases["place"]>>;
     try {
@@ -79,6 +81,8 @@ function heldInStore(
       return { countNeeded: true };
     case "revoked":
       throw revokedKey(key.hint);
+    case "expired":
+      throw expiredKey(key.hint, outcome.expiresAt);
     case "unknown_key":
       throw incorrectKey(null);
   }

@@ -1,24 +1,50 @@
-// Administering keys (the keys CLI, tests): create, list, grant, revoke, and a key's usage.
-import { apiKeyHint, generateApiKey, generateKeyId, hashApiKey } from "../api-key.js";
-import type { KeyUsageRecord } from "../budget-store.js";
-import type { BudgetLedger, CreatedKey, KeySummary, KeyUsage } from "./api.js";
+// Administering keys (the keys CLI and the admin API, one implementation): create, get, list,
+// update, grant, rotate, revoke, and a key's usage. Every change is one transaction of the store
+// with its audit row (actor: the admin key id, or `cli`).
+
+import type { AuditStamp, KeyPatch, Page } from "../admin-store.js";
+import { apiKeyHint, generateApiKey, generateAuditId, generateKeyId, hashApiKey } from "../api-key.js";
+import type { KeyRecord, KeyUsageRecord } from "../budget-store.js";
+import { checkExpiresAt, checkMetadata, checkRateLimits, KeySettingError } from "../key-settings.js";
+import type { BudgetLedger, CreatedKey, KeyChanges, KeySettings, KeySummary, KeyUsage } from "./api.js";
 import { checkInt, UnknownIdError } from "./errors.js";
 import { waitForDrains } from "./holds.js";
 import type { LedgerState } from "./state.js";
 
-/** `BudgetLedger.createKey`: a new key and its record in the store. */
+/** The actor of a change made without an admin key: the keys CLI (and code that calls the ledger). */
+export const CLI_ACTOR = "cli";
+
+/** Most items of one page of a list. */
+export const MAX_PAGE_LIMIT = 100;
+
+/** The stamp of an audit row written now. */
+export function stamp(l: LedgerState, actor: string, action: string): AuditStamp {
+  return { id: generateAuditId(), at: l.now(), actor, action };
+}
+
+/** Throws KeySettingError unless the settings pass their checks (ranges, caps, non-empty model ids). */
+function checkSettings(s: KeySettings): void {
+  if (s.rateLimits != null) checkRateLimits(s.rateLimits);
+  if (s.metadata != null) checkMetadata(s.metadata);
+  if (s.expiresAt !== undefined) checkExpiresAt(s.expiresAt);
+  if (s.models?.some((m) => m === "")) {
+    throw new KeySettingError("models", "A model id must not be empty.");
+  }
+}
+
+/** `BudgetLedger.createKey`: a new key, its record and its audit row in the store. */
 export async function createKey(
   l: LedgerState,
   input: Parameters<BudgetLedger["createKey"]>[0],
-): Promise<CreatedKey> {
+  actor = CLI_ACTOR,
+): Promise<CreatedKey & KeySummary> {
   const { store, now } = l;
   checkInt("budgetTokens", input.budgetTokens, 0);
-  const models = input.models === undefined ? null : [...new Set(input.models)];
-  if (models?.some((m) => m === "")) throw new RangeError("models: a model id must not be empty");
+  checkSettings(input);
+  const models = input.models == null ? null : [...new Set(input.models)];
   const key = generateApiKey();
-  const id = generateKeyId();
-  await store.insertKey({
-    id,
+  const record: KeyRecord = {
+    id: generateKeyId(),
     keyHash: hashApiKey(key),
     hint: apiKeyHint(key),
     name: input.name ?? "",
@@ -27,8 +53,19 @@ export async function createKey(
     models,
     createdAt: now(),
     revokedAt: null,
-  });
-  return { id, key };
+    rateLimits: input.rateLimits ?? null,
+    expiresAt: input.expiresAt ?? null,
+    metadata: input.metadata ?? null,
+  };
+  await store.createKeyAudited(record, stamp(l, actor, "api_key.created"));
+  return { ...toSummary(record), key };
+}
+
+/** `BudgetLedger.getKey`; UnknownIdError for an unknown key. */
+export async function getKey(l: LedgerState, id: string): Promise<KeySummary> {
+  const record = await l.store.getKey(id);
+  if (record === undefined) throw new UnknownIdError("key", id);
+  return toSummary(record);
 }
 
 /** `BudgetLedger.listKeys`: every key, oldest first. */
@@ -36,21 +73,119 @@ export async function listKeys(l: LedgerState): Promise<KeySummary[]> {
   return (await l.store.listKeys()).map(toSummary);
 }
 
+/** RangeError unless the page's limit is 1–100. */
+export function checkLimit(limit: number): void {
+  if (!Number.isSafeInteger(limit) || limit < 1 || limit > MAX_PAGE_LIMIT) {
+    throw new KeySettingError(
+      "limit",
+      `Invalid value for 'limit': expected an integer from 1 to ${MAX_PAGE_LIMIT}, got ${limit}.`,
+    );
+  }
+}
+
+/** `BudgetLedger.listKeysPage`: newest first; KeySettingError (param `after`) for an unknown cursor. */
+export async function listKeysPage(
+  l: LedgerState,
+  page: { after?: string; limit: number },
+): Promise<Page<KeySummary>> {
+  checkLimit(page.limit);
+  const found = await l.store.listKeysPage(page);
+  if (found === undefined)
+    throw new KeySettingError("after", `Invalid value for 'after': no key with id '${page.after}'.`);
+  return { items: found.items.map(toSummary), hasMore: found.hasMore };
+}
+
+/**
+ * One audited change of a key: the patch planned from the locked key. Throws UnknownIdError for
+ * an unknown key, KeySettingError when the plan refuses it.
+ */
+async function change(
+  l: LedgerState,
+  id: string,
+  actor: string,
+  action: string,
+  plan: Parameters<LedgerState["store"]["changeKey"]>[0]["plan"],
+): Promise<{ before: KeyRecord; after: KeyRecord }> {
+  const outcome = await l.store.changeKey({ keyId: id, audit: stamp(l, actor, action), plan });
+  if (outcome.kind === "unknown_key") throw new UnknownIdError("key", id);
+  if (outcome.kind === "refused") throw outcome.error;
+  return outcome;
+}
+
+/** Forgets the key in this replica's auth cache: its next request reads the store. */
+function forget(l: LedgerState, id: string): void {
+  for (const [token, entry] of l.authCache) if (entry.record.id === id) l.authCache.delete(token);
+}
+
+/** `BudgetLedger.updateKey`: the changes asked for, in one audited transaction. */
+export async function updateKey(
+  l: LedgerState,
+  id: string,
+  changes: KeyChanges,
+  actor = CLI_ACTOR,
+): Promise<KeySummary> {
+  checkSettings(changes);
+  if (changes.budgetTokens !== undefined) checkInt("budgetTokens", changes.budgetTokens, 0);
+  if (changes.addTokens !== undefined) checkInt("addTokens", changes.addTokens, 1);
+  const { after } = await change(l, id, actor, "api_key.updated", (key) => {
+    const patch: { -readonly [K in keyof KeyPatch]: KeyPatch[K] } = {};
+    if (changes.name !== undefined) patch.name = changes.name;
+    if (changes.models !== undefined)
+      patch.models = changes.models === null ? null : [...new Set(changes.models)];
+    if (changes.rateLimits !== undefined) patch.rateLimits = changes.rateLimits;
+    if (changes.expiresAt !== undefined) patch.expiresAt = changes.expiresAt;
+    if (changes.metadata !== undefined) patch.metadata = changes.metadata;
+    const base = changes.budgetTokens ?? key.budgetTokens;
+    if (changes.budgetTokens !== undefined || changes.addTokens !== undefined) {
+      patch.budgetTokens = base + (changes.addTokens ?? 0);
+    }
+    return patch;
+  });
+  forget(l, id);
+  return toSummary(after);
+}
+
 /** `BudgetLedger.grant`: adds tokens (integer ≥ 1) to the key's Budget; UnknownIdError for an unknown key. */
-export async function grant(l: LedgerState, id: string, tokens: number): Promise<KeyUsage> {
+export async function grant(
+  l: LedgerState,
+  id: string,
+  tokens: number,
+  actor = CLI_ACTOR,
+): Promise<KeyUsage> {
   checkInt("tokens", tokens, 1);
-  if (!(await l.store.addBudget(id, tokens))) throw new UnknownIdError("key", id);
+  await updateKey(l, id, { addTokens: tokens }, actor);
   return mustKnowKey(l, id);
 }
 
-/** `BudgetLedger.revoke`: revokes the key, forgets it in the cache and has its leases back. */
-export async function revoke(l: LedgerState, id: string): Promise<KeySummary> {
-  const { store, now, authCache, leases } = l;
-  if (!(await store.revokeKey(id, now()))) throw new UnknownIdError("key", id);
-  for (const [hash, entry] of authCache) if (entry.record.id === id) authCache.delete(hash);
+/**
+ * `BudgetLedger.rotateKey`: a new secret for the same key id (its Budget, spent and usage kept).
+ * The old secret is refused at once on this replica (forgotten in its auth cache), and on the
+ * others once their cache entry is older than the auth cache's TTL (1 s).
+ */
+export async function rotateKey(
+  l: LedgerState,
+  id: string,
+  actor = CLI_ACTOR,
+): Promise<CreatedKey & KeySummary> {
+  const key = generateApiKey();
+  const { after } = await change(l, id, actor, "api_key.rotated", (k) =>
+    k.revokedAt !== null
+      ? new KeySettingError("id", `The key '${id}' is revoked: a revoked key cannot be rotated.`)
+      : { keyHash: hashApiKey(key), hint: apiKeyHint(key) },
+  );
+  forget(l, id);
+  return { ...toSummary(after), key };
+}
+
+/** `BudgetLedger.revoke`: revokes the key (audited), forgets it in the cache and has its leases back. */
+export async function revoke(l: LedgerState, id: string, actor = CLI_ACTOR): Promise<KeySummary> {
+  const { leases, now } = l;
+  const t = now();
+  const { after } = await change(l, id, actor, "api_key.revoked", (k) => ({ revokedAt: k.revokedAt ?? t }));
+  forget(l, id);
   await leases?.drainKey(id);
   await waitForDrains(l, id);
-  return toSummary(await mustKnowKey(l, id));
+  return toSummary(after);
 }
 
 /** The key's usage (days: see `BudgetLedger.usage`); UnknownIdError for an unknown key. */
@@ -61,7 +196,8 @@ export async function mustKnowKey(l: LedgerState, id: string, days?: number): Pr
   return toUsage(usage);
 }
 
-function toSummary(record: KeySummary): KeySummary {
+/** The summary of a key record: everything but its hash. */
+export function toSummary(record: KeyRecord): KeySummary {
   return {
     id: record.id,
     name: record.name,
@@ -71,6 +207,9 @@ function toSummary(record: KeySummary): KeySummary {
     models: record.models,
     createdAt: record.createdAt,
     revokedAt: record.revokedAt,
+    rateLimits: record.rateLimits ?? null,
+    expiresAt: record.expiresAt ?? null,
+    metadata: record.metadata ?? null,
   };
 }
 

@@ -1,6 +1,7 @@
 // What a backend (./sqlite/, ./postgres/) gives the shared transactions: row access inside one
 // transaction (TxRows, with SQLite's one-statement shortcuts) and a few plain statements
 // (StoreBackend). ./store-on.ts builds the BudgetStore of a backend from them.
+import type { AdminKeyRecord, AuditEntry, Page, PageRequest } from "../admin-store.js";
 import type { BudgetStore, DailyUsageRecord, KeyRecord } from "../budget-store.js";
 import type { HoldRow, KeyRow, LeaseRow, LeaseUpdate } from "./rows.js";
 
@@ -44,6 +45,14 @@ export interface TxRows {
   flagDrain(keyId: string, others?: { instanceId: string; now: number }): Promise<number>;
   blockLeases(keyId: string, until: number): void;
   revoke(keyId: string, now: number): Promise<boolean>;
+  /** Inserts a key row (its numbers as the record says, held and leased 0). */
+  insertKey(record: KeyRecord): void;
+  /** Rewrites a key's admin columns (name, Budget, models, limits, expiry, metadata, hash, hint, revoked_at). */
+  writeKeySettings(record: KeyRecord): void;
+  insertAudit(entry: AuditEntry): void;
+  insertAdminKey(record: AdminKeyRecord): void;
+  lockAdminKey(id: string): Promise<AdminKeyRecord | undefined>;
+  revokeAdminKeyRow(id: string, revokedAt: number): void;
   /**
    * One-statement steps for the common case of a Hold placed whole and of an open Hold settled,
    * offered by a backend whose transaction locks every row it may touch from its start (SQLite's
@@ -55,10 +64,11 @@ export interface TxRows {
 /** See {@link TxRows.shortcuts}. Each is synchronous: one statement, its effect visible at once. */
 export interface TxShortcuts {
   /**
-   * Adds `tokens` to the key's held tokens when the key exists, is not revoked and has at least
-   * `tokens` free (budget − spent − held − leased). Returns whether it did; nothing changes if not.
+   * Adds `tokens` to the key's held tokens when the key exists, is not revoked, has not expired at
+   * `now` and has at least `tokens` free (budget − spent − held − leased). Returns whether it did;
+   * nothing changes if not.
    */
-  reserve(keyId: string, tokens: number): boolean;
+  reserve(keyId: string, tokens: number, now: number): boolean;
   /**
    * Settles the Hold when it is open: state `settled`, used_tokens = usedTokens, charged_tokens =
    * min(usedTokens, tokens), closed_at. Returns its key, tokens and charge; undefined (nothing
@@ -86,6 +96,12 @@ export interface StoreBackend {
   insertKey(record: KeyRecord): Promise<void>;
   findKeyByHash(keyHash: Uint8Array): Promise<KeyRecord | undefined>;
   listKeys(): Promise<KeyRecord[]>;
+  getKey(keyId: string): Promise<KeyRecord | undefined>;
+  /** Newest first; undefined when `after` is an unknown id. */
+  listKeysPage(page: PageRequest): Promise<Page<KeyRecord> | undefined>;
+  findAdminKeyByHash(keyHash: Uint8Array): Promise<AdminKeyRecord | undefined>;
+  /** Newest first (the order written); undefined when `after` is an unknown id. */
+  listAuditPage(page: PageRequest): Promise<Page<AuditEntry> | undefined>;
   /** The key, its open Hold and lease counts and its usage days, read in one snapshot. */
   keyUsage(
     keyId: string,

@@ -53,7 +53,7 @@ export async function placeHoldIn(rows: TxRows, input: PlaceHoldInput): Promise<
     // The demand fits whole: what planHold answers when need ≤ available, in one statement.
     checkDemand(input.demand);
     const need = demandTokens(input.demand);
-    if (rows.shortcuts.reserve(input.keyId, need)) {
+    if (rows.shortcuts.reserve(input.keyId, need, input.now)) {
       insertHold(rows, input, need);
       return { kind: "held", tokens: need, maxTokens: input.demand.maxTokens, clamped: false };
     }
@@ -61,6 +61,8 @@ export async function placeHoldIn(rows: TxRows, input: PlaceHoldInput): Promise<
   const key = await rows.lockKey(input.keyId);
   if (key === undefined) return { kind: "unknown_key" };
   if (key.revokedAt !== null) return { kind: "revoked" };
+  if (key.expiresAt != null && key.expiresAt <= input.now)
+    return { kind: "expired", expiresAt: key.expiresAt };
   const plan = planHold(freeOf(key), input.demand);
   if (plan.kind === "count") return { kind: "count" };
   if ((plan.kind === "insufficient" || plan.clamped) && input.drainOthersUntil !== undefined) {

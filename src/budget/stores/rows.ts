@@ -1,6 +1,7 @@
 // The rows of a BudgetStore as the shared transactions (./hold-steps.ts, ./lease-steps.ts,
 // ./reclaim.ts) see them, and their columns as both backends' SQL reads and writes them.
 import type { DailyUsageRecord, KeyRecord, KeyState } from "../budget-store.js";
+import { type KeyMetadata, rateLimitsFromJson, rateLimitsToJson } from "../key-settings.js";
 
 /** A key row. Times are Unix epoch ms; amounts are tokens. */
 export interface KeyRow extends KeyRecord {
@@ -65,6 +66,9 @@ export interface KeyColumns<M> {
   models: M;
   created_at: number;
   revoked_at: number | null;
+  rate_limits: M;
+  expires_at: number | null;
+  metadata: M;
 }
 
 /** The columns of a `holds` row that {@link HoldRow} holds. */
@@ -120,10 +124,11 @@ export type LeaseUpdateValues<B> = [
 ];
 
 /**
- * The {@link KeyRow} of a `keys` row. `models` is the row's model list already decoded (the
- * backend's own form, see {@link KeyColumns}); the key hash is the row's Buffer as it is.
+ * The {@link KeyRow} of a `keys` row. `json` decodes a JSON column from the backend's own form (see
+ * {@link KeyColumns}); the key hash is the row's Buffer as it is.
  */
-export function keyRowOf(row: KeyColumns<unknown>, models: string[] | null): KeyRow {
+export function keyRowOf<M>(row: KeyColumns<M>, json: (value: M) => unknown): KeyRow {
+  const models = row.models === null ? null : (json(row.models) as string[]);
   return {
     id: row.id,
     keyHash: row.key_hash,
@@ -137,28 +142,84 @@ export function keyRowOf(row: KeyColumns<unknown>, models: string[] | null): Key
     models,
     createdAt: row.created_at,
     revokedAt: row.revoked_at,
+    rateLimits: row.rate_limits === null ? null : rateLimitsFromJson(json(row.rate_limits)),
+    expiresAt: row.expires_at,
+    metadata: row.metadata === null ? null : (json(row.metadata) as KeyMetadata),
   };
 }
 
+/** The columns of a key that {@link keyInsertValues} and {@link keySettingsValues} write. */
+export const KEY_INSERT_COLUMNS =
+  "id, key_hash, hint, name, budget_tokens, spent_tokens, models, created_at, revoked_at, rate_limits, expires_at, metadata";
+
+/** Values of a key row's admin columns, in the order of {@link keySettingsValues}. */
+export type KeySettingsValues = [
+  name: string,
+  budgetTokens: number,
+  models: string | null,
+  rateLimits: string | null,
+  expiresAt: number | null,
+  metadata: string | null,
+  keyHash: Buffer,
+  hint: string,
+  revokedAt: number | null,
+  id: string,
+];
+
 /**
- * The values of a new key's `INSERT INTO keys (id, key_hash, hint, name, budget_tokens,
- * spent_tokens, models, created_at, revoked_at)`, in that order: the hash as a Buffer, the models
- * as JSON text (null for every model), which both backends store as is (PostgreSQL casts the text
- * to jsonb).
+ * The values of a new key's `INSERT INTO keys (KEY_INSERT_COLUMNS)`, in that order: the hash as a
+ * Buffer, JSON columns as JSON text (null: none), which both backends store as is (PostgreSQL
+ * casts the text to jsonb).
  */
 export function keyInsertValues(
   record: KeyRecord,
-): [string, Buffer, string, string, number, number, string | null, number, number | null] {
+): [
+  string,
+  Buffer,
+  string,
+  string,
+  number,
+  number,
+  string | null,
+  number,
+  number | null,
+  string | null,
+  number | null,
+  string | null,
+] {
+  const v = keySettingsValues(record);
   return [
     record.id,
-    Buffer.from(record.keyHash),
+    v[6],
     record.hint,
     record.name,
     record.budgetTokens,
     record.spentTokens,
-    record.models === null ? null : JSON.stringify(record.models),
+    v[2],
     record.createdAt,
     record.revokedAt,
+    v[3],
+    v[4],
+    v[5],
+  ];
+}
+
+/**
+ * The values of `UPDATE keys SET name, budget_tokens, models, rate_limits, expires_at, metadata,
+ * key_hash, hint, revoked_at WHERE id`, in that order (JSON columns as JSON text).
+ */
+export function keySettingsValues(r: KeyRecord): KeySettingsValues {
+  return [
+    r.name,
+    r.budgetTokens,
+    r.models === null ? null : JSON.stringify(r.models),
+    r.rateLimits == null ? null : JSON.stringify(rateLimitsToJson(r.rateLimits)),
+    r.expiresAt ?? null,
+    r.metadata == null ? null : JSON.stringify(r.metadata),
+    Buffer.from(r.keyHash),
+    r.hint,
+    r.revokedAt,
+    r.id,
   ];
 }
 

@@ -1,6 +1,7 @@
 // The BudgetStore of a backend: the shared transactions (./hold-steps.ts, ./lease-steps.ts,
 // ./reclaim.ts) over the backend's rows, its plain statements as they are.
 import type { BudgetStore, KeyUsageRecord } from "../budget-store.js";
+import { changeKeyIn, createAdminKeyIn, createKeyIn, revokeAdminKeyIn } from "./admin-steps.js";
 import type { StoreBackend, TxRows } from "./backend.js";
 import { chargeLateIn, placeHoldIn, settleHold } from "./hold-steps.js";
 import { syncLeaseIn } from "./lease-steps.js";
@@ -20,6 +21,9 @@ function usageRecordOf(u: Awaited<ReturnType<StoreBackend["keyUsage"]>>): KeyUsa
     models: key.models,
     createdAt: key.createdAt,
     revokedAt: key.revokedAt,
+    rateLimits: key.rateLimits ?? null,
+    expiresAt: key.expiresAt ?? null,
+    metadata: key.metadata ?? null,
     heldTokens: key.heldTokens,
     openHolds: u.openHolds,
     leasedTokens: key.leasedTokens,
@@ -45,6 +49,14 @@ export function createBudgetStoreOn(backend: StoreBackend): BudgetStore {
     insertKey: (record) => backend.insertKey(record),
     findKeyByHash: (hash) => backend.findKeyByHash(hash),
     listKeys: () => backend.listKeys(),
+    getKey: (keyId) => backend.getKey(keyId),
+    listKeysPage: (page) => backend.listKeysPage(page),
+    createKeyAudited: (record, audit) => tx((rows) => createKeyIn(rows, record, audit)),
+    changeKey: (input) => tx((rows) => changeKeyIn(rows, input)),
+    createAdminKey: (record, audit) => tx((rows) => createAdminKeyIn(rows, record, audit)),
+    findAdminKeyByHash: (hash) => backend.findAdminKeyByHash(hash),
+    revokeAdminKey: (id, audit) => tx((rows) => revokeAdminKeyIn(rows, id, audit)),
+    listAuditPage: (page) => backend.listAuditPage(page),
     keyUsage: async (keyId, days = 31) => usageRecordOf(await backend.keyUsage(keyId, days)),
     addBudget: (keyId, tokens) => backend.addBudget(keyId, tokens),
     revokeKey: (keyId, now) => tx((rows) => revokeIn(rows, keyId, now)),

@@ -28,7 +28,11 @@ export const errorCatalogue = {
   context_length_exceeded: { status: 400, type: "invalid_request_error", connectCode: Code.InvalidArgument },
   invalid_api_key: { status: 401, type: "invalid_request_error", connectCode: Code.Unauthenticated },
   model_not_allowed: { status: 403, type: "invalid_request_error", connectCode: Code.PermissionDenied },
+  /** A key of the wrong kind: an API key on an admin route, an admin key on a completion route. */
+  permission_denied: { status: 403, type: "invalid_request_error", connectCode: Code.PermissionDenied },
   model_not_found: { status: 404, type: "invalid_request_error", connectCode: Code.NotFound },
+  /** The admin API: no API key with that id. */
+  key_not_found: { status: 404, type: "invalid_request_error", connectCode: Code.NotFound },
   /** Connect/gRPC: `unimplemented`, gRPC's code for an unknown method (see above). */
   unknown_route: { status: 404, type: "invalid_request_error", connectCode: Code.Unimplemented },
   /** grpc.health.v1.Health/Check for a service the server does not serve (the protocol's NOT_FOUND). */

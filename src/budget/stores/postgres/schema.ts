@@ -66,6 +66,37 @@ const MIGRATIONS: readonly string[] = [
     PRIMARY KEY (key_id, day)
   );
   `,
+  // 1 → 2: the admin surface — a key's rate limits, expiry and metadata; admin keys; the audit log
+  // (append-only: a trigger refuses every UPDATE and DELETE of its rows).
+  `
+  ALTER TABLE keys
+    ADD COLUMN rate_limits jsonb CHECK (rate_limits IS NULL OR jsonb_typeof(rate_limits) = 'object'),
+    ADD COLUMN expires_at bigint,
+    ADD COLUMN metadata jsonb CHECK (metadata IS NULL OR jsonb_typeof(metadata) = 'object');
+  CREATE INDEX keys_by_created ON keys (created_at, id);
+  CREATE TABLE admin_keys (
+    id         text PRIMARY KEY,
+    key_hash   bytea NOT NULL UNIQUE CHECK (octet_length(key_hash) = 32),
+    hint       text NOT NULL,
+    name       text NOT NULL DEFAULT '',
+    created_at bigint NOT NULL,
+    revoked_at bigint
+  );
+  CREATE TABLE audit_logs (
+    seq       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id        text NOT NULL UNIQUE,
+    at        bigint NOT NULL,
+    actor     text NOT NULL,
+    action    text NOT NULL,
+    target_id text NOT NULL,
+    before    jsonb,
+    after     jsonb
+  );
+  CREATE FUNCTION acs_audit_logs_append_only() RETURNS trigger LANGUAGE plpgsql AS
+    $$ BEGIN RAISE EXCEPTION 'audit_logs is append-only'; END $$;
+  CREATE TRIGGER audit_logs_append_only BEFORE UPDATE OR DELETE ON audit_logs
+    FOR EACH ROW EXECUTE FUNCTION acs_audit_logs_append_only();
+  `,
 ];
 
 /** The schema version this code writes on PostgreSQL (table `budget_schema_migrations`). */

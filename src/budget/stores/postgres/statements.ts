@@ -1,7 +1,8 @@
 // The PostgreSQL store's row statements (run by name, so that each connection prepares them once),
 // the type parsers of its pool, and how its rows read (jsonb `models` parsed, booleans as they are).
 import pg from "pg";
-import { type KeyColumns, type KeyRow, keyRowOf } from "../rows.js";
+import { ADMIN_KEY_COLUMNS, AUDIT_COLUMNS } from "../admin-rows.js";
+import { KEY_INSERT_COLUMNS, type KeyColumns, type KeyRow, keyRowOf } from "../rows.js";
 
 /** bigint, numeric (sums) → number (amounts are safe integers); date → `YYYY-MM-DD`. */
 export const TYPES = {
@@ -13,7 +14,7 @@ export const TYPES = {
 };
 
 /** A `keys` row: jsonb `models` comes parsed. */
-export type KeySqlRow = KeyColumns<string[] | null>;
+export type KeySqlRow = KeyColumns<unknown>;
 
 /** A boolean column as node-postgres returns it, and takes it: as it is. */
 export function asBoolean(value: boolean): boolean {
@@ -22,7 +23,7 @@ export function asBoolean(value: boolean): boolean {
 
 /** The {@link KeyRow} of a `keys` row. */
 export function toKeyRow(row: KeySqlRow): KeyRow {
-  return keyRowOf(row, row.models);
+  return keyRowOf(row, (value) => value);
 }
 
 /**
@@ -60,6 +61,13 @@ export const SQL = {
   renew: `UPDATE holds SET expires_at = $2, used_tokens = greatest(coalesce(used_tokens, 0), $3)
           WHERE id = $1 AND state = 'open'`,
   holdKey: "SELECT key_id FROM holds WHERE id = $1",
+  insertKey: `INSERT INTO keys (${KEY_INSERT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+  writeKeySettings: `UPDATE keys SET name = $1, budget_tokens = $2, models = $3, rate_limits = $4, expires_at = $5,
+                     metadata = $6, key_hash = $7, hint = $8, revoked_at = $9 WHERE id = $10`,
+  insertAudit: `INSERT INTO audit_logs (${AUDIT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+  insertAdminKey: `INSERT INTO admin_keys (${ADMIN_KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)`,
+  lockAdminKey: `SELECT ${ADMIN_KEY_COLUMNS} FROM admin_keys WHERE id = $1 FOR UPDATE`,
+  revokeAdminKey: "UPDATE admin_keys SET revoked_at = coalesce(revoked_at, $2) WHERE id = $1",
 } as const;
 
 /** Runs one of the {@link SQL} statements, as a named (prepared) statement, on a pool or a connection. */

@@ -5,8 +5,9 @@ import type { BudgetStore, KeyRecord } from "../../budget-store.js";
 import type { StoreBackend } from "../backend.js";
 import { type DailyColumns, dailyOf, keyInsertValues } from "../rows.js";
 import { createBudgetStoreOn } from "../store-on.js";
+import { adminReads } from "./admin-reads.js";
 import { migrate } from "./schema.js";
-import { type KeySqlRow, run, TYPES, toKeyRow } from "./statements.js";
+import { type KeySqlRow, run, SQL, TYPES, toKeyRow } from "./statements.js";
 import { inTransaction, rowsOf } from "./transaction.js";
 
 /** Options of {@link createPostgresBudgetStore}. */
@@ -118,11 +119,7 @@ function postgresBackend(pool: pg.Pool): StoreBackend {
     kind: "postgres",
     transaction: (fn) => inTransaction(pool, "BEGIN", (c, sent) => fn(rowsOf(c, sent))),
     async insertKey(record: KeyRecord) {
-      await pool.query(
-        `INSERT INTO keys (id, key_hash, hint, name, budget_tokens, spent_tokens, models, created_at, revoked_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-        keyInsertValues(record),
-      );
+      await pool.query(SQL.insertKey, keyInsertValues(record));
     },
     async findKeyByHash(keyHash) {
       const r = (
@@ -137,6 +134,7 @@ function postgresBackend(pool: pg.Pool): StoreBackend {
     async listKeys() {
       return (await pool.query<KeySqlRow>("SELECT * FROM keys ORDER BY created_at, id")).rows.map(toKeyRow);
     },
+    ...adminReads(pool),
     keyUsage: (keyId, days) =>
       inTransaction(pool, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", (c) =>
         readKeyUsage(c, keyId, days),
@@ -192,8 +190,8 @@ function postgresBackend(pool: pg.Pool): StoreBackend {
  * leased ≤ budget as a last line of defence. Opening it applies the versioned migrations (one
  * transaction under an advisory lock, so replicas starting together migrate once) and refuses a
  * database whose schema is newer than this code. Use a database (or a schema, through the URL's
- * `options=-c search_path=…`) of its own: the tables are `keys`, `holds`, `leases`, `usage_daily`
- * and `budget_schema_migrations`.
+ * `options=-c search_path=…`) of its own: the tables are `keys`, `holds`, `leases`, `usage_daily`,
+ * `admin_keys`, `audit_logs` and `budget_schema_migrations`.
  */
 export async function createPostgresBudgetStore(options: PostgresBudgetStoreOptions): Promise<BudgetStore> {
   const pool = new pg.Pool({

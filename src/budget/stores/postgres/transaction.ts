@@ -1,8 +1,17 @@
 // Transactions of the PostgreSQL store on one connection of its pool, pipelined, and the row
 // access inside them (TxRows of ../backend.ts): `lock*` reads with `FOR UPDATE`.
 import type pg from "pg";
+import { type AdminKeyColumns, adminKeyInsertValues, adminKeyOf, auditInsertValues } from "../admin-rows.js";
 import type { TxRows } from "../backend.js";
-import { type HoldColumns, holdRowOf, type LeaseColumns, leaseRowOf, leaseUpdateValues } from "../rows.js";
+import {
+  type HoldColumns,
+  holdRowOf,
+  keyInsertValues,
+  keySettingsValues,
+  type LeaseColumns,
+  leaseRowOf,
+  leaseUpdateValues,
+} from "../rows.js";
 import { asBoolean, type KeySqlRow, run, type SQL, toKeyRow } from "./statements.js";
 
 /** Row access on one connection; writes are sent at once (pipelined) and collected in `sent`. */
@@ -55,6 +64,25 @@ export function rowsOf(c: pg.PoolClient, sent: Promise<unknown>[]): TxRows {
     },
     async revoke(keyId, now) {
       return ((await run(c, "revoke", [keyId, now])).rowCount ?? 0) === 1;
+    },
+    insertKey(record) {
+      write("insertKey", keyInsertValues(record));
+    },
+    writeKeySettings(record) {
+      write("writeKeySettings", keySettingsValues(record));
+    },
+    insertAudit(entry) {
+      write("insertAudit", auditInsertValues(entry));
+    },
+    insertAdminKey(record) {
+      write("insertAdminKey", adminKeyInsertValues(record));
+    },
+    async lockAdminKey(id) {
+      const r = (await run<AdminKeyColumns>(c, "lockAdminKey", [id])).rows[0];
+      return r === undefined ? undefined : adminKeyOf(r);
+    },
+    revokeAdminKeyRow(id, revokedAt) {
+      write("revokeAdminKey", [id, revokedAt]);
     },
   };
 }

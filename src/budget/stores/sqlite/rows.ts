@@ -1,7 +1,9 @@
 // Row access inside a transaction of the SQLite store (TxRows of ../backend.ts), on its prepared
 // statements, with the one-statement shortcuts that its BEGIN IMMEDIATE allows.
+
+import { adminKeyInsertValues, adminKeyOf, auditInsertValues } from "../admin-rows.js";
 import type { TxRows } from "../backend.js";
-import { holdRowOf, leaseRowOf, leaseUpdateValues } from "../rows.js";
+import { holdRowOf, keyInsertValues, keySettingsValues, leaseRowOf, leaseUpdateValues } from "../rows.js";
 import { fromBit, type Statements, toBit, toKeyRow } from "./statements.js";
 
 /**
@@ -52,9 +54,28 @@ export function rowsOf(stmt: Statements): TxRows {
     async revoke(keyId, now) {
       return stmt.revoke.run(now, keyId).changes === 1;
     },
+    insertKey(record) {
+      stmt.insertKey.run(...keyInsertValues(record));
+    },
+    writeKeySettings(record) {
+      stmt.writeKeySettings.run(...keySettingsValues(record));
+    },
+    insertAudit(entry) {
+      stmt.insertAudit.run(...auditInsertValues(entry));
+    },
+    insertAdminKey(record) {
+      stmt.insertAdminKey.run(...adminKeyInsertValues(record));
+    },
+    async lockAdminKey(id) {
+      const r = stmt.adminKeyById.get(id);
+      return r === undefined ? undefined : adminKeyOf(r);
+    },
+    revokeAdminKeyRow(id, revokedAt) {
+      stmt.revokeAdminKey.run(revokedAt, id);
+    },
     // BEGIN IMMEDIATE holds the database's write lock from the start: no row needs locking first.
     shortcuts: {
-      reserve: (keyId, tokens) => stmt.reserve.run(tokens, keyId, tokens).changes === 1,
+      reserve: (keyId, tokens, now) => stmt.reserve.run(tokens, keyId, now, tokens).changes === 1,
       settleOpen(holdId, usedTokens, closedAt) {
         const r = stmt.settleOpen.get(usedTokens, usedTokens, closedAt, holdId);
         return r === undefined ? undefined : { keyId: r.key_id, tokens: r.tokens, charged: r.charged_tokens };

@@ -92,6 +92,36 @@ const MIGRATIONS: readonly string[] = [
            sum(charged_tokens), sum(state = 'settled'), sum(state = 'reclaimed')
     FROM holds WHERE state != 'open' GROUP BY 1, 2;
   `,
+  // 2 → 3: the admin surface — a key's rate limits, expiry and metadata; admin keys; the audit log
+  // (append-only: triggers refuse every UPDATE and DELETE of its rows).
+  `
+  ALTER TABLE keys ADD COLUMN rate_limits TEXT CHECK (rate_limits IS NULL OR json_valid(rate_limits));
+  ALTER TABLE keys ADD COLUMN expires_at INTEGER;
+  ALTER TABLE keys ADD COLUMN metadata TEXT CHECK (metadata IS NULL OR json_valid(metadata));
+  CREATE INDEX keys_by_created ON keys (created_at, id);
+  CREATE TABLE admin_keys (
+    id         TEXT PRIMARY KEY,
+    key_hash   BLOB NOT NULL UNIQUE CHECK (length(key_hash) = 32),
+    hint       TEXT NOT NULL,
+    name       TEXT NOT NULL DEFAULT '',
+    created_at INTEGER NOT NULL,
+    revoked_at INTEGER
+  ) STRICT;
+  CREATE TABLE audit_logs (
+    seq       INTEGER PRIMARY KEY AUTOINCREMENT,
+    id        TEXT NOT NULL UNIQUE,
+    at        INTEGER NOT NULL,
+    actor     TEXT NOT NULL,
+    action    TEXT NOT NULL,
+    target_id TEXT NOT NULL,
+    before    TEXT CHECK (before IS NULL OR json_valid(before)),
+    after     TEXT CHECK (after IS NULL OR json_valid(after))
+  ) STRICT;
+  CREATE TRIGGER audit_logs_no_update BEFORE UPDATE ON audit_logs
+    BEGIN SELECT RAISE(ABORT, 'audit_logs is append-only'); END;
+  CREATE TRIGGER audit_logs_no_delete BEFORE DELETE ON audit_logs
+    BEGIN SELECT RAISE(ABORT, 'audit_logs is append-only'); END;
+  `,
 ];
 
 /** The schema version this code writes (`PRAGMA user_version`): one per migration. */

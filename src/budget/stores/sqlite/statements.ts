@@ -4,13 +4,16 @@ import type Database from "better-sqlite3";
 import {
   type DailyColumns,
   type HoldColumns,
+  KEY_INSERT_COLUMNS,
   type KeyColumns,
   type KeyRow,
+  type KeySettingsValues,
   type keyInsertValues,
   keyRowOf,
   type LeaseColumns,
   type LeaseUpdateValues,
 } from "../rows.js";
+import type { prepareAdminStatements } from "./admin-statements.js";
 import { BUDGET_SCHEMA_VERSION } from "./schema.js";
 
 /** A `keys` row: `models` is JSON text. */
@@ -28,7 +31,7 @@ export function toBit(value: boolean): number {
 
 /** The {@link KeyRow} of a `keys` row, its JSON `models` parsed. */
 export function toKeyRow(row: KeySqlRow): KeyRow {
-  return keyRowOf(row, row.models === null ? null : (JSON.parse(row.models) as string[]));
+  return keyRowOf(row, (text) => JSON.parse(text as string));
 }
 
 /**
@@ -38,8 +41,11 @@ export function toKeyRow(row: KeySqlRow): KeyRow {
 export function prepareKeyStatements(db: Database.Database) {
   return {
     insertKey: db.prepare<ReturnType<typeof keyInsertValues>>(
-      `INSERT INTO keys (id, key_hash, hint, name, budget_tokens, spent_tokens, models, created_at, revoked_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO keys (${KEY_INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    ),
+    writeKeySettings: db.prepare<KeySettingsValues>(
+      `UPDATE keys SET name = ?, budget_tokens = ?, models = ?, rate_limits = ?, expires_at = ?, metadata = ?,
+              key_hash = ?, hint = ?, revoked_at = ? WHERE id = ?`,
     ),
     keyByHash: db.prepare<[Buffer], KeySqlRow>("SELECT * FROM keys WHERE key_hash = ?"),
     keyById: db.prepare<[string], KeySqlRow>("SELECT * FROM keys WHERE id = ?"),
@@ -69,9 +75,10 @@ export function prepareKeyStatements(db: Database.Database) {
     setKeyNumbers: db.prepare<[number, number, number, string]>(
       "UPDATE keys SET spent_tokens = ?, held_tokens = ?, leased_tokens = ? WHERE id = ?",
     ),
-    reserve: db.prepare<[number, string, number]>(
+    reserve: db.prepare<[number, string, number, number]>(
       `UPDATE keys SET held_tokens = held_tokens + ?
-       WHERE id = ? AND revoked_at IS NULL AND budget_tokens - spent_tokens - held_tokens - leased_tokens >= ?`,
+       WHERE id = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)
+         AND budget_tokens - spent_tokens - held_tokens - leased_tokens >= ?`,
     ),
     moveHeld: db.prepare<[number, number, string]>(
       "UPDATE keys SET spent_tokens = spent_tokens + ?, held_tokens = held_tokens - ? WHERE id = ?",
@@ -152,4 +159,6 @@ export function prepareHoldStatements(db: Database.Database) {
 }
 
 /** Every prepared statement of a store. */
-export type Statements = ReturnType<typeof prepareKeyStatements> & ReturnType<typeof prepareHoldStatements>;
+export type Statements = ReturnType<typeof prepareKeyStatements> &
+  ReturnType<typeof prepareHoldStatements> &
+  ReturnType<typeof prepareAdminStatements>;

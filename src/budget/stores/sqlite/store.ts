@@ -3,9 +3,11 @@
 import Database from "better-sqlite3";
 import type { BudgetStore, KeyRecord } from "../../budget-store.js";
 import { startWalCheckpointer, type WalCheckpointer } from "../../wal-checkpointer.js";
+import { adminKeyOf, auditOf, pageOf } from "../admin-rows.js";
 import type { StoreBackend } from "../backend.js";
 import { dailyOf, keyInsertValues } from "../rows.js";
 import { createBudgetStoreOn } from "../store-on.js";
+import { prepareAdminStatements } from "./admin-statements.js";
 import { type SqliteConnection, serialConnection } from "./connection.js";
 import { rowsOf } from "./rows.js";
 import { migrate } from "./schema.js";
@@ -113,6 +115,42 @@ function readKeyUsage(
   };
 }
 
+/** The admin surface's reads (see {@link StoreBackend}), each one serial step. */
+function adminReads(
+  stmt: Statements,
+  conn: SqliteConnection,
+): Pick<StoreBackend, "getKey" | "listKeysPage" | "findAdminKeyByHash" | "listAuditPage"> {
+  return {
+    getKey: (keyId) =>
+      conn.serial(() => {
+        const row = stmt.keyById.get(keyId);
+        return row === undefined ? undefined : toKeyRow(row);
+      }),
+    listKeysPage: ({ after, limit }) =>
+      conn.serial(() => {
+        if (after !== undefined && stmt.keyById.get(after) === undefined) return undefined;
+        const rows =
+          after === undefined ? stmt.keysFirst.all(limit + 1) : stmt.keysAfter.all(after, limit + 1);
+        return pageOf(rows.map(toKeyRow), limit);
+      }),
+    findAdminKeyByHash: (keyHash) =>
+      conn.serial(() => {
+        const row = stmt.adminKeyByHash.get(Buffer.from(keyHash));
+        return row === undefined ? undefined : adminKeyOf(row);
+      }),
+    listAuditPage: ({ after, limit }) =>
+      conn.serial(() => {
+        if (after !== undefined && (stmt.auditExists.get(after)?.n ?? 0) === 0) return undefined;
+        const rows =
+          after === undefined ? stmt.auditFirst.all(limit + 1) : stmt.auditAfter.all(after, limit + 1);
+        return pageOf(
+          rows.map((r) => auditOf(r, (text) => JSON.parse(text))),
+          limit,
+        );
+      }),
+  };
+}
+
 /**
  * The StoreBackend of a migrated database: its statements, run in turn on the connection, and its
  * transactions (all of them with the rows of {@link rowsOf}); closing it stops the checkpointer.
@@ -138,6 +176,7 @@ function sqliteBackend(
         return row === undefined ? undefined : toKeyRow(row);
       }),
     listKeys: () => conn.serial(() => stmt.listKeys.all().map(toKeyRow)),
+    ...adminReads(stmt, conn),
     keyUsage: (keyId, days) => conn.readTransaction(async () => readKeyUsage(stmt, keyId, days)),
     addBudget: (keyId, tokens) => conn.serial(() => stmt.addBudget.run(tokens, keyId).changes === 1),
     renewHold: (holdId, expiresAt, usedTokens) =>
@@ -187,7 +226,11 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
   const db = openDatabase(options, busyTimeoutMs);
   const checkpointer = startCheckpointer(db, options);
   // Prepared before the connection's discipline sets busy_timeout = 0 (group commit).
-  const stmt: Statements = { ...prepareKeyStatements(db), ...prepareHoldStatements(db) };
+  const stmt: Statements = {
+    ...prepareKeyStatements(db),
+    ...prepareHoldStatements(db),
+    ...prepareAdminStatements(db),
+  };
   const conn = serialConnection(db, (options.commit ?? "group") === "group", busyTimeoutMs);
   return createBudgetStoreOn(sqliteBackend(db, stmt, conn, checkpointer));
 }
