@@ -5,49 +5,21 @@
  * process.env (ACS_DB). Exit codes: 0 done, 1 the command failed (e.g. unknown key id), 2 wrong
  * usage or a database that cannot be opened (one line, as the gateway's start-up says it).
  */
-import { parseArgs } from "node:util";
 import { checkDbPath } from "../config/check-db-path.js";
 import { ConfigError } from "../config/config-error.js";
 import { dbOpenError, redactDb } from "../config/db-open-error.js";
+import { type Command, HELP, parse, type SettingArgs, toCommand, type Values } from "./cli-args.js";
+import { type Io, printAudit, printSettings, printTable, printUsage } from "./cli-print.js";
 import {
   type BudgetLedger,
   createBudgetLedger,
   isPostgresUrl,
+  KeySettingError,
+  type KeySettings,
   type KeySummary,
-  type KeyUsage,
+  type RateLimits,
   UnknownIdError,
 } from "./index.js";
-
-const HELP = `Usage: npm run keys -- <command> [options]
-
-Keys and Budgets of the API, in the database named by ACS_DB (or --db): a SQLite file
-path, or a PostgreSQL URL (postgres://user@host:5432/database) shared by gateway replicas.
-
-Commands:
-  create --budget TOKENS [--name NAME] [--models ID,ID...]
-                         Create a key with a Budget of TOKENS; prints the key once.
-  list                   List every key (id, name, Budget, spent, state).
-  grant <id> --tokens N  Add N tokens to the key's Budget.
-  revoke <id>            Revoke the key: every request with it gets 401 from now on
-                         (waits until the replicas leasing the key have confirmed it).
-  usage <id> [--days N]  Show the key's Budget, spent, held, leased and available tokens,
-                         and its usage per day (UTC) for the last N days (default 31).
-  help                   Show this help.
-
-Options:
-  --db PATH|URL          SQLite file (created when missing) or postgres:// URL (default: $ACS_DB).
-  --json                 Print JSON instead of text.
-  -h, --help             Show this help.
-
-Exit codes: 0 done, 1 the command failed, 2 wrong usage or a database that cannot be opened.
-`;
-
-class UsageError extends Error {}
-
-interface Io {
-  out(line: string): void;
-  err(line: string): void;
-}
 
 async function main(argv: readonly string[], env: NodeJS.ProcessEnv, io: Io): Promise<number> {
   let command: Command | "help";
@@ -92,94 +64,48 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv, io: Io): Pr
     await run(ledger, command, values.json === true, io);
     return 0;
   } catch (err) {
-    io.err(`error: ${err instanceof UnknownIdError ? err.message : String(err)}`);
+    io.err(
+      `error: ${err instanceof UnknownIdError || err instanceof KeySettingError ? err.message : String(err)}`,
+    );
     return 1;
   } finally {
     await ledger.close();
   }
 }
 
-function parse(argv: readonly string[]) {
-  return parseArgs({
-    args: [...argv],
-    allowPositionals: true,
-    strict: true,
-    options: {
-      db: { type: "string" },
-      budget: { type: "string" },
-      name: { type: "string" },
-      models: { type: "string" },
-      tokens: { type: "string" },
-      days: { type: "string" },
-      json: { type: "boolean" },
-      help: { type: "boolean", short: "h" },
-    },
-  });
+/** The settings of create or update out of the command line's; `current`: the key's limits (update). */
+function settingsOf(args: SettingArgs, current: RateLimits | null): KeySettings {
+  let rateLimits: RateLimits | null | undefined;
+  if (args.rpm !== undefined || args.tpm !== undefined) {
+    const { requestsPerMinute, tokensPerMinute, ...models } = current ?? {};
+    const rpm = args.rpm === undefined ? requestsPerMinute : (args.rpm ?? undefined);
+    const tpm = args.tpm === undefined ? tokensPerMinute : (args.tpm ?? undefined);
+    rateLimits = {
+      ...models,
+      ...(rpm === undefined ? {} : { requestsPerMinute: rpm }),
+      ...(tpm === undefined ? {} : { tokensPerMinute: tpm }),
+    };
+    if (Object.keys(rateLimits).length === 0) rateLimits = null;
+  }
+  return {
+    ...(rateLimits === undefined ? {} : { rateLimits }),
+    ...(args.expiresAt === undefined ? {} : { expiresAt: args.expiresAt }),
+    ...(args.metadata === undefined ? {} : { metadata: args.metadata }),
+  };
 }
 
-type Values = ReturnType<typeof parse>["values"];
-
-/** A command line, checked: every value parsed before the database is opened. */
-type Command =
-  | {
-      readonly kind: "create";
-      readonly budgetTokens: number;
-      readonly name?: string;
-      readonly models?: string[];
-    }
-  | { readonly kind: "list" }
-  | { readonly kind: "grant"; readonly id: string; readonly tokens: number }
-  | { readonly kind: "revoke"; readonly id: string }
-  | { readonly kind: "usage"; readonly id: string; readonly days: number };
-
-const ALLOWED: Record<string, { args: number; options: readonly (keyof Values)[] }> = {
-  create: { args: 0, options: ["budget", "name", "models"] },
-  list: { args: 0, options: [] },
-  grant: { args: 1, options: ["tokens"] },
-  revoke: { args: 1, options: [] },
-  usage: { args: 1, options: ["days"] },
-};
-
-/** The checked command, or "help"; throws UsageError with the reason. */
-function toCommand(positionals: readonly string[], values: Values): Command | "help" {
-  const name = positionals[0];
-  if (name === "help") return "help";
-  if (name === undefined) throw new UsageError("no command (create, list, grant, revoke, usage)");
-  const spec = ALLOWED[name];
-  if (spec === undefined) throw new UsageError(`unknown command '${name}'`);
-  if (positionals.length - 1 !== spec.args) {
-    throw new UsageError(
-      spec.args === 0 ? `'${name}' takes no arguments` : `'${name}' takes the key id: ${name} <id>`,
-    );
+/** A created or changed key: its JSON, or its lines (and its secret, once, when it has one). */
+function printKey(what: string, k: KeySummary & { key?: string }, io: Io, json: boolean): void {
+  if (json) {
+    io.out(JSON.stringify(k));
+    return;
   }
-  for (const option of ["budget", "name", "models", "tokens", "days"] as const) {
-    if (values[option] !== undefined && !spec.options.includes(option)) {
-      throw new UsageError(`'${name}' has no option --${option}`);
-    }
-  }
-  const id = positionals[1] ?? "";
-  switch (name) {
-    case "create": {
-      if (values.budget === undefined) throw new UsageError("'create' needs --budget TOKENS");
-      const models = values.models?.split(",").map((m) => m.trim());
-      if (models?.some((m) => m === "")) throw new UsageError("--models: a model id must not be empty");
-      return {
-        kind: "create",
-        budgetTokens: tokenCount("--budget", values.budget, 0),
-        ...(values.name === undefined ? {} : { name: values.name }),
-        ...(models === undefined ? {} : { models }),
-      };
-    }
-    case "grant":
-      if (values.tokens === undefined) throw new UsageError("'grant' needs --tokens N");
-      return { kind: "grant", id, tokens: tokenCount("--tokens", values.tokens, 1) };
-    case "revoke":
-      return { kind: name, id };
-    case "usage":
-      return { kind: name, id, days: values.days === undefined ? 31 : tokenCount("--days", values.days, 1) };
-    default:
-      return { kind: "list" };
-  }
+  io.out(`${what} key ${k.id}${k.name === "" ? "" : ` (${k.name})`}`);
+  io.out(`Budget: ${k.budgetTokens} tokens; models: ${k.models === null ? "all" : k.models.join(", ")}`);
+  printSettings(k, io);
+  if (k.key === undefined) return;
+  io.out("The key is shown only this once; store it now:");
+  io.out(k.key);
 }
 
 async function run(ledger: BudgetLedger, command: Command, json: boolean, io: Io): Promise<void> {
@@ -190,15 +116,23 @@ async function run(ledger: BudgetLedger, command: Command, json: boolean, io: Io
         budgetTokens,
         ...(name === undefined ? {} : { name }),
         ...(models === undefined ? {} : { models }),
+        ...settingsOf(command, null),
       });
-      if (json) {
-        io.out(JSON.stringify({ ...created, ...(await ledger.usage(created.id)) }));
-      } else {
-        io.out(`Created key ${created.id}${name === undefined ? "" : ` (${name})`}`);
-        io.out(`Budget: ${budgetTokens} tokens; models: ${models === undefined ? "all" : models.join(", ")}`);
-        io.out("The key is shown only this once; store it now:");
-        io.out(created.key);
-      }
+      if (json) io.out(JSON.stringify({ ...created, ...(await ledger.usage(created.id)) }));
+      else printKey("Created", created, io, false);
+      return;
+    }
+    case "update": {
+      const { id, name, budgetTokens, models } = command;
+      const needsLimits = command.rpm !== undefined || command.tpm !== undefined;
+      const current = needsLimits ? (await ledger.getKey(id)).rateLimits : null;
+      const changed = await ledger.updateKey(id, {
+        ...(name === undefined ? {} : { name }),
+        ...(budgetTokens === undefined ? {} : { budgetTokens }),
+        ...(models === undefined ? {} : { models }),
+        ...settingsOf(command, current),
+      });
+      printKey("Updated", changed, io, json);
       return;
     }
     case "list": {
@@ -210,6 +144,9 @@ async function run(ledger: BudgetLedger, command: Command, json: boolean, io: Io
     case "grant":
       printUsage(await ledger.grant(command.id, command.tokens), json, io);
       return;
+    case "rotate":
+      printKey("Rotated", await ledger.rotateKey(command.id), io, json);
+      return;
     case "revoke": {
       const summary = await ledger.revoke(command.id);
       if (json) io.out(JSON.stringify(summary));
@@ -219,77 +156,38 @@ async function run(ledger: BudgetLedger, command: Command, json: boolean, io: Io
     case "usage":
       printUsage(await ledger.usage(command.id, command.days), json, io);
       return;
+    default:
+      await runAdmin(ledger, command, json, io);
   }
 }
 
-function tokenCount(flag: string, text: string, min: number): number {
-  const value = /^[0-9]+$/.test(text) ? Number(text) : Number.NaN;
-  if (!Number.isSafeInteger(value) || value < min) {
-    const what = flag === "--days" ? "days" : "tokens";
-    throw new UsageError(`${flag} must be a whole number of ${what} ≥ ${min}, got '${text}'`);
+/** The commands on admin keys and the audit log. */
+async function runAdmin(ledger: BudgetLedger, command: Command, json: boolean, io: Io): Promise<void> {
+  switch (command.kind) {
+    case "create-admin": {
+      const created = await ledger.createAdminKey(command.name === undefined ? {} : { name: command.name });
+      if (json) {
+        io.out(JSON.stringify(created));
+        return;
+      }
+      io.out(`Created admin key ${created.id}${created.name === "" ? "" : ` (${created.name})`}`);
+      io.out("The admin key is shown only this once; store it now:");
+      io.out(created.key);
+      return;
+    }
+    case "revoke-admin": {
+      const revoked = await ledger.revokeAdminKey(command.id);
+      if (json) io.out(JSON.stringify(revoked));
+      else io.out(`Revoked admin key ${revoked.id} at ${new Date(revoked.revokedAt ?? 0).toISOString()}`);
+      return;
+    }
+    case "audit": {
+      const page = await ledger.listAuditLogs({ limit: command.limit });
+      if (json) io.out(JSON.stringify(page.items));
+      else printAudit(page.items, io);
+      return;
+    }
   }
-  return value;
-}
-
-function printUsage(usage: KeyUsage, json: boolean, io: Io): void {
-  if (json) {
-    io.out(JSON.stringify(usage));
-    return;
-  }
-  io.out(`Key ${usage.id}${usage.name === "" ? "" : ` (${usage.name})`} ${usage.hint}`);
-  io.out(
-    `  state:      ${usage.revokedAt === null ? "live" : `revoked ${new Date(usage.revokedAt).toISOString()}`}`,
-  );
-  io.out(`  models:     ${usage.models === null ? "all" : usage.models.join(", ")}`);
-  io.out(`  budget:     ${usage.budgetTokens}`);
-  io.out(`  spent:      ${usage.spentTokens}`);
-  io.out(`  held:       ${usage.heldTokens} (${usage.openHolds} open Holds)`);
-  io.out(`  leased:     ${usage.leasedTokens} (${usage.leases} leases of gateway replicas)`);
-  io.out(`  available:  ${usage.availableTokens}`);
-  io.out(`  requests:   ${usage.settledHolds} settled, ${usage.reclaimedHolds} reclaimed`);
-  if (usage.daily.length === 0) return;
-  io.out("  per day (UTC):");
-  const rows = [
-    ["DAY", "CHARGED", "SETTLED", "RECLAIMED"],
-    ...usage.daily.map((d) => [
-      d.day,
-      String(d.chargedTokens),
-      String(d.settledHolds),
-      String(d.reclaimedHolds),
-    ]),
-  ];
-  const widths = rows[0]?.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? "").length))) ?? [];
-  const pad = (cell: string, i: number) =>
-    i === 0 ? cell.padEnd(widths[i] ?? 0) : cell.padStart(widths[i] ?? 0);
-  for (const row of rows) io.out(`    ${row.map(pad).join("  ")}`);
-}
-
-function printTable(keys: readonly KeySummary[], io: Io): void {
-  if (keys.length === 0) {
-    io.out("No keys.");
-    return;
-  }
-  const rows = [
-    ["ID", "NAME", "KEY", "BUDGET", "SPENT", "STATE", "MODELS", "CREATED"],
-    ...keys.map((k) => [
-      k.id,
-      k.name,
-      k.hint,
-      String(k.budgetTokens),
-      String(k.spentTokens),
-      k.revokedAt === null ? "live" : "revoked",
-      k.models === null ? "all" : k.models.join(","),
-      new Date(k.createdAt).toISOString(),
-    ]),
-  ];
-  const widths = rows[0]?.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? "").length))) ?? [];
-  for (const row of rows)
-    io.out(
-      row
-        .map((cell, i) => cell.padEnd(widths[i] ?? 0))
-        .join("  ")
-        .trimEnd(),
-    );
 }
 
 // A reader that stops early (`npm run keys -- list | head`) closes the pipe: the rest of the

@@ -108,6 +108,84 @@ describe.each(storesUnderTest("cli"))("npm run keys on $kind", (store) => {
   });
 });
 
+describe.each(storesUnderTest("cliadmin"))(
+  "npm run keys: key settings, admin keys and the audit log on $kind",
+  (store) => {
+    beforeAll(() => store.setup());
+    afterAll(() => store.teardown());
+    beforeEach((ctx) => store.fresh(ctx));
+    afterEach(() => store.cleanup());
+
+    it("create and update take --rpm, --tpm, --expires-at, --metadata; create-admin prints the admin key once; every change is audited as cli", async () => {
+      const db = store.acsDb();
+      const created = await keys(
+        [
+          "create",
+          "--budget",
+          "100",
+          "--rpm",
+          "60",
+          "--tpm",
+          "1000",
+          "--expires-at",
+          "2099-01-31T00:00:00Z",
+        ].concat(["--metadata", "team=ml", "--metadata", "env=a=b", "--json"]),
+        db,
+      );
+      expect(created.code).toBe(0);
+      const key = JSON.parse(created.stdout) as { id: string; key: string };
+      const ledger = await openLedger(db);
+      try {
+        expect(await ledger.getKey(key.id)).toMatchObject({
+          budgetTokens: 100,
+          rateLimits: { requestsPerMinute: 60, tokensPerMinute: 1000 },
+          expiresAt: Date.parse("2099-01-31T00:00:00Z"),
+          metadata: { team: "ml", env: "a=b" },
+        });
+        const updated = await keys(
+          ["update", key.id, "--tpm", "none", "--budget", "50", "--expires-at", "never"],
+          db,
+        );
+        expect(updated.code).toBe(0);
+        expect(updated.stdout).toMatch(/^Updated key key_/);
+        expect(updated.stdout).toContain("60 requests/min");
+        expect(await ledger.getKey(key.id)).toMatchObject({
+          budgetTokens: 50,
+          rateLimits: { requestsPerMinute: 60 },
+          expiresAt: null,
+          metadata: { team: "ml", env: "a=b" },
+        });
+        expect((await ledger.getKey(key.id)).rateLimits).toEqual({ requestsPerMinute: 60 });
+        const admin = await keys(["create-admin", "--name", "ops"], db);
+        expect(admin.code).toBe(0);
+        const secret = admin.stdout.match(/^acs-admin-[A-Za-z0-9_-]{43}$/m)?.[0];
+        expect(secret).toBeDefined();
+        expect((await ledger.authenticateAdmin(`Bearer ${secret}`)).name).toBe("ops");
+        const rotated = await keys(["rotate", key.id], db);
+        expect(rotated.code).toBe(0);
+        const newKey = rotated.stdout.match(/^acs-[A-Za-z0-9_-]{43}$/m)?.[0];
+        expect((await ledger.authenticate(`Bearer ${newKey}`)).id).toBe(key.id);
+        const audit = await keys(["audit", "--json"], db);
+        const rows = JSON.parse(audit.stdout) as { actor: string; action: string }[];
+        expect(rows.map((r) => [r.actor, r.action])).toEqual([
+          ["cli", "api_key.rotated"],
+          ["cli", "admin_key.created"],
+          ["cli", "api_key.updated"],
+          ["cli", "api_key.created"],
+        ]);
+        expect((await keys(["audit"], db)).stdout).toMatch(/api_key\.rotated/);
+        const low = await keys(["update", key.id, "--budget", "0", "--metadata", "none"], db);
+        expect(low.code).toBe(0);
+        const bad = await keys(["update", key.id, "--metadata", `${"k".repeat(65)}=v`], db);
+        expect(bad).toMatchObject({ code: 1 });
+        expect(bad.stderr).toMatch(/^error: A metadata key has 1 to 64 characters/);
+      } finally {
+        await ledger.close();
+      }
+    });
+  },
+);
+
 let db: ReturnType<typeof tempDb>;
 beforeEach(() => {
   db = tempDb();
@@ -134,6 +212,14 @@ describe("npm run keys (src/budget/cli.ts)", () => {
     [["grant", "key_000000000000", "--tokens", "0"], 2, /--tokens must be a whole number of tokens ≥ 1/],
     [["revoke"], 2, /'revoke' takes the key id/],
     [["list", "--tokens", "5"], 2, /'list' has no option --tokens/],
+    [["create", "--budget", "5", "--rpm", "0"], 2, /--rpm must be a whole number ≥ 1, got '0'/],
+    [["create", "--budget", "5", "--rpm", "none"], 2, /--rpm must be a whole number/],
+    [["create", "--budget", "5", "--expires-at", "soon"], 2, /--expires-at must be an ISO 8601 time/],
+    [["create", "--budget", "5", "--metadata", "novalue"], 2, /--metadata takes KEY=VALUE/],
+    [["update", "key_000000000000"], 2, /'update' needs something to change/],
+    [["update", "key_000000000000", "--name", "x"], 1, /^error: No key with id/],
+    [["audit", "--limit", "101"], 2, /--limit must be at most 100/],
+    [["revoke-admin", "adm_000000000000"], 1, /^error: No admin key with id/],
     [["frobnicate"], 2, /unknown command 'frobnicate'/],
     [["list", "--bogus"], 2, /Unknown option '--bogus'/],
     [[], 2, /^error: no command/],
