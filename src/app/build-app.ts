@@ -12,6 +12,7 @@ import { createSteeringBudget } from "../lens/index.js";
 import {
   type Admission,
   admissionLimitsFrom,
+  createAdminService,
   createAdmission,
   createCompletionsService,
   createModelRegistry,
@@ -163,6 +164,8 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
   const { app, metrics, flushAccessLog, ops } = await buildServer({
     config,
     api,
+    // With keys off the admin API answers 404 `unknown_route` saying so (no keys to administer).
+    admin: createAdminService(ledger),
     logger,
     isReady: () => notReady().length === 0,
     notReadyReasons: notReady,

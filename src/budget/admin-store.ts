@@ -1,7 +1,7 @@
 // What a BudgetStore keeps for the admin surface: the keys' admin settings read and changed one
 // transaction each, admin keys, and the append-only audit log (every change writes its audit row
 // in the transaction of the change). Times are Unix epoch ms.
-import type { KeyRecord } from "./budget-store.js";
+import type { KeyRecord } from "./key-record.js";
 import type { KeySettingError } from "./key-settings.js";
 
 /** An admin key as a store keeps it (the secret only as its SHA-256). */

@@ -1,33 +1,8 @@
 import type { AdminStore } from "./admin-store.js";
-import type { KeyMetadata, RateLimits } from "./key-settings.js";
+import type { KeyRecord } from "./key-record.js";
 import type { HoldDemand } from "./plan-hold.js";
 
-/** One key as a store keeps it. Times are Unix epoch milliseconds; amounts are tokens. */
-export interface KeyRecord {
-  /** Public id, `key_` + 12 hex. */
-  readonly id: string;
-  /** SHA-256 of the key (32 bytes); the key itself is never stored. */
-  readonly keyHash: Uint8Array;
-  /** `acs-…` + the key's last 4 characters, for listings. */
-  readonly hint: string;
-  /** Free-form label, may be empty. */
-  readonly name: string;
-  /** The Budget: every token ever granted to the key. */
-  readonly budgetTokens: number;
-  /** Tokens charged so far. spent + held + leased ≤ budget, always (a CHECK in both stores). */
-  readonly spentTokens: number;
-  /** Allowed model ids, or null for every model. */
-  readonly models: readonly string[] | null;
-  readonly createdAt: number;
-  /** When the key was revoked, or null while it is live. */
-  readonly revokedAt: number | null;
-  /** Rate limits (stored and returned; src/ratelimit enforces them); null or absent: none. */
-  readonly rateLimits?: RateLimits | null;
-  /** When the key stops working (Unix epoch ms); null or absent: never. */
-  readonly expiresAt?: number | null;
-  /** Admin metadata (≤ 16 pairs); null or absent: none. */
-  readonly metadata?: KeyMetadata | null;
-}
+export type { KeyRecord } from "./key-record.js";
 
 /** A key's charges on one UTC day (the usage history: settled Holds are not kept). */
 export interface DailyUsageRecord {

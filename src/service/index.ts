@@ -1,4 +1,14 @@
 export {
+  ADMIN_OFF_MESSAGE,
+  type AdminApi,
+  apiKeyOf,
+  auditLogOf,
+  createAdminService,
+  DEFAULT_PAGE_LIMIT,
+  keyNotFound,
+  UPDATE_PATHS,
+} from "./admin/index.js";
+export {
   ADMISSION_RETRY_AFTER_SECONDS,
   type Admission,
   type AdmissionDemand,

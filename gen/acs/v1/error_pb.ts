@@ -77,7 +77,8 @@ export type Error = Message<"acs.v1.Error"> & {
   /**
    * Machine-readable code, one of: invalid_request, deadline_infeasible,
    * context_length_exceeded (gRPC INVALID_ARGUMENT); invalid_api_key (UNAUTHENTICATED);
-   * model_not_allowed (PERMISSION_DENIED); model_not_found (NOT_FOUND); request_too_large,
+   * model_not_allowed, permission_denied (PERMISSION_DENIED); model_not_found, key_not_found
+   * (NOT_FOUND); request_too_large,
    * insufficient_quota, rate_limited (RESOURCE_EXHAUSTED); upstream_error, upstream_unavailable
    * (UNAVAILABLE); deadline_exceeded (DEADLINE_EXCEEDED); internal_error (INTERNAL). REST also
    * uses unknown_route, method_not_allowed and unsupported_media_type. This gateway always sets

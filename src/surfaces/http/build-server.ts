@@ -17,7 +17,7 @@ import { CompletionsService } from "../../../gen/acs/v1/completions_pb.js";
 import { Health } from "../../../gen/grpc/health/v1/health_pb.js";
 import { type Config, limits } from "../../config/index.js";
 import type { SteeringBudget } from "../../lens/index.js";
-import type { CompletionsApi } from "../../service/index.js";
+import type { AdminApi, CompletionsApi } from "../../service/index.js";
 import {
   callRecordKey,
   callRecordOf,
@@ -64,6 +64,8 @@ import { isRpcRequest, sendAnyError, sendRpcError } from "./send-any-error.js";
 export interface ServerDeps {
   readonly config: Pick<Config, "keepaliveIntervalMs"> & Partial<Pick<Config, "streamStallMs">>;
   readonly api: CompletionsApi;
+  /** The admin service (REST under /v1/admin/, acs.v1.AdminService). @default none: no admin routes */
+  readonly admin?: AdminApi;
   readonly logger: Logger;
   /** True once the gateway (and an embedded engine, if any) can serve: GET /readyz. */
   readonly isReady: () => boolean;
@@ -142,6 +144,7 @@ export async function buildServer(deps: ServerDeps): Promise<{
   await app.register(async (rpc) => registerRpc(server, rpc));
   await app.register(restRoutes, {
     api: deps.api,
+    ...(deps.admin === undefined ? {} : { admin: deps.admin }),
     keepaliveIntervalMs: deps.config.keepaliveIntervalMs,
     shutdown: lifecycle.link,
     ...(deps.config.streamStallMs === undefined ? {} : { streamStallMs: deps.config.streamStallMs }),

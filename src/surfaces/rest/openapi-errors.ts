@@ -19,8 +19,8 @@ export const errorStatuses: readonly number[] = [
 const statusText: Record<number, string> = {
   400: "Bad request: malformed JSON, an unknown field, a wrong type, a value out of range (proto/API.md §2–§4).",
   401: "The API key is missing or not valid.",
-  403: "The key may not use this model.",
-  404: "Unknown model or route.",
+  403: "The key may not use this model, or it is a key of the other kind (an API key on the admin API, an admin key elsewhere).",
+  404: "Unknown model, key id or route (the admin API on a gateway without keys too).",
   405: "The route does not take this method (`Allow` lists the ones it takes).",
   413: "The body is over 8 MiB (after Content-Encoding is decoded), or a steering tensor is over its bound.",
   415: "The body is not `application/json`, or its Content-Encoding is not gzip, deflate or br.",

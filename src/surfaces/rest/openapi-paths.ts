@@ -98,8 +98,8 @@ function tokensOperation(
   };
 }
 
-/** A malformed URL (`/v1/models/%zz`) is 400 on any route. */
-const modelsErrors = errorsOf(400, 401, 500, 503);
+/** A malformed URL (`/v1/models/%zz`) is 400 on any route; an admin key is 403. */
+const modelsErrors = errorsOf(400, 401, 403, 500, 503);
 
 /** Every route of the REST surface, by path and method. */
 export const paths: Record<string, Record<string, OpenApiOperation>> = {

@@ -14,6 +14,7 @@
 // A stream (`text/event-stream`) has no JSON schema of its own in OpenAPI 3.1: its media type
 // carries `x-sse-data`, the schema of each `data:` event's JSON (a chunk, or the error envelope);
 // the events end with `data: [DONE]`.
+import { adminPaths, adminSchemas } from "./openapi-admin.js";
 import { errorEnvelopeSchema, errorResponses } from "./openapi-errors.js";
 import type { OpenApiDocument } from "./openapi-json-schema.js";
 import { paths } from "./openapi-paths.js";
@@ -46,8 +47,12 @@ export const openApiDocument: OpenApiDocument = {
     { name: "models", description: "Served models and their facts." },
     { name: "tokens", description: "vLLM's tokenizer routes, answered by the model's Inference." },
     { name: "ops", description: "Health, metrics and this document; no key needed." },
+    {
+      name: "admin",
+      description: "API keys and the audit log (`acs.v1.AdminService` on Connect); an admin key.",
+    },
   ],
-  paths,
+  paths: { ...paths, ...adminPaths },
   components: {
     securitySchemes: {
       bearerKey: {
@@ -55,6 +60,12 @@ export const openApiDocument: OpenApiDocument = {
         scheme: "bearer",
         description:
           "`Authorization: Bearer <key>`: an API key with a Budget in tokens (proto/API.md §9). A gateway run without a key store accepts any key or none.",
+      },
+      adminKey: {
+        type: "http",
+        scheme: "bearer",
+        description:
+          "`Authorization: Bearer <admin key>`: an admin key (`acs-admin-…`, `npm run keys -- create-admin`), for the admin API only (proto/API.md §11). An API key there is 403, as an admin key is on the other routes.",
       },
     },
     headers: {
@@ -79,6 +90,6 @@ export const openApiDocument: OpenApiDocument = {
       Allow: { description: "The methods the route takes.", schema: { type: "string" } },
     },
     responses: errorResponses,
-    schemas: { ...requestSchemas, ...responseSchemas, ErrorEnvelope: errorEnvelopeSchema },
+    schemas: { ...requestSchemas, ...responseSchemas, ...adminSchemas, ErrorEnvelope: errorEnvelopeSchema },
   },
 };

@@ -2,8 +2,9 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest 
 import { limits } from "../../config/index.js";
 import { ApiError, invalidRequest } from "../../core/errors/index.js";
 import { createShutdownLink, type ShutdownLink } from "../../core/index.js";
-import { type CompletionsApi, modelNotFound } from "../../service/index.js";
+import { type AdminApi, type CompletionsApi, modelNotFound } from "../../service/index.js";
 import { callRecordOf } from "../../telemetry/request-telemetry.js";
+import { adminAllowedMethods, registerAdminRoutes } from "./admin-routes.js";
 import { apiDocsRoutes } from "./api-docs.js";
 import { createCallContext } from "./call-context.js";
 import { replyWithStream, type StreamScope } from "./completion-stream.js";
@@ -18,6 +19,8 @@ import { renderMethodNotAllowed, renderNotFound, requestIdOf, sendError } from "
 export interface RestRoutesOptions {
   /** The service (the same one the Connect routes call). */
   api: CompletionsApi;
+  /** The admin service under /v1/admin/ (the same one the Connect routes call); absent: no admin routes. */
+  admin?: AdminApi;
   /** Milliseconds between `: keepalive` comments of a stream (proto/API.md §5: 5000). */
   keepaliveIntervalMs: number;
   /**
@@ -56,6 +59,7 @@ export const restRouteMethods: Readonly<Record<string, readonly string[]>> = {
 export function allowedMethods(url: string): readonly string[] | undefined {
   const path = url.split("?", 1)[0] ?? "";
   if (path.startsWith("/v1/models/")) return restRouteMethods["/v1/models"];
+  if (path.startsWith("/v1/admin/")) return adminAllowedMethods(path);
   return restRouteMethods[path];
 }
 
@@ -189,6 +193,8 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
   app.get("/v1/models", (request, reply) => getModels(scope, request, reply));
   // A wildcard, so that an id with a `/` matches URL-encoded (%2F) and also as two segments.
   app.get("/v1/models/*", (request, reply) => getModel(scope, request, reply));
+  if (options.admin !== undefined)
+    registerAdminRoutes(app, { admin: options.admin, shutdown: scope.shutdown });
   await app.register(chatRoutes);
   // GET /openapi.json and the API reference at GET /docs.
   await app.register(apiDocsRoutes);
