@@ -31,6 +31,13 @@ describe.each(["grpc-v1", "grpc-v1alpha"])("reflection %s", (reflectProtocol) =>
     const r = await bufCurl(["--reflect-protocol", reflectProtocol, "--list-methods", stack.url]);
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout.trim().split("\n").sort()).toEqual([
+      "acs.v1.AdminService/CreateKey",
+      "acs.v1.AdminService/GetKey",
+      "acs.v1.AdminService/ListAuditLogs",
+      "acs.v1.AdminService/ListKeys",
+      "acs.v1.AdminService/RevokeKey",
+      "acs.v1.AdminService/RotateKey",
+      "acs.v1.AdminService/UpdateKey",
       "acs.v1.CompletionsService/CreateCompletion",
       "acs.v1.CompletionsService/Detokenize",
       "acs.v1.CompletionsService/ListModels",

@@ -1147,7 +1147,8 @@ export const FinishReasonSchema: GenEnum<FinishReason> = /*@__PURE__*/
  * Errors: every failure carries an acs.v1.ErrorEnvelope (error.proto) as a detail of the gRPC
  * status (`grpc-status-details-bin`, a google.rpc.Status) or of the Connect error; its
  * error.message equals the status message. Codes: INVALID_ARGUMENT a refused request (REST 400),
- * UNAUTHENTICATED a missing or unknown key, PERMISSION_DENIED a model the key may not use,
+ * UNAUTHENTICATED a missing or unknown key, PERMISSION_DENIED a model the key may not use (or an
+ * admin key, which serves only AdminService: admin.proto),
  * NOT_FOUND an unknown model, RESOURCE_EXHAUSTED a request over 8 MiB or an exhausted Budget,
  * UNAVAILABLE Inference unreachable or failing, DEADLINE_EXCEEDED no answer within 14 minutes,
  * INTERNAL a fault of the gateway.

@@ -13,6 +13,7 @@ import Fastify, {
 } from "fastify";
 import type { Logger } from "pino";
 import type { Registry } from "prom-client";
+import { AdminService } from "../../../gen/acs/v1/admin_pb.js";
 import { CompletionsService } from "../../../gen/acs/v1/completions_pb.js";
 import { Health } from "../../../gen/grpc/health/v1/health_pb.js";
 import { type Config, limits } from "../../config/index.js";
@@ -38,6 +39,7 @@ import {
 import {
   compressionDeflate,
   connectJsonOptions,
+  createAdminConnectRoutes,
   createConnectRoutes,
   createHealthRoutes,
   createReflectionRoutes,
@@ -273,8 +275,13 @@ async function registerRpc({ deps, lifecycle, isReady }: ServerParts, rpc: Fasti
             ...(deps.config.streamStallMs === undefined ? {} : { streamStallMs: deps.config.streamStallMs }),
             logger: deps.logger,
           })(router);
+          if (deps.admin !== undefined) createAdminConnectRoutes(deps.admin, lifecycle.link)(router);
           createHealthRoutes(isReady, deps.modelStatus, { lifecycle })(router);
-          createReflectionRoutes([CompletionsService, Health])(router);
+          createReflectionRoutes([
+            CompletionsService,
+            ...(deps.admin === undefined ? [] : [AdminService]),
+            Health,
+          ])(router);
         },
         {
           readMaxBytes: limits.bodyLimitBytes,

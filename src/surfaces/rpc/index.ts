@@ -1,3 +1,4 @@
+export { createAdminConnectRoutes } from "./admin-routes.js";
 export { compressionDeflate } from "./compression.js";
 export { toConnectError } from "./error-conversion.js";
 export { type ErrorEnvelopeOptions, withErrorEnvelopes } from "./error-envelopes.js";

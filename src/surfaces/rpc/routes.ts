@@ -138,7 +138,7 @@ function callContext(
 }
 
 /** What the Connect routes call and how: the service, the shutdown link, the stall bound. */
-interface RouteDeps {
+export interface RouteDeps {
   readonly api: CompletionsApi;
   readonly shutdown: ShutdownLink | undefined;
   readonly stallMs: number;
@@ -146,7 +146,10 @@ interface RouteDeps {
 }
 
 /** The call's context, and the function that unties it from the shutdown link and from connect-es's signal. */
-function openCall(deps: RouteDeps, ctx: HandlerContext): { call: CallContext; untie: () => void } {
+function openCall(
+  deps: Pick<RouteDeps, "shutdown">,
+  ctx: HandlerContext,
+): { call: CallContext; untie: () => void } {
   const controller = new AbortController();
   const unlink = deps.shutdown?.tie(controller);
   const { call, detach } = callContext(ctx, controller);
@@ -161,13 +164,16 @@ function openCall(deps: RouteDeps, ctx: HandlerContext): { call: CallContext; un
  * The error as the caller sees it: a call cut short by the shutdown gets the shutdown's, and its
  * record (the access line, the metrics) that code instead of the `canceled` the service recorded.
  */
-function shown(deps: RouteDeps, err: unknown, call: CallContext): ConnectError {
+function shown(deps: Pick<RouteDeps, "shutdown">, err: unknown, call: CallContext): ConnectError {
   const { shutdown } = deps;
   return toConnectError(shutdown === undefined ? err : shutdown.shown(err, call.record), call.requestId);
 }
 
 /** A unary call of the service: its context opened and untied, its error as the caller sees it. */
-function unary<I, O>(deps: RouteDeps, method: (request: I, call: CallContext) => Promise<O>) {
+export function unary<I, O>(
+  deps: Pick<RouteDeps, "shutdown">,
+  method: (request: I, call: CallContext) => Promise<O>,
+) {
   return async (request: I, ctx: HandlerContext): Promise<O> => {
     const { call, untie } = openCall(deps, ctx);
     try {
