@@ -198,6 +198,31 @@ describe.each(storesUnderTest("keyadmin"))("key administration on $kind", (store
     expect(await errorOf(() => ledger.rotateKey(id))).toBeInstanceOf(KeySettingError);
   });
 
+  it("rotate on one replica: another that read the old secret serves it until its auth cache entry is 1 s old, then 401", async () => {
+    const leases = store.kind === "postgres"; // the gateway's default: leases on PostgreSQL
+    const a = await open({ authCacheTtlMs: 1000, leases, instanceId: "a" });
+    const b = await open({ authCacheTtlMs: 1000, leases, instanceId: "b" });
+    const { id, key } = await a.createKey({ budgetTokens: 1000 });
+    const old = await b.authenticate(`Bearer ${key}`); // b caches the old secret (and, with leases, leases the key)
+    const first = await b.placeHold(old, demand);
+    if ("countNeeded" in first) throw new Error("unexpected");
+    await b.settle(first.holdId, 4);
+    const rotated = await a.rotateKey(id);
+    expect((await refusal(() => a.authenticate(`Bearer ${key}`))).status).toBe(401); // at once where it rotated
+    clock.now += 999;
+    // b: its cache entry is younger than 1 s, so the old secret still passes and its Hold is placed
+    // (from its lease on PostgreSQL: leases are the key id's, not the secret's).
+    const still = await b.placeHold(await b.authenticate(`Bearer ${key}`), demand);
+    if ("countNeeded" in still) throw new Error("unexpected");
+    await b.settle(still.holdId, 4);
+    clock.now += 1;
+    expect((await refusal(() => b.authenticate(`Bearer ${key}`))).status).toBe(401);
+    expect((await b.authenticate(`Bearer ${rotated.key}`)).id).toBe(id);
+    await a.syncLeases();
+    await b.syncLeases();
+    expect((await a.usage(id)).spentTokens).toBe(8); // one key: both requests charged to it
+  });
+
   it("an expired key: authenticate 401 naming the expiry; placeHold refuses it too", async () => {
     const ledger = await open();
     const expiresAt = clock.now + 1000;
