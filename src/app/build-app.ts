@@ -4,10 +4,9 @@ import {
   type BudgetLedger,
   createBudgetLedger,
   DEFAULT_HOLD_TTL_MS,
-  DEFAULT_LEASE_SETTINGS,
   DEFAULT_RECLAIM_INTERVAL_MS,
 } from "../budget/index.js";
-import { type Config, dbOpenError, limits } from "../config/index.js";
+import { type Config, dbOpenError } from "../config/index.js";
 import { createSteeringBudget } from "../lens/index.js";
 import {
   type Admission,
@@ -37,28 +36,30 @@ import {
 } from "../upstream/index.js";
 
 /**
- * What {@link buildApp} reads of the configuration (src/config), models included; the steering
- * budget's bounds default to the lens defaults (32 MiB per request, 256 MiB in all).
+ * What {@link buildApp} reads of the configuration (src/config), models included: every setting
+ * given, as loadConfig resolved it (no default is filled in below it; tests start from
+ * test/helpers/config-defaults.ts).
  */
-export type AppConfig = Pick<Config, "models" | "db" | "keepaliveIntervalMs" | "nonStreamDeadlineMs"> &
-  Partial<
-    Pick<
-      Config,
-      | "steeringRequestBytes"
-      | "steeringProcessBytes"
-      | "instanceId"
-      | "leaseTtlMs"
-      | "holdRenewMs"
-      | "playgroundDir"
-      | "otlpEndpoint"
-      | "lensFanOutConcurrency"
-      | "maxRequestsPerKey"
-      | "maxStreamsPerKey"
-      | "maxUpstreamSharePerKey"
-      | "streamStallMs"
-      | "upstreamHeadersTimeoutMs"
-    >
-  >;
+export type AppConfig = Pick<
+  Config,
+  | "models"
+  | "db"
+  | "keepaliveIntervalMs"
+  | "nonStreamDeadlineMs"
+  | "steeringRequestBytes"
+  | "steeringProcessBytes"
+  | "instanceId"
+  | "leaseTtlMs"
+  | "holdRenewMs"
+  | "playgroundDir"
+  | "otlpEndpoint"
+  | "lensFanOutConcurrency"
+  | "maxRequestsPerKey"
+  | "maxStreamsPerKey"
+  | "maxUpstreamSharePerKey"
+  | "streamStallMs"
+  | "upstreamHeadersTimeoutMs"
+>;
 
 /** Options of {@link buildApp} beyond the configuration. */
 export interface AppOptions {
@@ -67,7 +68,10 @@ export interface AppOptions {
   readonly timeouts?: Partial<OnePortTimeouts>;
   /** More readiness beyond Inference's health (e.g. an embedded engine is alive). @default () => true */
   readonly isReady?: () => boolean;
-  /** How often each replica that is up is checked (`GET /health`), ms; 0 = passive checks only. @default 5000 */
+  /**
+   * How often each replica that is up is checked (`GET /health`), ms; 0 = passive checks only
+   * (tests; not configurable). @default the pool's (src/upstream/pool/replica-set.ts)
+   */
   readonly healthIntervalMs?: number;
   /** The replica pools' other timings (tests shorten them). @default the pool's defaults */
   readonly pool?: Pick<UpstreamPoolOptions, "checkTimeoutMs" | "backoff" | "failureThreshold">;
@@ -143,20 +147,18 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
   }
 
   const steeringBudget = createSteeringBudget({
-    ...(config.steeringRequestBytes === undefined ? {} : { requestBytes: config.steeringRequestBytes }),
-    ...(config.steeringProcessBytes === undefined ? {} : { processBytes: config.steeringProcessBytes }),
+    requestBytes: config.steeringRequestBytes,
+    processBytes: config.steeringProcessBytes,
   });
   const admission = options.admission ?? createAdmission(admissionLimitsFrom(config));
   const api = createCompletionsService({
     models: registry,
     ledger,
     nonStreamDeadlineMs: config.nonStreamDeadlineMs,
-    ...(config.holdRenewMs === undefined ? {} : { holdRenewIntervalMs: config.holdRenewMs }),
+    holdRenewIntervalMs: config.holdRenewMs,
     onLedgerError: (err) => logger.error({ err }, "Budget ledger call failed"),
     steeringBudget,
-    ...(config.lensFanOutConcurrency === undefined
-      ? {}
-      : { lensFanOutConcurrency: config.lensFanOutConcurrency }),
+    lensFanOutConcurrency: config.lensFanOutConcurrency,
     admission,
   });
   const notReady = notReadyReasons(options.isReady ?? (() => true), registry, ledger);
@@ -193,7 +195,7 @@ interface Pools {
 
 /**
  * The model registry, and a replica pool per model (one Inference client per replica, sharing one
- * /tokenize cache), checked every `options.healthIntervalMs` (default 5000 ms).
+ * /tokenize cache), checked every `options.healthIntervalMs` (default: the pool's).
  */
 function createPools(config: AppConfig, options: AppOptions): Pools {
   const pools: Array<{ model: string; pool: UpstreamPool }> = [];
@@ -207,13 +209,13 @@ function createPools(config: AppConfig, options: AppOptions): Pools {
         client: createVllmClient({
           baseUrl: u.url,
           tokenizeCache,
-          silenceTimeoutMs: config.upstreamHeadersTimeoutMs ?? limits.upstreamHeadersTimeoutMs,
+          silenceTimeoutMs: config.upstreamHeadersTimeoutMs,
           ...(u.apiKey === undefined ? {} : { apiKey: u.apiKey }),
           ...(m.maxConcurrentRequests === undefined ? {} : { connections: m.maxConcurrentRequests }),
         }),
       })),
       admit,
-      healthIntervalMs: options.healthIntervalMs ?? 5000,
+      ...(options.healthIntervalMs === undefined ? {} : { healthIntervalMs: options.healthIntervalMs }),
       ...options.pool,
       logger: options.logger,
     });
@@ -274,7 +276,7 @@ async function openLedger(
 ): Promise<BudgetLedger | undefined> {
   const { db } = config;
   if (db === undefined) return undefined;
-  const leaseTtlMs = config.leaseTtlMs ?? DEFAULT_LEASE_SETTINGS.ttlMs;
+  const { leaseTtlMs } = config;
   // On a shared database a dead replica's leases come back within two lease lifetimes.
   const reclaimEvery =
     reclaimIntervalMs ??

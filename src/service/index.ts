@@ -6,7 +6,6 @@ export {
   type AdmissionTicket,
   admissionLimitsFrom,
   createAdmission,
-  defaultAdmissionLimits,
   type KeyInFlight,
   type LocalAdmission,
   rateLimited,

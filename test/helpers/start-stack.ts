@@ -6,10 +6,11 @@ import { pino } from "pino";
 import type { Registry } from "prom-client";
 import { type AppOptions, buildApp, type Lifecycle, type OnePortTimeouts } from "../../src/app/index.js";
 import type { BudgetLedger } from "../../src/budget/index.js";
-import { type BudgetDb, limits, type ModelConfig } from "../../src/config/index.js";
+import type { BudgetDb, ModelConfig } from "../../src/config/index.js";
 import { type RunningEngine, startEngine } from "../../src/engine/index.js";
 import type { Admission, ModelRegistry } from "../../src/service/index.js";
 import type { UpstreamPool, VllmInference } from "../../src/upstream/index.js";
+import { configDefaults } from "./config-defaults.js";
 
 export interface StackOptions {
   /** Engine preset. @default "tiny" */
@@ -101,10 +102,12 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   };
   const { app, ledger, registry, admission, metrics } = await buildApp(
     {
+      // Every setting at its default (the schema's), then the test's own.
+      ...configDefaults,
       models: [modelConfig],
       db: opts.db ?? (opts.dbPath === undefined ? undefined : { kind: "sqlite", path: opts.dbPath }),
-      keepaliveIntervalMs: opts.keepaliveIntervalMs ?? limits.keepaliveIntervalMs,
-      nonStreamDeadlineMs: opts.nonStreamDeadlineMs ?? limits.nonStreamDeadlineMs,
+      ...(opts.keepaliveIntervalMs === undefined ? {} : { keepaliveIntervalMs: opts.keepaliveIntervalMs }),
+      ...(opts.nonStreamDeadlineMs === undefined ? {} : { nonStreamDeadlineMs: opts.nonStreamDeadlineMs }),
       ...(opts.steeringRequestBytes === undefined ? {} : { steeringRequestBytes: opts.steeringRequestBytes }),
       ...(opts.steeringProcessBytes === undefined ? {} : { steeringProcessBytes: opts.steeringProcessBytes }),
       ...(opts.playgroundDir === undefined ? {} : { playgroundDir: opts.playgroundDir }),

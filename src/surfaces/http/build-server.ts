@@ -62,7 +62,8 @@ import { isRpcRequest, sendAnyError, sendRpcError } from "./send-any-error.js";
 
 /** What buildServer needs. */
 export interface ServerDeps {
-  readonly config: Pick<Config, "keepaliveIntervalMs"> & Partial<Pick<Config, "streamStallMs">>;
+  /** The settings the surfaces read (src/config, every default resolved there). */
+  readonly config: Pick<Config, "keepaliveIntervalMs" | "streamStallMs">;
   readonly api: CompletionsApi;
   readonly logger: Logger;
   /** True once the gateway (and an embedded engine, if any) can serve: GET /readyz. */
@@ -144,7 +145,7 @@ export async function buildServer(deps: ServerDeps): Promise<{
     api: deps.api,
     keepaliveIntervalMs: deps.config.keepaliveIntervalMs,
     shutdown: lifecycle.link,
-    ...(deps.config.streamStallMs === undefined ? {} : { streamStallMs: deps.config.streamStallMs }),
+    streamStallMs: deps.config.streamStallMs,
   });
   await app.register(playgroundRoutes, { dir: deps.playgroundDir ?? defaultPlaygroundDir() });
   const ops = opsHandlers(server);
@@ -267,7 +268,7 @@ async function registerRpc({ deps, lifecycle, isReady }: ServerParts, rpc: Fasti
       withErrorEnvelopes(
         (router) => {
           createConnectRoutes(deps.api, lifecycle.link, {
-            ...(deps.config.streamStallMs === undefined ? {} : { streamStallMs: deps.config.streamStallMs }),
+            streamStallMs: deps.config.streamStallMs,
             logger: deps.logger,
           })(router);
           createHealthRoutes(isReady, deps.modelStatus, { lifecycle })(router);

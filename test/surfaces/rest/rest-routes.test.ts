@@ -14,6 +14,7 @@ import {
   requestTooLarge,
   restRoutes,
 } from "../../../src/surfaces/rest/index.js";
+import { configDefaults } from "../../helpers/config-defaults.js";
 import { until } from "../../helpers/hang-guard.js";
 import { parseSse, withoutKeepalives } from "../../helpers/parse-sse.js";
 import { createFakeApi, type FakeApiOptions, headJson, lateRefusal } from "./helpers/fake-api.js";
@@ -24,10 +25,14 @@ afterEach(async () => {
   app = undefined;
 });
 
-async function build(keepaliveIntervalMs = 5000, options: FakeApiOptions = {}) {
+async function build(keepaliveIntervalMs = configDefaults.keepaliveIntervalMs, options: FakeApiOptions = {}) {
   const fake = createFakeApi(options);
   app = Fastify();
-  await app.register(restRoutes, { api: fake.api, keepaliveIntervalMs });
+  await app.register(restRoutes, {
+    api: fake.api,
+    keepaliveIntervalMs,
+    streamStallMs: configDefaults.streamStallMs,
+  });
   app.setNotFoundHandler(handleUnmatchedRoute);
   await app.ready();
   return { app, ...fake };
