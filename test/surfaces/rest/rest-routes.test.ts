@@ -11,9 +11,9 @@ import { createModelRegistry, modelNotFound } from "../../../src/service/index.j
 import {
   CHAT_COMPLETIONS_MESSAGE,
   handleUnmatchedRoute,
-  requestTooLarge,
   restRoutes,
-} from "../../../src/surfaces/rest/index.js";
+} from "../../../src/surfaces/rest/rest-routes.js";
+import { requestTooLarge } from "../../../src/surfaces/rest/send-error.js";
 import { configDefaults } from "../../helpers/config-defaults.js";
 import { until } from "../../helpers/hang-guard.js";
 import { parseSse, withoutKeepalives } from "../../helpers/parse-sse.js";
