@@ -4,7 +4,7 @@ import Database from "better-sqlite3";
 import type { BudgetStore, KeyRecord } from "../../budget-store.js";
 import { startWalCheckpointer, type WalCheckpointer } from "../../wal-checkpointer.js";
 import type { StoreBackend } from "../backend.js";
-import { dailyOf, keyInsertValues } from "../rows.js";
+import { dailyOf, keyInsertValues, periodOf } from "../rows.js";
 import { createBudgetStoreOn } from "../store-on.js";
 import { type SqliteConnection, serialConnection } from "./connection.js";
 import { rowsOf } from "./rows.js";
@@ -110,6 +110,7 @@ function readKeyUsage(
     settledHolds: totals.settled,
     reclaimedHolds: totals.reclaimed,
     daily: stmt.daily.all(keyId, days).map(dailyOf),
+    periods: stmt.periods.all(keyId, days).map(periodOf),
   };
 }
 
