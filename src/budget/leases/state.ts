@@ -56,6 +56,8 @@ export interface Lease {
    */
   periodStart: number | undefined;
   periodEnd: number;
+  /** The store rolled the key over past the lease's period (the lease is closing). */
+  periodOver: boolean;
   lastPlacedAt: number;
   /** A step sent whose outcome is unknown: it is sent again (same seq) before anything else. */
   unconfirmed: { input: LeaseSyncInput; dirty: Map<LocalHold, number> } | undefined;
@@ -191,6 +193,7 @@ export function newLease(st: LeasesState, keyId: string): Lease {
     expiresAt: 0,
     periodStart: undefined,
     periodEnd: 0,
+    periodOver: false,
     lastPlacedAt: now(),
     unconfirmed: undefined,
     chain: Promise.resolve(),

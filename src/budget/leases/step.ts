@@ -98,7 +98,10 @@ async function send(
     lease.periodStart = outcome.period.start;
     lease.periodEnd = outcome.period.end;
     // The store rolled the key over past the lease's period: it ends with its last Hold.
-    if (outcome.period.past) lease.closing = true;
+    if (outcome.period.past) {
+      lease.closing = true;
+      lease.periodOver = true;
+    }
   }
   if (outcome.key.revokedAt !== null) lease.revoked = true;
   if (outcome.drain || lease.revoked) lease.closing = true;

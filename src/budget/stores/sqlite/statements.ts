@@ -78,24 +78,6 @@ export function prepareKeyStatements(db: Database.Database) {
          AND budget_tokens - spent_tokens - held_tokens - leased_tokens >= ?
        RETURNING period_start`,
     ),
-    periodRow: db.prepare<[string, number], PeriodColumns>(
-      `SELECT period_start, period_end, budget_tokens, spent_tokens, held_tokens, leased_tokens
-       FROM budget_periods WHERE key_id = ? AND period_start = ?`,
-    ),
-    writePeriod: db.prepare<[string, number, number, number, number, number, number]>(
-      `INSERT INTO budget_periods (key_id, period_start, period_end, budget_tokens, spent_tokens, held_tokens, leased_tokens)
-       VALUES (?, ?, ?, ?, ?, ?, ?)
-       ON CONFLICT (key_id, period_start) DO UPDATE SET
-         spent_tokens = excluded.spent_tokens, held_tokens = excluded.held_tokens, leased_tokens = excluded.leased_tokens`,
-    ),
-    rollKey: db.prepare<[number, number, string]>(
-      `UPDATE keys SET spent_tokens = 0, held_tokens = 0, leased_tokens = 0, period_start = ?, period_end = ?
-       WHERE id = ?`,
-    ),
-    periods: db.prepare<[string, number], PeriodColumns>(
-      `SELECT period_start, period_end, budget_tokens, spent_tokens, held_tokens, leased_tokens
-       FROM budget_periods WHERE key_id = ? ORDER BY period_start DESC LIMIT ?`,
-    ),
     moveHeld: db.prepare<[number, number, string]>(
       "UPDATE keys SET spent_tokens = spent_tokens + ?, held_tokens = held_tokens - ? WHERE id = ?",
     ),
@@ -115,6 +97,30 @@ export function prepareKeyStatements(db: Database.Database) {
     ),
     // A write of the page it is on (page 1) that changes nothing: the probe of a store that failed to write.
     probe: db.prepare(`PRAGMA user_version = ${BUDGET_SCHEMA_VERSION}`),
+  };
+}
+
+/** The statements on a key's past Budget periods and its rollover, prepared once on the migrated database. */
+export function preparePeriodStatements(db: Database.Database) {
+  return {
+    periodRow: db.prepare<[string, number], PeriodColumns>(
+      `SELECT period_start, period_end, budget_tokens, spent_tokens, held_tokens, leased_tokens
+       FROM budget_periods WHERE key_id = ? AND period_start = ?`,
+    ),
+    writePeriod: db.prepare<[string, number, number, number, number, number, number]>(
+      `INSERT INTO budget_periods (key_id, period_start, period_end, budget_tokens, spent_tokens, held_tokens, leased_tokens)
+       VALUES (?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (key_id, period_start) DO UPDATE SET
+         spent_tokens = excluded.spent_tokens, held_tokens = excluded.held_tokens, leased_tokens = excluded.leased_tokens`,
+    ),
+    rollKey: db.prepare<[number, number, string]>(
+      `UPDATE keys SET spent_tokens = 0, held_tokens = 0, leased_tokens = 0, period_start = ?, period_end = ?
+       WHERE id = ?`,
+    ),
+    periods: db.prepare<[string, number], PeriodColumns>(
+      `SELECT period_start, period_end, budget_tokens, spent_tokens, held_tokens, leased_tokens
+       FROM budget_periods WHERE key_id = ? ORDER BY period_start DESC LIMIT ?`,
+    ),
   };
 }
 
@@ -182,4 +188,6 @@ export function prepareHoldStatements(db: Database.Database) {
 }
 
 /** Every prepared statement of a store. */
-export type Statements = ReturnType<typeof prepareKeyStatements> & ReturnType<typeof prepareHoldStatements>;
+export type Statements = ReturnType<typeof prepareKeyStatements> &
+  ReturnType<typeof preparePeriodStatements> &
+  ReturnType<typeof prepareHoldStatements>;
