@@ -1,3 +1,4 @@
+import type { BudgetPeriod } from "./period.js";
 import type { HoldDemand } from "./plan-hold.js";
 
 /** One key as a store keeps it. Times are Unix epoch milliseconds; amounts are tokens. */
@@ -10,10 +11,20 @@ export interface KeyRecord {
   readonly hint: string;
   /** Free-form label, may be empty. */
   readonly name: string;
-  /** The Budget: every token ever granted to the key. */
+  /** The Budget: every token ever granted to the key (of each period, when it has one). */
   readonly budgetTokens: number;
-  /** Tokens charged so far. spent + held + leased ≤ budget, always (a CHECK in both stores). */
+  /**
+   * Tokens charged so far (in the current period, when the key has one). spent + held + leased ≤
+   * budget, always (a CHECK in both stores).
+   */
   readonly spentTokens: number;
+  /** How often `spent` starts again from 0 (period.ts). Absent on insert: `none`; reads always set it. */
+  readonly period?: BudgetPeriod;
+  /**
+   * Start of the key's current period as last rolled over (Unix epoch ms; 0 for `none`); on insert,
+   * `periodStart(period, createdAt)` when absent. Reads always set it.
+   */
+  readonly periodStart?: number;
   /** Allowed model ids, or null for every model. */
   readonly models: readonly string[] | null;
   readonly createdAt: number;
@@ -33,6 +44,23 @@ export interface DailyUsageRecord {
   readonly reclaimedHolds: number;
 }
 
+/**
+ * A past period of a key (a `budget_periods` row), written when the key rolled over into the next
+ * one: what it was charged, and what of it was still held or leased then (Holds and leases placed
+ * in it settle to it; their unused tokens go back nowhere). spent + held + leased ≤ budget.
+ */
+export interface PeriodRecord {
+  /** Unix epoch ms (UTC) of the period's start, and of the next one's. */
+  readonly periodStart: number;
+  readonly periodEnd: number;
+  /** The key's Budget when the period ended (later grants go to the periods after it). */
+  readonly budgetTokens: number;
+  readonly spentTokens: number;
+  /** Σ of the period's Holds still open / of its leases still live. */
+  readonly heldTokens: number;
+  readonly leasedTokens: number;
+}
+
 /** A key with its live numbers, as {@link BudgetStore.keyUsage} reads them in one snapshot. */
 export interface KeyUsageRecord extends KeyRecord {
   /** Σ tokens of the key's open Holds placed one transaction each (not in a lease). */
@@ -49,6 +77,8 @@ export interface KeyUsageRecord extends KeyRecord {
   readonly reclaimedHolds: number;
   /** Usage per UTC day, newest first (at most the days asked for). */
   readonly daily: readonly DailyUsageRecord[];
+  /** The key's past periods, newest first (at most the `days` asked for). */
+  readonly periods: readonly PeriodRecord[];
 }
 
 /** A key's Budget numbers inside a transaction (what a lease policy decides from). */
@@ -77,6 +107,12 @@ export interface PlaceHoldInput {
    * Undefined: plan with what is free now.
    */
   readonly drainOthersUntil?: number;
+  /**
+   * Place the Hold in the period that starts then (a Hold taking over one of a lease of that
+   * period, `Leases.move`): against what that period has free, a past one included. Absent: the
+   * key's current period.
+   */
+  readonly periodStart?: number;
 }
 
 /** The outcome of {@link BudgetStore.placeHold}. */
@@ -126,6 +162,11 @@ export interface LateChargeInput {
   readonly instanceId: string;
   readonly now: number;
   readonly day: string;
+  /**
+   * Start of the period the Hold was placed in (its lease's, as the store answered it): the charge
+   * goes to that period, as far as it has tokens free. Absent: the key's current period.
+   */
+  readonly periodStart?: number;
 }
 
 /**
@@ -179,6 +220,19 @@ export interface LeaseSyncInput {
   readonly close: boolean;
 }
 
+/** The period a lease was taken in, as a step answers it (Unix epoch ms). */
+export interface LeasePeriod {
+  /** Its start: what a late charge of one of the lease's Holds names (LateChargeInput.periodStart). */
+  readonly start: number;
+  /** Its end: no Hold may be placed on the lease from then on. */
+  readonly end: number;
+  /**
+   * The key rolled over into a later period (the store's clock): the lease takes no new Hold,
+   * gives back its free tokens and ends with its last Hold; its charges go to its period.
+   */
+  readonly past: boolean;
+}
+
 /** The outcome of {@link BudgetStore.syncLease}. */
 export type LeaseSyncOutcome =
   | {
@@ -190,6 +244,8 @@ export type LeaseSyncOutcome =
       /** Another replica (or a revoke) asked this lease to give back its free tokens. */
       readonly drain: boolean;
       readonly key: KeyState;
+      /** The lease's period; absent when the key has none (`none`). */
+      readonly period?: LeasePeriod;
     }
   | {
       /**

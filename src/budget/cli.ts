@@ -10,8 +10,11 @@ import { checkDbPath } from "../config/check-db-path.js";
 import { ConfigError } from "../config/config-error.js";
 import { dbOpenError, redactDb } from "../config/db-open-error.js";
 import {
+  BUDGET_PERIODS,
   type BudgetLedger,
+  type BudgetPeriod,
   createBudgetLedger,
+  isBudgetPeriod,
   isPostgresUrl,
   type KeySummary,
   type KeyUsage,
@@ -24,14 +27,17 @@ Keys and Budgets of the API, in the database named by ACS_DB (or --db): a SQLite
 path, or a PostgreSQL URL (postgres://user@host:5432/database) shared by gateway replicas.
 
 Commands:
-  create --budget TOKENS [--name NAME] [--models ID,ID...]
+  create --budget TOKENS [--name NAME] [--models ID,ID...] [--period none|day|week|month]
                          Create a key with a Budget of TOKENS; prints the key once.
+                         With --period, TOKENS is the Budget of each UTC day, ISO week
+                         (from Monday) or month: spent starts again from 0 at each boundary.
   list                   List every key (id, name, Budget, spent, state).
   grant <id> --tokens N  Add N tokens to the key's Budget.
   revoke <id>            Revoke the key: every request with it gets 401 from now on
                          (waits until the replicas leasing the key have confirmed it).
   usage <id> [--days N]  Show the key's Budget, spent, held, leased and available tokens,
-                         and its usage per day (UTC) for the last N days (default 31).
+                         and its usage per day (UTC) for the last N days (default 31);
+                         with a period, its start, its reset time and the past periods.
   help                   Show this help.
 
 Options:
@@ -109,6 +115,7 @@ function parse(argv: readonly string[]) {
       budget: { type: "string" },
       name: { type: "string" },
       models: { type: "string" },
+      period: { type: "string" },
       tokens: { type: "string" },
       days: { type: "string" },
       json: { type: "boolean" },
@@ -126,6 +133,7 @@ type Command =
       readonly budgetTokens: number;
       readonly name?: string;
       readonly models?: string[];
+      readonly period?: BudgetPeriod;
     }
   | { readonly kind: "list" }
   | { readonly kind: "grant"; readonly id: string; readonly tokens: number }
@@ -133,7 +141,7 @@ type Command =
   | { readonly kind: "usage"; readonly id: string; readonly days: number };
 
 const ALLOWED: Record<string, { args: number; options: readonly (keyof Values)[] }> = {
-  create: { args: 0, options: ["budget", "name", "models"] },
+  create: { args: 0, options: ["budget", "name", "models", "period"] },
   list: { args: 0, options: [] },
   grant: { args: 1, options: ["tokens"] },
   revoke: { args: 1, options: [] },
@@ -152,7 +160,7 @@ function toCommand(positionals: readonly string[], values: Values): Command | "h
       spec.args === 0 ? `'${name}' takes no arguments` : `'${name}' takes the key id: ${name} <id>`,
     );
   }
-  for (const option of ["budget", "name", "models", "tokens", "days"] as const) {
+  for (const option of ["budget", "name", "models", "period", "tokens", "days"] as const) {
     if (values[option] !== undefined && !spec.options.includes(option)) {
       throw new UsageError(`'${name}' has no option --${option}`);
     }
@@ -163,11 +171,16 @@ function toCommand(positionals: readonly string[], values: Values): Command | "h
       if (values.budget === undefined) throw new UsageError("'create' needs --budget TOKENS");
       const models = values.models?.split(",").map((m) => m.trim());
       if (models?.some((m) => m === "")) throw new UsageError("--models: a model id must not be empty");
+      const { period } = values;
+      if (period !== undefined && !isBudgetPeriod(period)) {
+        throw new UsageError(`--period must be one of ${BUDGET_PERIODS.join(", ")}, got '${period}'`);
+      }
       return {
         kind: "create",
         budgetTokens: tokenCount("--budget", values.budget, 0),
         ...(values.name === undefined ? {} : { name: values.name }),
         ...(models === undefined ? {} : { models }),
+        ...(period === undefined ? {} : { period }),
       };
     }
     case "grant":
@@ -185,17 +198,21 @@ function toCommand(positionals: readonly string[], values: Values): Command | "h
 async function run(ledger: BudgetLedger, command: Command, json: boolean, io: Io): Promise<void> {
   switch (command.kind) {
     case "create": {
-      const { budgetTokens, name, models } = command;
+      const { budgetTokens, name, models, period } = command;
       const created = await ledger.createKey({
         budgetTokens,
         ...(name === undefined ? {} : { name }),
         ...(models === undefined ? {} : { models }),
+        ...(period === undefined ? {} : { period }),
       });
       if (json) {
         io.out(JSON.stringify({ ...created, ...(await ledger.usage(created.id)) }));
       } else {
         io.out(`Created key ${created.id}${name === undefined ? "" : ` (${name})`}`);
-        io.out(`Budget: ${budgetTokens} tokens; models: ${models === undefined ? "all" : models.join(", ")}`);
+        const per = period === undefined || period === "none" ? "" : ` a ${period} (UTC)`;
+        io.out(
+          `Budget: ${budgetTokens} tokens${per}; models: ${models === undefined ? "all" : models.join(", ")}`,
+        );
         io.out("The key is shown only this once; store it now:");
         io.out(created.key);
       }
@@ -241,12 +258,17 @@ function printUsage(usage: KeyUsage, json: boolean, io: Io): void {
     `  state:      ${usage.revokedAt === null ? "live" : `revoked ${new Date(usage.revokedAt).toISOString()}`}`,
   );
   io.out(`  models:     ${usage.models === null ? "all" : usage.models.join(", ")}`);
-  io.out(`  budget:     ${usage.budgetTokens}`);
+  io.out(`  budget:     ${usage.budgetTokens}${usage.period === undefined ? "" : ` a ${usage.period}`}`);
+  if (usage.period !== undefined) {
+    const iso = (ms: number | undefined) => new Date(ms ?? 0).toISOString();
+    io.out(`  period:     from ${iso(usage.periodStart)}, resets at ${iso(usage.resetsAt)}`);
+  }
   io.out(`  spent:      ${usage.spentTokens}`);
   io.out(`  held:       ${usage.heldTokens} (${usage.openHolds} open Holds)`);
   io.out(`  leased:     ${usage.leasedTokens} (${usage.leases} leases of gateway replicas)`);
   io.out(`  available:  ${usage.availableTokens}`);
   io.out(`  requests:   ${usage.settledHolds} settled, ${usage.reclaimedHolds} reclaimed`);
+  printPeriods(usage, io);
   if (usage.daily.length === 0) return;
   io.out("  per day (UTC):");
   const rows = [
@@ -264,6 +286,19 @@ function printUsage(usage: KeyUsage, json: boolean, io: Io): void {
   for (const row of rows) io.out(`    ${row.map(pad).join("  ")}`);
 }
 
+/** The past periods of a key with a Budget period (the newest first). */
+function printPeriods(usage: KeyUsage, io: Io): void {
+  if (usage.periods === undefined || usage.periods.length === 0) return;
+  io.out("  past periods (UTC):");
+  for (const p of usage.periods) {
+    const still = p.heldTokens + p.leasedTokens;
+    io.out(
+      `    ${new Date(p.periodStart).toISOString()}  budget ${p.budgetTokens}  spent ${p.spentTokens}` +
+        (still > 0 ? `  still held ${still}` : ""),
+    );
+  }
+}
+
 function printTable(keys: readonly KeySummary[], io: Io): void {
   if (keys.length === 0) {
     io.out("No keys.");
@@ -275,7 +310,7 @@ function printTable(keys: readonly KeySummary[], io: Io): void {
       k.id,
       k.name,
       k.hint,
-      String(k.budgetTokens),
+      `${k.budgetTokens}${k.period === undefined ? "" : `/${k.period}`}`,
       String(k.spentTokens),
       k.revokedAt === null ? "live" : "revoked",
       k.models === null ? "all" : k.models.join(","),

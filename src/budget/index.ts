@@ -13,8 +13,10 @@ export type {
   KeyRecord,
   KeyState,
   KeyUsageRecord,
+  LeasePeriod,
   LeaseSyncInput,
   LeaseSyncOutcome,
+  PeriodRecord,
   PlaceHoldInput,
   PlaceHoldOutcome,
   ReclaimCount,
@@ -46,6 +48,7 @@ export {
   isPostgresUrl,
 } from "./ledger/options.js";
 export { utcDay } from "./ledger/utc-day.js";
+export { BUDGET_PERIODS, type BudgetPeriod, isBudgetPeriod, nextBoundary, periodStart } from "./period.js";
 export { demandTokens, type HoldDemand, type HoldPlan, planHold } from "./plan-hold.js";
 export {
   type LedgerSettleResult,

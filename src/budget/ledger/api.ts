@@ -1,6 +1,7 @@
 // What the service sees of the ledger: the BudgetLedger interface and the shapes it takes and
 // returns (keys, Holds, usage). Opened by `createBudgetLedger` (create-ledger.ts).
-import type { BudgetStore, DailyUsageRecord, ReclaimCount } from "../budget-store.js";
+import type { BudgetStore, DailyUsageRecord, PeriodRecord, ReclaimCount } from "../budget-store.js";
+import type { BudgetPeriod } from "../period.js";
 import type { HoldDemand } from "../plan-hold.js";
 import type { LedgerSettleResult } from "../store-writes.js";
 
@@ -41,14 +42,27 @@ export interface CreatedKey {
   readonly key: string;
 }
 
-/** A key as admins see it (no hash, no key). Times are Unix epoch ms. */
+/**
+ * A key as admins see it (no hash, no key). Times are Unix epoch ms. A key with a Budget period
+ * (`day`, `week`, `month`) has `period`, `periodStart` and `resetsAt`, and its numbers are the
+ * current period's, as of the ledger's clock (a period that ended since the store last rolled
+ * the key over shows spent 0); a key without (`none`) has none of the three.
+ */
 export interface KeySummary {
   readonly id: string;
   readonly name: string;
   /** `acs-…` + the key's last 4 characters. */
   readonly hint: string;
+  /** The Budget (of each period, when the key has one). */
   readonly budgetTokens: number;
+  /** Charged (in the current period, when the key has one). */
   readonly spentTokens: number;
+  /** How often spent starts again from 0, at the UTC calendar boundary. */
+  readonly period?: Exclude<BudgetPeriod, "none">;
+  /** Start of the current period (UTC). */
+  readonly periodStart?: number;
+  /** When spent starts again from 0: the next boundary (UTC). */
+  readonly resetsAt?: number;
   readonly models: readonly string[] | null;
   readonly createdAt: number;
   readonly revokedAt: number | null;
@@ -71,6 +85,11 @@ export interface KeyUsage extends KeySummary {
   readonly reclaimedHolds: number;
   /** Usage per UTC day, newest first. */
   readonly daily: readonly DailyUsageRecord[];
+  /**
+   * A key with a Budget period: its past periods, newest first (what each charged, and what of it
+   * is still held or leased by requests placed in it).
+   */
+  readonly periods?: readonly PeriodRecord[];
 }
 
 /**
@@ -178,8 +197,17 @@ export interface BudgetLedger {
    */
   close(): Promise<void>;
 
-  /** Creates a key with a Budget of budgetTokens (integer ≥ 0) and an optional model allow-list. */
-  createKey(input: { name?: string; budgetTokens: number; models?: readonly string[] }): Promise<CreatedKey>;
+  /**
+   * Creates a key with a Budget of budgetTokens (integer ≥ 0), an optional model allow-list and
+   * an optional Budget period (default `none`: the Budget never resets; else budgetTokens is the
+   * Budget of each UTC day, ISO week or month). RangeError for another period.
+   */
+  createKey(input: {
+    name?: string;
+    budgetTokens: number;
+    models?: readonly string[];
+    period?: BudgetPeriod;
+  }): Promise<CreatedKey>;
   /** Every key, oldest first. */
   listKeys(): Promise<KeySummary[]>;
   /** Adds tokens (integer ≥ 1) to a key's Budget and returns its usage. Throws UnknownIdError. */

@@ -1,6 +1,7 @@
 // Administering keys (the keys CLI, tests): create, list, grant, revoke, and a key's usage.
 import { apiKeyHint, generateApiKey, generateKeyId, hashApiKey } from "../api-key.js";
-import type { KeyUsageRecord } from "../budget-store.js";
+import type { KeyRecord, KeyUsageRecord, PeriodRecord } from "../budget-store.js";
+import { isBudgetPeriod, nextBoundary, periodStart } from "../period.js";
 import type { BudgetLedger, CreatedKey, KeySummary, KeyUsage } from "./api.js";
 import { checkInt, UnknownIdError } from "./errors.js";
 import { waitForDrains } from "./holds.js";
@@ -13,6 +14,9 @@ export async function createKey(
 ): Promise<CreatedKey> {
   const { store, now } = l;
   checkInt("budgetTokens", input.budgetTokens, 0);
+  const period = input.period ?? "none";
+  if (!isBudgetPeriod(period))
+    throw new RangeError(`period: none, day, week or month, not ${String(period)}`);
   const models = input.models === undefined ? null : [...new Set(input.models)];
   if (models?.some((m) => m === "")) throw new RangeError("models: a model id must not be empty");
   const key = generateApiKey();
@@ -27,13 +31,15 @@ export async function createKey(
     models,
     createdAt: now(),
     revokedAt: null,
+    period,
   });
   return { id, key };
 }
 
 /** `BudgetLedger.listKeys`: every key, oldest first. */
 export async function listKeys(l: LedgerState): Promise<KeySummary[]> {
-  return (await l.store.listKeys()).map(toSummary);
+  const t = l.now();
+  return (await l.store.listKeys()).map((k) => toSummary(asOf(k, t).record));
 }
 
 /** `BudgetLedger.grant`: adds tokens (integer ≥ 1) to the key's Budget; UnknownIdError for an unknown key. */
@@ -58,10 +64,40 @@ export async function mustKnowKey(l: LedgerState, id: string, days?: number): Pr
   const { store } = l;
   const usage = await store.keyUsage(id, days);
   if (usage === undefined) throw new UnknownIdError("key", id);
-  return toUsage(usage);
+  const { record, ended } = asOf(usage, l.now());
+  const periods = ended === undefined ? usage.periods : [ended, ...usage.periods];
+  return toUsage({ ...usage, ...record, periods });
 }
 
-function toSummary(record: KeySummary): KeySummary {
+/**
+ * A key record as of `t`: when its period ended since the store last rolled it over (no
+ * transaction on the key since the boundary), the numbers of the period of `t` — spent 0, held
+ * and leased 0 (what is still held counts in the period that ended) — and that period's record.
+ */
+function asOf<K extends KeyRecord & { heldTokens?: number; leasedTokens?: number }>(
+  k: K,
+  t: number,
+): { record: K; ended?: PeriodRecord } {
+  const period = k.period ?? "none";
+  const start = k.periodStart ?? 0;
+  const end = nextBoundary(period, start);
+  if (end === 0 || t < end) return { record: k };
+  const ended: PeriodRecord = {
+    periodStart: start,
+    periodEnd: end,
+    budgetTokens: k.budgetTokens,
+    spentTokens: k.spentTokens,
+    heldTokens: k.heldTokens ?? 0,
+    leasedTokens: k.leasedTokens ?? 0,
+  };
+  const now = { spentTokens: 0, heldTokens: 0, leasedTokens: 0, periodStart: periodStart(period, t) };
+  return { record: { ...k, ...now }, ended };
+}
+
+/** What admins see of a key record (its period's fields only when it has one). */
+function toSummary(record: Omit<KeyRecord, "keyHash">): KeySummary {
+  const period = record.period ?? "none";
+  const start = record.periodStart ?? 0;
   return {
     id: record.id,
     name: record.name,
@@ -71,6 +107,7 @@ function toSummary(record: KeySummary): KeySummary {
     models: record.models,
     createdAt: record.createdAt,
     revokedAt: record.revokedAt,
+    ...(period === "none" ? {} : { period, periodStart: start, resetsAt: nextBoundary(period, start) }),
   };
 }
 
@@ -85,5 +122,6 @@ function toUsage(record: KeyUsageRecord): KeyUsage {
     settledHolds: record.settledHolds,
     reclaimedHolds: record.reclaimedHolds,
     daily: record.daily,
+    ...((record.period ?? "none") === "none" ? {} : { periods: record.periods }),
   };
 }

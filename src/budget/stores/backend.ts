@@ -1,8 +1,8 @@
 // What a backend (./sqlite/, ./postgres/) gives the shared transactions: row access inside one
 // transaction (TxRows, with SQLite's one-statement shortcuts) and a few plain statements
 // (StoreBackend). ./store-on.ts builds the BudgetStore of a backend from them.
-import type { BudgetStore, DailyUsageRecord, KeyRecord } from "../budget-store.js";
-import type { HoldRow, KeyRow, LeaseRow, LeaseUpdate } from "./rows.js";
+import type { BudgetStore, DailyUsageRecord, KeyRecord, PeriodRecord } from "../budget-store.js";
+import type { HoldRow, KeyRow, LeaseRow, LeaseUpdate, PeriodRow } from "./rows.js";
 
 /**
  * Row access inside one transaction. `lock*` reads a row and keeps it from other writers until the
@@ -15,6 +15,12 @@ export interface TxRows {
   lockKey(id: string): Promise<KeyRow | undefined>;
   lockHold(id: string): Promise<HoldRow | undefined>;
   lockLease(id: string): Promise<LeaseRow | undefined>;
+  /** A past period's row of the key (`budget_periods`), locked. */
+  lockPeriod(keyId: string, periodStart: number): Promise<PeriodRow | undefined>;
+  /** Inserts a past period's row, or writes its numbers when it exists. */
+  writePeriod(row: PeriodRow): void;
+  /** Starts the key's next period: spent = held = leased = 0, period_start and period_end as given. */
+  rollKey(id: string, periodStart: number, periodEnd: number): void;
   insertHold(hold: {
     id: string;
     keyId: string;
@@ -22,6 +28,7 @@ export interface TxRows {
     createdAt: number;
     expiresAt: number;
     instanceId: string;
+    periodStart: number;
   }): void;
   closeHold(
     id: string,
@@ -31,7 +38,7 @@ export interface TxRows {
     closedAt: number,
   ): void;
   insertLease(
-    lease: { id: string; keyId: string; instanceId: string; createdAt: number },
+    lease: { id: string; keyId: string; instanceId: string; createdAt: number; periodStart: number },
     columns: LeaseUpdate,
   ): void;
   updateLease(id: string, update: LeaseUpdate): void;
@@ -39,9 +46,13 @@ export interface TxRows {
   addDaily(keyId: string, day: string, charged: number, settled: number, reclaimed: number): void;
   /**
    * Flags the key's open leases to drain: all of them, or (with `others`) the live ones of other
-   * instances that still have tokens and are not already closing. Returns how many.
+   * instances, of the period starting at `periodStart`, that still have tokens and are not already
+   * closing. Returns how many.
    */
-  flagDrain(keyId: string, others?: { instanceId: string; now: number }): Promise<number>;
+  flagDrain(
+    keyId: string,
+    others?: { instanceId: string; now: number; periodStart: number },
+  ): Promise<number>;
   blockLeases(keyId: string, until: number): void;
   revoke(keyId: string, now: number): Promise<boolean>;
   /**
@@ -55,14 +66,16 @@ export interface TxRows {
 /** See {@link TxRows.shortcuts}. Each is synchronous: one statement, its effect visible at once. */
 export interface TxShortcuts {
   /**
-   * Adds `tokens` to the key's held tokens when the key exists, is not revoked and has at least
-   * `tokens` free (budget − spent − held − leased). Returns whether it did; nothing changes if not.
+   * Adds `tokens` to the key's held tokens when the key exists, is not revoked, its period does not
+   * end by `now` (no rollover due) and has at least `tokens` free (budget − spent − held − leased).
+   * Returns the key's periodStart when it did; undefined (nothing changed) if not.
    */
-  reserve(keyId: string, tokens: number): boolean;
+  reserve(keyId: string, tokens: number, now: number): number | undefined;
   /**
-   * Settles the Hold when it is open: state `settled`, used_tokens = usedTokens, charged_tokens =
+   * Settles the Hold when it is open and of its key's current period, which does not end by
+   * `closedAt` (no rollover due): state `settled`, used_tokens = usedTokens, charged_tokens =
    * min(usedTokens, tokens), closed_at. Returns its key, tokens and charge; undefined (nothing
-   * changed) when the Hold is unknown or not open.
+   * changed) otherwise.
    */
   settleOpen(
     holdId: string,
@@ -98,6 +111,8 @@ export interface StoreBackend {
         settledHolds: number;
         reclaimedHolds: number;
         daily: DailyUsageRecord[];
+        /** Past periods, newest first, at most `days`. */
+        periods: PeriodRecord[];
       }
     | undefined
   >;

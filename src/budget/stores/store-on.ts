@@ -27,6 +27,9 @@ function usageRecordOf(u: Awaited<ReturnType<StoreBackend["keyUsage"]>>): KeyUsa
     settledHolds: u.settledHolds,
     reclaimedHolds: u.reclaimedHolds,
     daily: u.daily,
+    period: key.period,
+    periodStart: key.periodStart,
+    periods: u.periods,
   };
 }
 

@@ -66,6 +66,27 @@ const MIGRATIONS: readonly string[] = [
     PRIMARY KEY (key_id, day)
   );
   `,
+  // 1 → 2: Budget periods (src/budget/README.md "Budget periods"): the key's period and the start
+  // and end of its current one, the period each Hold and lease was placed in, the past periods.
+  `
+  ALTER TABLE keys
+    ADD COLUMN period text NOT NULL DEFAULT 'none' CHECK (period IN ('none', 'day', 'week', 'month')),
+    ADD COLUMN period_start bigint NOT NULL DEFAULT 0,
+    ADD COLUMN period_end bigint NOT NULL DEFAULT 0;
+  ALTER TABLE holds ADD COLUMN period_start bigint NOT NULL DEFAULT 0;
+  ALTER TABLE leases ADD COLUMN period_start bigint NOT NULL DEFAULT 0;
+  CREATE TABLE budget_periods (
+    key_id        text NOT NULL REFERENCES keys(id),
+    period_start  bigint NOT NULL,
+    period_end    bigint NOT NULL,
+    budget_tokens bigint NOT NULL CHECK (budget_tokens >= 0),
+    spent_tokens  bigint NOT NULL DEFAULT 0 CHECK (spent_tokens >= 0),
+    held_tokens   bigint NOT NULL DEFAULT 0 CHECK (held_tokens >= 0),
+    leased_tokens bigint NOT NULL DEFAULT 0 CHECK (leased_tokens >= 0),
+    CHECK (spent_tokens + held_tokens + leased_tokens <= budget_tokens),
+    PRIMARY KEY (key_id, period_start)
+  );
+  `,
 ];
 
 /** The schema version this code writes on PostgreSQL (table `budget_schema_migrations`). */

@@ -3,7 +3,7 @@
 import pg from "pg";
 import type { BudgetStore, KeyRecord } from "../../budget-store.js";
 import type { StoreBackend } from "../backend.js";
-import { type DailyColumns, dailyOf, keyInsertValues } from "../rows.js";
+import { type DailyColumns, dailyOf, keyInsertValues, type PeriodColumns, periodOf } from "../rows.js";
 import { createBudgetStoreOn } from "../store-on.js";
 import { migrate } from "./schema.js";
 import { type KeySqlRow, run, TYPES, toKeyRow } from "./statements.js";
@@ -64,6 +64,13 @@ async function readKeyUsage(
       [keyId, days],
     )
   ).rows;
+  const periods = (
+    await c.query<PeriodColumns>(
+      `SELECT period_start, period_end, budget_tokens, spent_tokens, held_tokens, leased_tokens
+       FROM budget_periods WHERE key_id = $1 ORDER BY period_start DESC LIMIT $2`,
+      [keyId, days],
+    )
+  ).rows;
   return {
     key: toKeyRow(key),
     openHolds: counts?.holds ?? 0,
@@ -71,6 +78,7 @@ async function readKeyUsage(
     settledHolds: counts?.settled ?? 0,
     reclaimedHolds: counts?.reclaimed ?? 0,
     daily: daily.map(dailyOf),
+    periods: periods.map(periodOf),
   };
 }
 
@@ -119,8 +127,9 @@ function postgresBackend(pool: pg.Pool): StoreBackend {
     transaction: (fn) => inTransaction(pool, "BEGIN", (c, sent) => fn(rowsOf(c, sent))),
     async insertKey(record: KeyRecord) {
       await pool.query(
-        `INSERT INTO keys (id, key_hash, hint, name, budget_tokens, spent_tokens, models, created_at, revoked_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+        `INSERT INTO keys (id, key_hash, hint, name, budget_tokens, spent_tokens, models, created_at, revoked_at,
+                           period, period_start, period_end)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
         keyInsertValues(record),
       );
     },
@@ -192,8 +201,8 @@ function postgresBackend(pool: pg.Pool): StoreBackend {
  * leased ≤ budget as a last line of defence. Opening it applies the versioned migrations (one
  * transaction under an advisory lock, so replicas starting together migrate once) and refuses a
  * database whose schema is newer than this code. Use a database (or a schema, through the URL's
- * `options=-c search_path=…`) of its own: the tables are `keys`, `holds`, `leases`, `usage_daily`
- * and `budget_schema_migrations`.
+ * `options=-c search_path=…`) of its own: the tables are `keys`, `holds`, `leases`, `usage_daily`,
+ * `budget_periods` and `budget_schema_migrations`.
  */
 export async function createPostgresBudgetStore(options: PostgresBudgetStoreOptions): Promise<BudgetStore> {
   const pool = new pg.Pool({

@@ -92,6 +92,26 @@ const MIGRATIONS: readonly string[] = [
            sum(charged_tokens), sum(state = 'settled'), sum(state = 'reclaimed')
     FROM holds WHERE state != 'open' GROUP BY 1, 2;
   `,
+  // 2 → 3: Budget periods (src/budget/README.md "Budget periods"): the key's period and the start
+  // and end of its current one, the period each Hold and lease was placed in, the past periods.
+  `
+  ALTER TABLE keys ADD COLUMN period TEXT NOT NULL DEFAULT 'none' CHECK (period IN ('none', 'day', 'week', 'month'));
+  ALTER TABLE keys ADD COLUMN period_start INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE keys ADD COLUMN period_end INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE holds ADD COLUMN period_start INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE leases ADD COLUMN period_start INTEGER NOT NULL DEFAULT 0;
+  CREATE TABLE budget_periods (
+    key_id        TEXT NOT NULL REFERENCES keys(id),
+    period_start  INTEGER NOT NULL,
+    period_end    INTEGER NOT NULL,
+    budget_tokens INTEGER NOT NULL CHECK (budget_tokens >= 0),
+    spent_tokens  INTEGER NOT NULL DEFAULT 0 CHECK (spent_tokens >= 0),
+    held_tokens   INTEGER NOT NULL DEFAULT 0 CHECK (held_tokens >= 0),
+    leased_tokens INTEGER NOT NULL DEFAULT 0 CHECK (leased_tokens >= 0),
+    CHECK (spent_tokens + held_tokens + leased_tokens <= budget_tokens),
+    PRIMARY KEY (key_id, period_start)
+  ) STRICT, WITHOUT ROWID;
+  `,
 ];
 
 /** The schema version this code writes (`PRAGMA user_version`): one per migration. */

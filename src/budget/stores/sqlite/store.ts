@@ -4,12 +4,18 @@ import Database from "better-sqlite3";
 import type { BudgetStore, KeyRecord } from "../../budget-store.js";
 import { startWalCheckpointer, type WalCheckpointer } from "../../wal-checkpointer.js";
 import type { StoreBackend } from "../backend.js";
-import { dailyOf, keyInsertValues } from "../rows.js";
+import { dailyOf, keyInsertValues, periodOf } from "../rows.js";
 import { createBudgetStoreOn } from "../store-on.js";
 import { type SqliteConnection, serialConnection } from "./connection.js";
 import { rowsOf } from "./rows.js";
 import { migrate } from "./schema.js";
-import { prepareHoldStatements, prepareKeyStatements, type Statements, toKeyRow } from "./statements.js";
+import {
+  prepareHoldStatements,
+  prepareKeyStatements,
+  preparePeriodStatements,
+  type Statements,
+  toKeyRow,
+} from "./statements.js";
 
 /** WAL pages after which SQLite's own checkpoint runs when the checkpointer worker runs too. */
 const WAL_SAFETY_NET_PAGES = 8192;
@@ -110,6 +116,7 @@ function readKeyUsage(
     settledHolds: totals.settled,
     reclaimedHolds: totals.reclaimed,
     daily: stmt.daily.all(keyId, days).map(dailyOf),
+    periods: stmt.periods.all(keyId, days).map(periodOf),
   };
 }
 
@@ -187,7 +194,11 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
   const db = openDatabase(options, busyTimeoutMs);
   const checkpointer = startCheckpointer(db, options);
   // Prepared before the connection's discipline sets busy_timeout = 0 (group commit).
-  const stmt: Statements = { ...prepareKeyStatements(db), ...prepareHoldStatements(db) };
+  const stmt: Statements = {
+    ...prepareKeyStatements(db),
+    ...preparePeriodStatements(db),
+    ...prepareHoldStatements(db),
+  };
   const conn = serialConnection(db, (options.commit ?? "group") === "group", busyTimeoutMs);
   return createBudgetStoreOn(sqliteBackend(db, stmt, conn, checkpointer));
 }
