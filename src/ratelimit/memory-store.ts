@@ -16,8 +16,13 @@ export interface MemoryRateLimitOptions {
   readonly maxScopes?: number;
 }
 
+/** The memory store, with the number of scopes it holds (the bound above). */
+export interface MemoryRateLimitStore extends RateLimitStore {
+  scopeCount(): number;
+}
+
 /** A RateLimitStore in this process's memory; close() empties it. */
-export function createMemoryRateLimitStore(options: MemoryRateLimitOptions = {}): RateLimitStore {
+export function createMemoryRateLimitStore(options: MemoryRateLimitOptions = {}): MemoryRateLimitStore {
   const maxScopes = options.maxScopes ?? 100_000;
   // Least recently reserved first: a reserve moves its scopes to the end.
   const windows = new Map<string, MemoryWindow>();
@@ -86,6 +91,7 @@ export function createMemoryRateLimitStore(options: MemoryRateLimitOptions = {})
       const now = checkArguments(scopes, 0, nowMs);
       for (const window of existing(scopes, now)) window.release(reservationId);
     },
+    scopeCount: () => windows.size,
     async close() {
       windows.clear();
     },
