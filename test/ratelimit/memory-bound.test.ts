@@ -27,4 +27,15 @@ describe("the memory store's bound", () => {
     expect((await store.reserve([{ id: "b", limits }], "2", 0, T0)).admitted).toBe(false);
     expect((await store.reserve([{ id: "a", limits }], "3", 0, T0)).admitted).toBe(true);
   });
+
+  it("counts an admitted reserve as a use: its scope becomes the most recent", async () => {
+    const store = createMemoryRateLimitStore({ maxScopes: 2 });
+    const limits = { requestsPerMinute: 2 };
+    await store.reserve([{ id: "a", limits }], "1", 0, T0);
+    await store.reserve([{ id: "b", limits }], "1", 0, T0);
+    await store.reserve([{ id: "a", limits }], "2", 0, T0); // b is now the least recently reserved
+    await store.reserve([{ id: "c", limits }], "1", 0, T0);
+    expect((await store.reserve([{ id: "a", limits }], "3", 0, T0)).admitted).toBe(false); // a kept its 2
+    expect((await store.reserve([{ id: "b", limits }], "2", 0, T0)).requests).toMatchObject({ remaining: 1 });
+  });
 });

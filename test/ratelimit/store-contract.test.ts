@@ -37,13 +37,14 @@ describe.each(rateStoresUnderTest())("the RateLimitStore contract on $kind", (un
 
   it("an entry leaves the window 60 s after it was admitted, exactly", async (ctx) => {
     await open(ctx);
-    const s = [scope("k", 1)];
-    expect((await store.reserve(s, "a", 0, T0)).admitted).toBe(true);
-    const early = await store.reserve(s, "b", 0, T0 + 59_999);
-    expect(early).toMatchObject({ admitted: false, retryAfterMs: 1 });
-    const onTime = await store.reserve(s, "c", 0, T0 + 60_000);
+    const s = [scope("k", 1, 100)];
+    expect((await store.reserve(s, "a", 30, T0)).admitted).toBe(true);
+    const early = await store.reserve(s, "b", 10, T0 + 59_999);
+    expect(early).toMatchObject({ admitted: false, retryAfterMs: 1, tokens: { remaining: 70 } });
+    const onTime = await store.reserve(s, "c", 10, T0 + 60_000);
     expect(onTime).toMatchObject({ admitted: true, retryAfterMs: 0 });
     expect(onTime.requests).toEqual({ limit: 1, remaining: 0, resetMs: 60_000 });
+    expect(onTime.tokens).toEqual({ limit: 100, remaining: 90, resetMs: 60_000 }); // a's 30 have left
   });
 
   it("gives remaining, reset and retry-after from the window's entries", async (ctx) => {
@@ -74,6 +75,17 @@ describe.each(rateStoresUnderTest())("the RateLimitStore contract on $kind", (un
     });
     expect((await store.reserve(s, "f", 65, T0 + 60_999)).admitted).toBe(false);
     expect((await store.reserve(s, "g", 65, T0 + 61_000)).admitted).toBe(true);
+  });
+
+  it("waits for the entry whose leaving frees exactly enough tokens", async (ctx) => {
+    await open(ctx);
+    const s = [scope("t", undefined, 100)];
+    await store.reserve(s, "a", 10, T0);
+    await store.reserve(s, "b", 20, T0 + 1000);
+    await store.reserve(s, "c", 30, T0 + 2000);
+    expect((await store.reserve(s, "d", 50, T0 + 5000)).retryAfterMs).toBe(55_000); // a's 10 are enough
+    expect((await store.reserve(s, "e", 51, T0 + 5000)).retryAfterMs).toBe(56_000); // b's too
+    expect((await store.reserve(s, "f", 40, T0 + 5000)).admitted).toBe(true); // exactly the limit
   });
 
   it("shows the tightest scope per dimension, and nothing for a dimension no scope limits", async (ctx) => {

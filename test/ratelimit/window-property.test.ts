@@ -15,11 +15,15 @@ type Op =
   | { kind: "correct"; dt: number; pick: number; usage: number }
   | { kind: "release"; dt: number; pick: number };
 
+// Steps of exactly 60 s (and 1 ms either side) put arrivals on the instant an entry leaves.
 const dt = fc.oneof(
   fc.constant(0),
   fc.integer({ min: 1, max: 2000 }),
   fc.integer({ min: 2000, max: 40_000 }),
+  fc.constantFrom(59_999, 60_000, 60_001),
 );
+// Round amounts (and limits in fifties) make a window hold exactly its limit, often.
+const roundTokens = fc.constantFrom(0, 50, 100, 200);
 const op: fc.Arbitrary<Op> = fc.oneof(
   {
     weight: 5,
@@ -27,7 +31,7 @@ const op: fc.Arbitrary<Op> = fc.oneof(
       kind: fc.constant("reserve" as const),
       dt,
       model: fc.constantFrom(0, 1, 2) as fc.Arbitrary<0 | 1 | 2>,
-      tokens: fc.integer({ min: 0, max: 400 }),
+      tokens: fc.oneof(fc.integer({ min: 0, max: 400 }), roundTokens),
     }),
   },
   {
@@ -36,13 +40,16 @@ const op: fc.Arbitrary<Op> = fc.oneof(
       kind: fc.constant("correct" as const),
       dt,
       pick: fc.nat(),
-      usage: fc.double({ min: 0, max: 1, noNaN: true }),
+      usage: fc.oneof(fc.double({ min: 0, max: 1, noNaN: true }), fc.constantFrom(0, 0.5, 1)),
     }),
   },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant("release" as const), dt, pick: fc.nat() }) },
 );
 const limits: fc.Arbitrary<RateLimits> = fc.record(
-  { requestsPerMinute: fc.integer({ min: 1, max: 8 }), tokensPerMinute: fc.integer({ min: 300, max: 1500 }) },
+  {
+    requestsPerMinute: fc.integer({ min: 1, max: 8 }),
+    tokensPerMinute: fc.integer({ min: 6, max: 30 }).map((n) => n * 50),
+  },
   { requiredKeys: [] },
 );
 
@@ -110,7 +117,7 @@ describe.each(rateStoresUnderTest())(
       await fc.assert(
         fc.asyncProperty(
           fc.array(limits, { minLength: 3, maxLength: 3 }),
-          fc.array(op, { maxLength: 60 }),
+          fc.array(op, { minLength: 30, maxLength: 80 }),
           async (ls, ops) => {
             run++;
             const scopes = [`r${run}:k`, `r${run}:k|m1`, `r${run}:k|m2`].map((id, i) => ({
