@@ -13,7 +13,7 @@
 /** The length of every window, in ms. */
 export const WINDOW_MS = 60_000;
 
-/** A scope's limits: integers ≥ 1; an absent one is no limit. */
+/** A scope's limits: integers in [1, MAX_AMOUNT]; an absent one is no limit. */
 export interface RateLimits {
   readonly requestsPerMinute?: number;
   readonly tokensPerMinute?: number;
@@ -56,7 +56,7 @@ export interface RateDecision {
 
 /**
  * The windows of every scope. Times are the caller's (`nowMs`, ms since the epoch, floored to an
- * integer), so tests control the clock; `tokens` are integers ≥ 0. Invalid arguments throw a
+ * integer), so tests control the clock; `tokens` are integers in [0, MAX_AMOUNT]. Invalid arguments throw a
  * RangeError (before anything is changed); a backend that cannot answer rejects with its error.
  */
 export interface RateLimitStore {
@@ -78,9 +78,16 @@ export interface RateLimitStore {
   close(): Promise<void>;
 }
 
+/** The largest limit or token count taken: Redis's Lua writes numbers exactly up to 14 digits. */
+export const MAX_AMOUNT = 1e12;
+
+const isAmount = (n: number, min: number) => Number.isSafeInteger(n) && n >= min && n <= MAX_AMOUNT;
+
 function checkLimit(scope: LimitScope, value: number | undefined, name: string): void {
-  if (value !== undefined && !(Number.isSafeInteger(value) && value >= 1)) {
-    throw new RangeError(`scope ${JSON.stringify(scope.id)}: ${name} must be an integer ≥ 1, got ${value}`);
+  if (value !== undefined && !isAmount(value, 1)) {
+    throw new RangeError(
+      `scope ${JSON.stringify(scope.id)}: ${name} must be an integer in [1, 1e12], got ${value}`,
+    );
   }
 }
 
@@ -91,8 +98,7 @@ export function checkArguments(scopes: readonly LimitScope[], tokens: number, no
     checkLimit(scope, scope.limits.tokensPerMinute, "tokensPerMinute");
   }
   if (new Set(scopes.map((s) => s.id)).size !== scopes.length) throw new RangeError("a scope is named twice");
-  if (!(Number.isSafeInteger(tokens) && tokens >= 0))
-    throw new RangeError(`tokens must be an integer ≥ 0, got ${tokens}`);
+  if (!isAmount(tokens, 0)) throw new RangeError(`tokens must be an integer in [0, 1e12], got ${tokens}`);
   if (!Number.isFinite(nowMs) || nowMs < 0)
     throw new RangeError(`nowMs must be a finite time ≥ 0, got ${nowMs}`);
   return Math.floor(nowMs);

@@ -21,13 +21,16 @@ async function ping(url: string): Promise<string | undefined> {
     maxRetriesPerRequest: 0,
     retryStrategy: () => null,
   });
-  client.on("error", () => undefined);
+  let cause: string | undefined; // the socket's error (ECONNREFUSED…), clearer than "Connection is closed"
+  client.on("error", (err: Error) => {
+    cause ??= err.message;
+  });
   try {
     await client.connect();
     await client.ping();
     return undefined;
   } catch (err) {
-    return `Redis is unreachable at ${url.replace(/\/\/[^@]*@/, "//***@")} (${(err as Error).message})`;
+    return `Redis is unreachable at ${url.replace(/\/\/[^@]*@/, "//***@")} (${cause ?? (err as Error).message})`;
   } finally {
     client.disconnect();
   }

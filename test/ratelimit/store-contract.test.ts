@@ -159,6 +159,8 @@ describe.each(rateStoresUnderTest())("the RateLimitStore contract on $kind", (un
     await expect(store.reserve([scope("k", 0)], "b", 1, T0)).rejects.toThrow(RangeError);
     await expect(store.reserve([scope("k", 1.5)], "b", 1, T0)).rejects.toThrow(RangeError);
     await expect(store.reserve([scope("k")], "b", -1, T0)).rejects.toThrow(RangeError);
+    await expect(store.reserve([scope("k")], "b", 1e12 + 1, T0)).rejects.toThrow(RangeError);
+    await expect(store.reserve([scope("k"), scope("k")], "b", 1, T0)).rejects.toThrow(RangeError);
     await expect(store.correct([scope("k")], "a", Number.NaN, T0)).rejects.toThrow(RangeError);
   });
 });

@@ -167,7 +167,7 @@ describe.each(rateStoresUnderTest())(
             for (const s of scopes) everyWindowWithin(entries, s);
           },
         ),
-        { numRuns: 60 },
+        { numRuns: 40 },
       );
     });
   },
