@@ -43,7 +43,8 @@ export class MemoryWindow {
     const entry: Entry = { id, atMs, tokens, live: true };
     let at = this.entries.length;
     while (at > this.head && (this.entries[at - 1] as Entry).atMs > atMs) at--; // a clock behind: rare
-    this.entries.splice(at, 0, entry);
+    if (at === this.entries.length) this.entries.push(entry);
+    else this.entries.splice(at, 0, entry);
     this.byId.set(id, entry);
     this.count++;
     this.tokens += tokens;
