@@ -150,6 +150,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
   const api = createCompletionsService({
     models: registry,
     ledger,
+    usageLog: ledger?.usageLog,
     nonStreamDeadlineMs: config.nonStreamDeadlineMs,
     ...(config.holdRenewMs === undefined ? {} : { holdRenewIntervalMs: config.holdRenewMs }),
     onLedgerError: (err) => logger.error({ err }, "Budget ledger call failed"),

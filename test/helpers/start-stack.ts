@@ -20,6 +20,8 @@ export interface StackOptions {
   upstreams?: Array<{ url: string; weight?: number; apiKey?: string }>;
   /** Facts of the model when upstreamUrl or upstreams is set. */
   model?: Partial<ModelConfig>;
+  /** More models served by the same upstream (each its own id; no aliases unless given). */
+  extraModels?: Array<Partial<ModelConfig> & { id: string }>;
   /** Replica checks: `/health` interval while up (ms, 0 = passive only). @default 0 */
   healthIntervalMs?: number;
   /** Replica pool timings. @default the pool's */
@@ -101,7 +103,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   };
   const { app, ledger, registry, admission, metrics } = await buildApp(
     {
-      models: [modelConfig],
+      models: [modelConfig, ...(opts.extraModels ?? []).map((m) => ({ ...modelConfig, aliases: [], ...m }))],
       db: opts.db ?? (opts.dbPath === undefined ? undefined : { kind: "sqlite", path: opts.dbPath }),
       keepaliveIntervalMs: opts.keepaliveIntervalMs ?? limits.keepaliveIntervalMs,
       nonStreamDeadlineMs: opts.nonStreamDeadlineMs ?? limits.nonStreamDeadlineMs,
