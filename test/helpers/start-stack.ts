@@ -54,6 +54,8 @@ export interface StackOptions {
   streamStallMs?: number;
   /** Longest wait for an upstream answer's first event, ms (default: the config's). */
   upstreamHeadersTimeoutMs?: number;
+  /** Registers more routes on the gateway's app before it listens (routes buildApp leaves out). */
+  routes?: (app: FastifyInstance, ledger: BudgetLedger | undefined) => void;
 }
 
 export interface Stack {
@@ -133,6 +135,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       ...(opts.lifecycle ? { lifecycle: opts.lifecycle } : {}),
     },
   );
+  opts.routes?.(app, ledger);
   await app.listen({ host: "127.0.0.1", port: 0 });
   const port = (app.server.address() as AddressInfo).port;
   return {

@@ -70,3 +70,9 @@ export {
   type SseWriter,
   type SseWriterOptions,
 } from "./sse-writer.js";
+export {
+  parseUsageQuery,
+  registerUsageRoute,
+  USAGE_COMPLETIONS_PATH,
+  type UsageRouteDeps,
+} from "./usage-route.js";
