@@ -5,18 +5,13 @@ import type { CallContext } from "../types.js";
 import type { Hold } from "./check-order.js";
 import type { ServiceEnv } from "./service-env.js";
 
-/** HTTP status of "the caller went away first" (nginx's, as the access log records it). */
-export const CALLER_GONE_STATUS = 499;
-
 /**
- * The status of a request's outcome: 200 for an answer, 499 when its caller went away first
- * (`canceled`), else its error's HTTP status — also for a stream that ended with an error event
- * after its 200 status line.
+ * The status of a request's outcome: 200 for an answer, else its error's HTTP status (the
+ * catalogue's) — also for a stream that ended with an error event after its 200 status line, and
+ * 499 (`canceled`, nginx's "client closed request") when its caller went away first.
  */
 export function outcomeStatus(failure: unknown): number {
-  if (failure === undefined) return 200;
-  const err = toApiError(failure);
-  return err.code === "canceled" ? CALLER_GONE_STATUS : err.status;
+  return failure === undefined ? 200 : toApiError(failure).status;
 }
 
 /** What a request's end tells its usage record. */
