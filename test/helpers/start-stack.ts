@@ -54,6 +54,8 @@ export interface StackOptions {
   streamStallMs?: number;
   /** Longest wait for an upstream answer's first event, ms (default: the config's). */
   upstreamHeadersTimeoutMs?: number;
+  /** The ledger's usage log batching (e.g. a long flush interval). @default the log's */
+  usageLog?: AppOptions["usageLog"];
   /** Registers more routes on the gateway's app before it listens (routes buildApp leaves out). */
   routes?: (app: FastifyInstance, ledger: BudgetLedger | undefined) => void;
 }
@@ -130,6 +132,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       ...(opts.tracing ? { tracing: opts.tracing } : {}),
       healthIntervalMs: opts.healthIntervalMs ?? 0,
       reclaimIntervalMs: 0,
+      ...(opts.usageLog ? { usageLog: opts.usageLog } : {}),
       ...(opts.pool ? { pool: opts.pool } : {}),
       ...(opts.timeouts ? { timeouts: opts.timeouts } : {}),
       ...(opts.lifecycle ? { lifecycle: opts.lifecycle } : {}),

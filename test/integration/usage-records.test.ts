@@ -33,6 +33,8 @@ beforeAll(async () => {
   stack = await startStack({
     dbPath: join(dir, "budget.db"),
     extraModels: [{ id: SECOND, aliases: ["second"] }],
+    // No flush on its own during the test: every row waits in memory until the test flushes.
+    usageLog: { flushIntervalMs: 3_600_000 },
   });
 });
 afterAll(async () => {
@@ -182,10 +184,23 @@ describe("usage records through the gateway", () => {
     await reader.cancel().catch(() => undefined);
 
     const requests = answered.length + 2;
-    await until(() => log.written - before.written === requests, "every row written");
-    const flushes = log.flushes - before.flushes;
-    // The rows went in batches: fewer INSERTs than requests (six answered at once share one).
-    expect(flushes).toBeLessThan(requests);
+    // The request path wrote no row: all of them wait in memory, none written yet ...
+    await until(() => log.queued === requests, "every request's record queued");
+    expect(log.written - before.written).toBe(0);
+    const count = () => {
+      const db = new Database(join(dir, "budget.db"), { readonly: true });
+      const n = (db.prepare("SELECT count(*) AS n FROM usage_records").get() as { n: number }).n;
+      db.close();
+      return n;
+    };
+    expect(count()).toBe(0);
+    // ... and one flush writes them all, in one INSERT.
+    await log.flush();
+    expect({ written: log.written - before.written, flushes: log.flushes - before.flushes }).toEqual({
+      written: requests,
+      flushes: 1,
+    });
+    expect(count()).toBe(requests);
     expect(log.dropped).toBe(0);
 
     const db = new Database(join(dir, "budget.db"), { readonly: true });
