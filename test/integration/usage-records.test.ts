@@ -7,8 +7,10 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import pg from "pg";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { sseChunks } from "../helpers/parse-sse.js";
+import { testDatabase } from "../helpers/postgres.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
 
 type Usage = { prompt_tokens: number; completion_tokens: number; total_tokens: number };
@@ -26,19 +28,63 @@ type Row = {
 
 let dir: string;
 let stack: Stack;
+/** The stack a test started, closed after it. */
+let running: Stack | undefined;
 const SECOND = "acs/second";
+const postgres = testDatabase("usage_gateway");
+
+/** The gateway on `kind`'s store: no usage flush on its own during a test (it waits for the test's). */
+async function start(kind: "sqlite" | "postgres"): Promise<void> {
+  stack = await startStack({
+    ...(kind === "sqlite"
+      ? { dbPath: join(dir, "budget.db") }
+      : { db: { kind: "postgres", url: postgres.url } }),
+    extraModels: [{ id: SECOND, aliases: ["second"] }],
+    usageLog: { flushIntervalMs: 3_600_000 },
+  });
+  running = stack;
+}
+
+/** Every usage row of the store, oldest first. */
+async function rowsOf(kind: "sqlite" | "postgres"): Promise<Row[]> {
+  if (kind === "sqlite") {
+    const db = new Database(join(dir, "budget.db"), { readonly: true });
+    const rows = db.prepare("SELECT * FROM usage_records ORDER BY id").all() as Row[];
+    db.close();
+    return rows;
+  }
+  const client = new pg.Client({ connectionString: postgres.url });
+  await client.connect();
+  try {
+    const { rows } = await client.query<Record<string, unknown>>("SELECT * FROM usage_records ORDER BY id");
+    const n = (v: unknown) => Number(v);
+    return rows.map(
+      (r) =>
+        ({
+          ...r,
+          input_tokens: n(r.input_tokens),
+          output_tokens: n(r.output_tokens),
+          activation_tokens: n(r.activation_tokens),
+          charged_tokens: n(r.charged_tokens),
+          created_at: n(r.created_at),
+        }) as Row,
+    );
+  } finally {
+    await client.end();
+  }
+}
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "acs-usage-"));
-  stack = await startStack({
-    dbPath: join(dir, "budget.db"),
-    extraModels: [{ id: SECOND, aliases: ["second"] }],
-    // No flush on its own during the test: every row waits in memory until the test flushes.
-    usageLog: { flushIntervalMs: 3_600_000 },
-  });
+  await postgres.create();
+});
+afterEach(async () => {
+  const started = running;
+  running = undefined;
+  await started?.close();
 });
 afterAll(async () => {
-  await stack?.close();
+  await postgres.drop();
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -67,8 +113,10 @@ async function until(check: () => boolean, what: string): Promise<void> {
   if (!check()) throw new Error(`timed out waiting: ${what}`);
 }
 
-describe("usage records through the gateway", () => {
-  it("one row per request with a Hold; its tokens are the response's usage; the sums are the query's", async () => {
+describe.each(["sqlite", "postgres"] as const)("usage records through the gateway on %s", (kind) => {
+  it("one row per request with a Hold; its tokens are the response's usage; the sums are the query's", async (ctx) => {
+    if (kind === "postgres" && postgres.skipReason !== undefined) ctx.skip(postgres.skipReason);
+    await start(kind);
     const ledger = stack.ledger!;
     const log = ledger.usageLog;
     const a = await ledger.createKey({ name: "a", budgetTokens: 1_000_000 });
@@ -187,25 +235,18 @@ describe("usage records through the gateway", () => {
     // The request path wrote no row: all of them wait in memory, none written yet ...
     await until(() => log.queued === requests, "every request's record queued");
     expect(log.written - before.written).toBe(0);
-    const count = () => {
-      const db = new Database(join(dir, "budget.db"), { readonly: true });
-      const n = (db.prepare("SELECT count(*) AS n FROM usage_records").get() as { n: number }).n;
-      db.close();
-      return n;
-    };
-    expect(count()).toBe(0);
+    const count = async () => (await rowsOf(kind)).length;
+    expect(await count()).toBe(0);
     // ... and one flush writes them all, in one INSERT.
     await log.flush();
     expect({ written: log.written - before.written, flushes: log.flushes - before.flushes }).toEqual({
       written: requests,
       flushes: 1,
     });
-    expect(count()).toBe(requests);
+    expect(await count()).toBe(requests);
     expect(log.dropped).toBe(0);
 
-    const db = new Database(join(dir, "budget.db"), { readonly: true });
-    const rows = db.prepare("SELECT * FROM usage_records ORDER BY id").all() as Row[];
-    db.close();
+    const rows = await rowsOf(kind);
     const mine = rows.filter((r) => r.key_id === a.id || r.key_id === b.id);
     expect(mine).toHaveLength(requests);
     const byId = new Map(mine.map((r) => [r.request_id, r]));
@@ -235,7 +276,8 @@ describe("usage records through the gateway", () => {
     expect(cutRow!.output_tokens).toBeGreaterThan(0);
     expect(cutRow!.output_tokens).toBeLessThan(400);
     expect(cutRow!.charged_tokens).toBe(cutRow!.input_tokens + cutRow!.output_tokens);
-    // The rows' charges are what the keys were charged.
+    // The rows' charges are what the keys were charged (a lease's charges reach the store at its step).
+    await ledger.syncLeases();
     for (const key of [a, b]) {
       const charged = mine.filter((r) => r.key_id === key.id).reduce((s, r) => s + r.charged_tokens, 0);
       expect((await ledger.usage(key.id)).spentTokens).toBe(charged);
