@@ -5,6 +5,7 @@ import {
   createBudgetLedger,
   DEFAULT_HOLD_TTL_MS,
   DEFAULT_RECLAIM_INTERVAL_MS,
+  type UsageLogOptions,
 } from "../budget/index.js";
 import { type Config, dbOpenError } from "../config/index.js";
 import { createSteeringBudget } from "../lens/index.js";
@@ -77,6 +78,8 @@ export interface AppOptions {
   readonly pool?: Pick<UpstreamPoolOptions, "checkTimeoutMs" | "backoff" | "failureThreshold">;
   /** Ledger: reclaim timer interval, ms (0 = off). @default the ledger's default */
   readonly reclaimIntervalMs?: number;
+  /** Ledger: the usage log's batching (tests lengthen its flush interval). @default the log's defaults */
+  readonly usageLog?: UsageLogOptions;
   /** Runs last in app.close(), after the gateway's own resources are closed. */
   readonly onClose?: () => Promise<void>;
   /**
@@ -139,7 +142,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
 
   let ledger: BudgetLedger | undefined;
   try {
-    ledger = await openLedger(config, logger, options.reclaimIntervalMs);
+    ledger = await openLedger(config, logger, options.reclaimIntervalMs, options.usageLog);
   } catch (err) {
     await closePools();
     // No server, no such database, a login refused, not a database: one line for the operator.
@@ -154,6 +157,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
   const api = createCompletionsService({
     models: registry,
     ledger,
+    usageLog: ledger?.usageLog,
     nonStreamDeadlineMs: config.nonStreamDeadlineMs,
     holdRenewIntervalMs: config.holdRenewMs,
     onLedgerError: (err) => logger.error({ err }, "Budget ledger call failed"),
@@ -273,6 +277,7 @@ async function openLedger(
   config: AppConfig,
   logger: Logger,
   reclaimIntervalMs: number | undefined,
+  usageLog: UsageLogOptions | undefined,
 ): Promise<BudgetLedger | undefined> {
   const { db } = config;
   if (db === undefined) return undefined;
@@ -289,6 +294,7 @@ async function openLedger(
     leases: db.kind === "postgres" && { ttlMs: leaseTtlMs },
     ...(config.instanceId === undefined ? {} : { instanceId: config.instanceId }),
     reclaimIntervalMs: reclaimEvery,
+    ...(usageLog === undefined ? {} : { usageLog }),
     onReclaimError: (err) => logger.error({ err }, "Budget ledger background task failed"),
     onWritableChange: ({ writable, pendingSettles, pendingTokens, error }) => {
       if (writable) logger.info("Budget ledger writes again: every pending settle is written; ready");

@@ -1,5 +1,6 @@
 import type { BudgetPeriod } from "./period.js";
 import type { HoldDemand } from "./plan-hold.js";
+import type { UsageAggregateQuery, UsageAggregateRow, UsageRecord } from "./usage/usage-record.js";
 
 /** One key as a store keeps it. Times are Unix epoch milliseconds; amounts are tokens. */
 export interface KeyRecord {
@@ -338,6 +339,13 @@ export interface BudgetStore {
    * learn whether the store can write again after a write failed. Throws what the store throws.
    */
   probeWrite(): Promise<void>;
+  /**
+   * Appends usage records (src/budget/usage/): one multi-row INSERT per 500 rows; on SQLite in the
+   * write path's group commit. Throws when the store cannot write (nothing of that INSERT is kept).
+   */
+  insertUsage(records: readonly UsageRecord[]): Promise<void>;
+  /** The sums of the usage records per bucket and group ({@link UsageAggregateQuery}), GROUP BY in SQL. */
+  usageAggregate(query: UsageAggregateQuery): Promise<UsageAggregateRow[]>;
   /** Closes the store; later calls throw. */
   close(): Promise<void>;
 }

@@ -66,3 +66,26 @@ export {
   createSqliteBudgetStore,
   type SqliteBudgetStoreOptions,
 } from "./stores/sqlite/index.js";
+export {
+  chargedOf,
+  createUsageLog,
+  type UsageEntry,
+  type UsageLog,
+  type UsageLogOptions,
+} from "./usage/usage-log.js";
+export {
+  MAX_USAGE_FILTER_VALUES,
+  USAGE_BUCKET_WIDTHS,
+  type UsageBucket,
+  type UsageBucketWidth,
+  type UsageCompletionsPage,
+  type UsageCompletionsQuery,
+  type UsageCompletionsResult,
+  usageCompletions,
+} from "./usage/usage-query.js";
+export type {
+  UsageAggregateQuery,
+  UsageAggregateRow,
+  UsageGroupBy,
+  UsageRecord,
+} from "./usage/usage-record.js";

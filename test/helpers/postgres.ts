@@ -99,7 +99,8 @@ export function testDatabase(label: string): TestDatabase {
         );
         if (rows[0]?.n)
           await client.query(
-            "DELETE FROM usage_daily; DELETE FROM budget_periods; DELETE FROM holds; DELETE FROM leases; DELETE FROM keys",
+            "DELETE FROM usage_daily; DELETE FROM budget_periods; DELETE FROM holds; DELETE FROM leases; " +
+              "DELETE FROM keys; DELETE FROM usage_records",
           );
       } finally {
         await client.end();

@@ -21,6 +21,8 @@ export interface StackOptions {
   upstreams?: Array<{ url: string; weight?: number; apiKey?: string }>;
   /** Facts of the model when upstreamUrl or upstreams is set. */
   model?: Partial<ModelConfig>;
+  /** More models served by the same upstream (each its own id; no aliases unless given). */
+  extraModels?: Array<Partial<ModelConfig> & { id: string }>;
   /** Replica checks: `/health` interval while up (ms, 0 = passive only). @default 0 */
   healthIntervalMs?: number;
   /** Replica pool timings. @default the pool's */
@@ -53,6 +55,10 @@ export interface StackOptions {
   streamStallMs?: number;
   /** Longest wait for an upstream answer's first event, ms (default: the config's). */
   upstreamHeadersTimeoutMs?: number;
+  /** The ledger's usage log batching (e.g. a long flush interval). @default the log's */
+  usageLog?: AppOptions["usageLog"];
+  /** Registers more routes on the gateway's app before it listens (routes buildApp leaves out). */
+  routes?: (app: FastifyInstance, ledger: BudgetLedger | undefined) => void;
 }
 
 export interface Stack {
@@ -104,7 +110,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     {
       // Every setting at its default (the schema's), then the test's own.
       ...configDefaults,
-      models: [modelConfig],
+      models: [modelConfig, ...(opts.extraModels ?? []).map((m) => ({ ...modelConfig, aliases: [], ...m }))],
       db: opts.db ?? (opts.dbPath === undefined ? undefined : { kind: "sqlite", path: opts.dbPath }),
       ...(opts.keepaliveIntervalMs === undefined ? {} : { keepaliveIntervalMs: opts.keepaliveIntervalMs }),
       ...(opts.nonStreamDeadlineMs === undefined ? {} : { nonStreamDeadlineMs: opts.nonStreamDeadlineMs }),
@@ -129,11 +135,13 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       ...(opts.tracing ? { tracing: opts.tracing } : {}),
       healthIntervalMs: opts.healthIntervalMs ?? 0,
       reclaimIntervalMs: 0,
+      ...(opts.usageLog ? { usageLog: opts.usageLog } : {}),
       ...(opts.pool ? { pool: opts.pool } : {}),
       ...(opts.timeouts ? { timeouts: opts.timeouts } : {}),
       ...(opts.lifecycle ? { lifecycle: opts.lifecycle } : {}),
     },
   );
+  opts.routes?.(app, ledger);
   await app.listen({ host: "127.0.0.1", port: 0 });
   const port = (app.server.address() as AddressInfo).port;
   return {

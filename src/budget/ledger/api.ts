@@ -4,6 +4,8 @@ import type { BudgetStore, DailyUsageRecord, PeriodRecord, ReclaimCount } from "
 import type { BudgetPeriod } from "../period.js";
 import type { HoldDemand } from "../plan-hold.js";
 import type { LedgerSettleResult } from "../store-writes.js";
+import type { UsageLog } from "../usage/usage-log.js";
+import type { UsageCompletionsPage, UsageCompletionsQuery } from "../usage/usage-query.js";
 
 /** An authenticated key, as the service passes it back to checkModel and placeHold. */
 export interface KeyInfo {
@@ -191,7 +193,14 @@ export interface BudgetLedger {
   /** Flushes every lease now (charges, renewals, free tokens of idle leases). */
   syncLeases(): Promise<void>;
   /**
-   * Stops the timers, flushes the leases (giving back their free tokens, ending the empty ones),
+   * The usage log: one record per settled request, queued in memory and written in batches
+   * (src/budget/README.md, "Usage records"); flushed by close().
+   */
+  readonly usageLog: UsageLog;
+  /** OpenAI's completions usage over the usage records (../usage/usage-query.ts); throws ApiError 400. */
+  usageCompletions(query: UsageCompletionsQuery): Promise<UsageCompletionsPage>;
+  /**
+   * Stops the timers, writes the usage log's queue, flushes the leases (giving back their free tokens, ending the empty ones),
    * tries the pending settles once more (those still not written are reported to onReclaimError:
    * their Holds are reclaimed later, charged their last renewal) and closes the store. Idempotent.
    */

@@ -129,5 +129,15 @@ export interface StoreBackend {
   purgeClosed(before: number): Promise<number>;
   /** See {@link BudgetStore.probeWrite}. */
   probeWrite(): Promise<void>;
+  /** The i-th (1-based) parameter's placeholder in this backend's SQL: `?` (SQLite), `$i` (PostgreSQL). */
+  readonly placeholder: (i: number) => string;
+  /**
+   * Runs one write statement of the shared SQL (./usage-sql.ts): on SQLite a write transaction of
+   * the store's write path (grouped with the turn's Holds and settles), on PostgreSQL one
+   * autocommitted statement.
+   */
+  write(sql: string, values: readonly unknown[]): Promise<void>;
+  /** Runs one read statement of the shared SQL; its rows. */
+  read<T>(sql: string, values: readonly unknown[]): Promise<T[]>;
   close(): Promise<void>;
 }

@@ -5,7 +5,7 @@ import type { Inference } from "../../upstream/index.js";
 import type { Admission } from "../admission.js";
 import { createSpecialTokenCounter } from "../count-prompt-tokens.js";
 import type { ModelRegistry, ServedModel } from "../model-registry.js";
-import type { Ledger } from "../ports.js";
+import type { Ledger, UsageLog } from "../ports.js";
 import { type CheckEnv, type CheckStep, checkOrder } from "./check-order.js";
 
 /** Collaborators of the completions service. */
@@ -16,6 +16,8 @@ export interface CompletionsServiceDeps {
   readonly ledger: Ledger | undefined;
   /** Longest wait for a non-streamed answer, ms (ACS_DEADLINE_MS; proto/API.md §5: 14 minutes). */
   readonly nonStreamDeadlineMs: number;
+  /** Where each settled request's record goes (the ledger's usage log); undefined: none kept. */
+  readonly usageLog?: UsageLog | undefined;
   /** How often a stream renews its Hold, ms (ACS_HOLD_RENEW_MS). */
   readonly holdRenewIntervalMs: number;
   /** Told of a ledger call that failed after the response was decided (renew, settle). @default process.emitWarning */
@@ -43,6 +45,8 @@ export interface CompletionsServiceDeps {
 export interface ServiceEnv {
   readonly models: ModelRegistry<Inference>;
   readonly ledger: Ledger | undefined;
+  /** Where each settled request's record goes; undefined: none kept. */
+  readonly usageLog: UsageLog | undefined;
   /** Longest wait for a non-streamed answer, ms. */
   readonly nonStreamDeadlineMs: number;
   /** How often a stream renews its Hold, ms. */
@@ -68,6 +72,7 @@ export function serviceEnv(deps: CompletionsServiceDeps): ServiceEnv {
   return {
     models,
     ledger,
+    usageLog: deps.usageLog,
     nonStreamDeadlineMs: deps.nonStreamDeadlineMs,
     renewEveryMs: deps.holdRenewIntervalMs,
     fanOutConcurrency,

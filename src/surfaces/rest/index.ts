@@ -13,3 +13,7 @@ export {
   sendError,
   unknownRoute,
 } from "./send-error.js";
+export {
+  registerUsageRoute,
+  type UsageRouteDeps,
+} from "./usage-route.js";

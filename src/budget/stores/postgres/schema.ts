@@ -87,6 +87,25 @@ const MIGRATIONS: readonly string[] = [
     PRIMARY KEY (key_id, period_start)
   );
   `,
+  // 2 → 3: one row per settled request (src/budget/README.md, "Usage records"); no foreign key
+  // on key_id, so that a flush never fails on a key and the table outlives what happens to keys.
+  `
+  CREATE TABLE usage_records (
+    id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    key_id            text NOT NULL,
+    model             text NOT NULL,
+    input_tokens      bigint NOT NULL CHECK (input_tokens >= 0),
+    output_tokens     bigint NOT NULL CHECK (output_tokens >= 0),
+    activation_tokens bigint NOT NULL CHECK (activation_tokens >= 0),
+    charged_tokens    bigint NOT NULL CHECK (charged_tokens >= 0),
+    status            integer NOT NULL,
+    request_id        text NOT NULL,
+    created_at        bigint NOT NULL
+  );
+  CREATE INDEX usage_records_by_time ON usage_records (created_at);
+  CREATE INDEX usage_records_by_key ON usage_records (key_id, created_at);
+  CREATE INDEX usage_records_by_model ON usage_records (model, created_at);
+  `,
 ];
 
 /** The schema version this code writes on PostgreSQL (table `budget_schema_migrations`). */

@@ -188,6 +188,13 @@ function postgresBackend(pool: pg.Pool): StoreBackend {
         await c.query("SELECT txid_current()");
       });
     },
+    placeholder: (i) => `$${i}`,
+    async write(sql, values) {
+      await pool.query(sql, [...values]);
+    },
+    async read<T>(sql: string, values: readonly unknown[]) {
+      return (await pool.query(sql, [...values])).rows as T[];
+    },
     async close() {
       await pool.end();
     },
@@ -202,7 +209,7 @@ function postgresBackend(pool: pg.Pool): StoreBackend {
  * transaction under an advisory lock, so replicas starting together migrate once) and refuses a
  * database whose schema is newer than this code. Use a database (or a schema, through the URL's
  * `options=-c search_path=…`) of its own: the tables are `keys`, `holds`, `leases`, `usage_daily`,
- * `budget_periods` and `budget_schema_migrations`.
+ * `budget_periods`, `usage_records` and `budget_schema_migrations`.
  */
 export async function createPostgresBudgetStore(options: PostgresBudgetStoreOptions): Promise<BudgetStore> {
   const pool = new pg.Pool({

@@ -112,6 +112,25 @@ const MIGRATIONS: readonly string[] = [
     PRIMARY KEY (key_id, period_start)
   ) STRICT, WITHOUT ROWID;
   `,
+  // 3 → 4: one row per settled request (src/budget/README.md, "Usage records"); no foreign key
+  // on key_id, so that a flush never fails on a key and the table outlives what happens to keys.
+  `
+  CREATE TABLE usage_records (
+    id                INTEGER PRIMARY KEY,
+    key_id            TEXT NOT NULL,
+    model             TEXT NOT NULL,
+    input_tokens      INTEGER NOT NULL CHECK (input_tokens >= 0),
+    output_tokens     INTEGER NOT NULL CHECK (output_tokens >= 0),
+    activation_tokens INTEGER NOT NULL CHECK (activation_tokens >= 0),
+    charged_tokens    INTEGER NOT NULL CHECK (charged_tokens >= 0),
+    status            INTEGER NOT NULL,
+    request_id        TEXT NOT NULL,
+    created_at        INTEGER NOT NULL
+  ) STRICT;
+  CREATE INDEX usage_records_by_time ON usage_records (created_at);
+  CREATE INDEX usage_records_by_key ON usage_records (key_id, created_at);
+  CREATE INDEX usage_records_by_model ON usage_records (model, created_at);
+  `,
 ];
 
 /** The schema version this code writes (`PRAGMA user_version`): one per migration. */

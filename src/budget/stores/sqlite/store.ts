@@ -99,6 +99,23 @@ function startCheckpointer(
   });
 }
 
+/** Most distinct statements of the shared SQL kept prepared (a flush's INSERT varies with its row count). */
+const MAX_CACHED_STATEMENTS = 64;
+
+/** Prepares `sql` once: the shared SQL's statements, cached by their text (emptied when full). */
+function cachedStatements(db: Database.Database): (sql: string) => Database.Statement {
+  const cache = new Map<string, Database.Statement>();
+  return (sql) => {
+    let stmt = cache.get(sql);
+    if (stmt === undefined) {
+      if (cache.size >= MAX_CACHED_STATEMENTS) cache.clear();
+      stmt = db.prepare(sql);
+      cache.set(sql, stmt);
+    }
+    return stmt;
+  };
+}
+
 /** {@link StoreBackend.keyUsage}'s reads, inside one read transaction (a snapshot). */
 function readKeyUsage(
   stmt: Statements,
@@ -131,6 +148,7 @@ function sqliteBackend(
   checkpointer: WalCheckpointer | undefined,
 ): StoreBackend {
   const rows = rowsOf(stmt);
+  const prepared = cachedStatements(db);
   return {
     kind: "sqlite",
     shortcuts: true,
@@ -172,6 +190,13 @@ function sqliteBackend(
       conn.writeTransaction(async () => {
         stmt.probe.run();
       }),
+    placeholder: () => "?",
+    write: (sql, values) =>
+      conn.writeTransaction(async () => {
+        prepared(sql).run(...values);
+      }),
+    read: <T>(sql: string, values: readonly unknown[]) =>
+      conn.serial(() => prepared(sql).all(...values) as T[]),
     close: () => {
       conn.flush(); // the transactions asked for before the close run before it
       return conn.serial(async () => {
