@@ -56,7 +56,7 @@ export interface ProfileSummary {
  * bindings)` (frames without a script: V8 builtins such as JSON.parse, Node's C++ bindings such as a
  * socket's writev), `node internals` (`node:` URLs), `wasm (…)` (WebAssembly, e.g. undici's HTTP
  * parser), `<package>` for node_modules
- * (the innermost one; scoped names kept), `src/<folder>` (or `src/<file>`) under `root`, `gen`, any
+ * (the innermost one; scoped names kept), `src/<folder>` (or `src/<file>`; `src/surfaces/<surface>`) under `root`, `gen`, any
  * other folder of `root` by its first two path segments, `dist/…` likewise, else the URL itself.
  */
 export function groupOf(functionName: string, url: string, root: string): string {
@@ -86,8 +86,10 @@ export function groupOf(functionName: string, url: string, root: string): string
   const parts = rel.split(sep);
   const prefix = parts[0] === "dist" ? `dist/` : "";
   const rest = parts[0] === "dist" ? parts.slice(1) : parts;
-  if (rest.length <= 2) return prefix + rest.join("/");
-  return `${prefix}${rest[0]}/${rest[1]}`;
+  // src/surfaces holds only the surfaces' folders: each of them is a group (src/surfaces/rest…).
+  const depth = rest[0] === "src" && rest[1] === "surfaces" ? 3 : 2;
+  if (rest.length <= depth) return prefix + rest.join("/");
+  return prefix + rest.slice(0, depth).join("/");
 }
 
 /** Self time per node id within [fromUs, toUs] (sample start times), µs. */

@@ -16,6 +16,7 @@ import { parseArgs } from "node:util";
 import { pino } from "pino";
 import { Pool } from "undici";
 import { buildApp } from "../../src/app/build-app.js";
+import { loadConfig } from "../../src/config/index.js";
 
 const { values } = parseArgs({
   options: {
@@ -39,6 +40,8 @@ const fakeUrl = /http:\/\/\S+/.exec(line.toString())?.[0] ?? "";
 const sink = new Writable({ write: (_c, _e, cb) => cb() });
 const { app } = await buildApp(
   {
+    // Every setting at its default (what the gateway runs with an empty environment).
+    ...loadConfig({}),
     models: [
       {
         id: "bench-model",
@@ -52,9 +55,7 @@ const { app } = await buildApp(
       },
     ],
     db: undefined,
-    keepaliveIntervalMs: 5000,
-    nonStreamDeadlineMs: 840_000,
-  } as Parameters<typeof buildApp>[0],
+  },
   { logger: pino({ level: "info" }, sink), healthIntervalMs: 0 },
 );
 const address = await app.listen({ host: "127.0.0.1", port: 0 });

@@ -82,10 +82,11 @@ async function run(client: VllmClient, n: number, maxTokens: number): Promise<nu
   return (used.user + used.system) / n;
 }
 
-const client = createVllmClient({ baseUrl });
+// No silence bound (0), as the figures of bench/RESULTS.md were measured.
+const client = createVllmClient({ baseUrl, silenceTimeoutMs: 0 });
 const pool = createUpstreamPool({
   model: "bench-model",
-  replicas: [{ url: baseUrl, client: createVllmClient({ baseUrl }) }],
+  replicas: [{ url: baseUrl, client: createVllmClient({ baseUrl, silenceTimeoutMs: 0 }) }],
   healthIntervalMs: 0,
 });
 await pool.ready();

@@ -4,10 +4,10 @@ import {
   type BudgetLedger,
   createBudgetLedger,
   DEFAULT_HOLD_TTL_MS,
-  DEFAULT_LEASE_SETTINGS,
   DEFAULT_RECLAIM_INTERVAL_MS,
+  type UsageLogOptions,
 } from "../budget/index.js";
-import { type Config, dbOpenError, limits } from "../config/index.js";
+import { type Config, dbOpenError } from "../config/index.js";
 import { createSteeringBudget } from "../lens/index.js";
 import {
   type Admission,
@@ -38,28 +38,30 @@ import {
 } from "../upstream/index.js";
 
 /**
- * What {@link buildApp} reads of the configuration (src/config), models included; the steering
- * budget's bounds default to the lens defaults (32 MiB per request, 256 MiB in all).
+ * What {@link buildApp} reads of the configuration (src/config), models included: every setting
+ * given, as loadConfig resolved it (no default is filled in below it; tests start from
+ * test/helpers/config-defaults.ts).
  */
-export type AppConfig = Pick<Config, "models" | "db" | "keepaliveIntervalMs" | "nonStreamDeadlineMs"> &
-  Partial<
-    Pick<
-      Config,
-      | "steeringRequestBytes"
-      | "steeringProcessBytes"
-      | "instanceId"
-      | "leaseTtlMs"
-      | "holdRenewMs"
-      | "playgroundDir"
-      | "otlpEndpoint"
-      | "lensFanOutConcurrency"
-      | "maxRequestsPerKey"
-      | "maxStreamsPerKey"
-      | "maxUpstreamSharePerKey"
-      | "streamStallMs"
-      | "upstreamHeadersTimeoutMs"
-    >
-  >;
+export type AppConfig = Pick<
+  Config,
+  | "models"
+  | "db"
+  | "keepaliveIntervalMs"
+  | "nonStreamDeadlineMs"
+  | "steeringRequestBytes"
+  | "steeringProcessBytes"
+  | "instanceId"
+  | "leaseTtlMs"
+  | "holdRenewMs"
+  | "playgroundDir"
+  | "otlpEndpoint"
+  | "lensFanOutConcurrency"
+  | "maxRequestsPerKey"
+  | "maxStreamsPerKey"
+  | "maxUpstreamSharePerKey"
+  | "streamStallMs"
+  | "upstreamHeadersTimeoutMs"
+>;
 
 /** Options of {@link buildApp} beyond the configuration. */
 export interface AppOptions {
@@ -68,12 +70,17 @@ export interface AppOptions {
   readonly timeouts?: Partial<OnePortTimeouts>;
   /** More readiness beyond Inference's health (e.g. an embedded engine is alive). @default () => true */
   readonly isReady?: () => boolean;
-  /** How often each replica that is up is checked (`GET /health`), ms; 0 = passive checks only. @default 5000 */
+  /**
+   * How often each replica that is up is checked (`GET /health`), ms; 0 = passive checks only
+   * (tests; not configurable). @default the pool's (src/upstream/pool/replica-set.ts)
+   */
   readonly healthIntervalMs?: number;
   /** The replica pools' other timings (tests shorten them). @default the pool's defaults */
   readonly pool?: Pick<UpstreamPoolOptions, "checkTimeoutMs" | "backoff" | "failureThreshold">;
   /** Ledger: reclaim timer interval, ms (0 = off). @default the ledger's default */
   readonly reclaimIntervalMs?: number;
+  /** Ledger: the usage log's batching (tests lengthen its flush interval). @default the log's defaults */
+  readonly usageLog?: UsageLogOptions;
   /** Runs last in app.close(), after the gateway's own resources are closed. */
   readonly onClose?: () => Promise<void>;
   /**
@@ -136,7 +143,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
 
   let ledger: BudgetLedger | undefined;
   try {
-    ledger = await openLedger(config, logger, options.reclaimIntervalMs);
+    ledger = await openLedger(config, logger, options.reclaimIntervalMs, options.usageLog);
   } catch (err) {
     await closePools();
     // No server, no such database, a login refused, not a database: one line for the operator.
@@ -144,20 +151,19 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
   }
 
   const steeringBudget = createSteeringBudget({
-    ...(config.steeringRequestBytes === undefined ? {} : { requestBytes: config.steeringRequestBytes }),
-    ...(config.steeringProcessBytes === undefined ? {} : { processBytes: config.steeringProcessBytes }),
+    requestBytes: config.steeringRequestBytes,
+    processBytes: config.steeringProcessBytes,
   });
   const admission = options.admission ?? createAdmission(admissionLimitsFrom(config));
   const api = createCompletionsService({
     models: registry,
     ledger,
+    usageLog: ledger?.usageLog,
     nonStreamDeadlineMs: config.nonStreamDeadlineMs,
-    ...(config.holdRenewMs === undefined ? {} : { holdRenewIntervalMs: config.holdRenewMs }),
+    holdRenewIntervalMs: config.holdRenewMs,
     onLedgerError: (err) => logger.error({ err }, "Budget ledger call failed"),
     steeringBudget,
-    ...(config.lensFanOutConcurrency === undefined
-      ? {}
-      : { lensFanOutConcurrency: config.lensFanOutConcurrency }),
+    lensFanOutConcurrency: config.lensFanOutConcurrency,
     admission,
   });
   const notReady = notReadyReasons(options.isReady ?? (() => true), registry, ledger);
@@ -196,7 +202,7 @@ interface Pools {
 
 /**
  * The model registry, and a replica pool per model (one Inference client per replica, sharing one
- * /tokenize cache), checked every `options.healthIntervalMs` (default 5000 ms).
+ * /tokenize cache), checked every `options.healthIntervalMs` (default: the pool's).
  */
 function createPools(config: AppConfig, options: AppOptions): Pools {
   const pools: Array<{ model: string; pool: UpstreamPool }> = [];
@@ -210,13 +216,13 @@ function createPools(config: AppConfig, options: AppOptions): Pools {
         client: createVllmClient({
           baseUrl: u.url,
           tokenizeCache,
-          silenceTimeoutMs: config.upstreamHeadersTimeoutMs ?? limits.upstreamHeadersTimeoutMs,
+          silenceTimeoutMs: config.upstreamHeadersTimeoutMs,
           ...(u.apiKey === undefined ? {} : { apiKey: u.apiKey }),
           ...(m.maxConcurrentRequests === undefined ? {} : { connections: m.maxConcurrentRequests }),
         }),
       })),
       admit,
-      healthIntervalMs: options.healthIntervalMs ?? 5000,
+      ...(options.healthIntervalMs === undefined ? {} : { healthIntervalMs: options.healthIntervalMs }),
       ...options.pool,
       logger: options.logger,
     });
@@ -274,10 +280,11 @@ async function openLedger(
   config: AppConfig,
   logger: Logger,
   reclaimIntervalMs: number | undefined,
+  usageLog: UsageLogOptions | undefined,
 ): Promise<BudgetLedger | undefined> {
   const { db } = config;
   if (db === undefined) return undefined;
-  const leaseTtlMs = config.leaseTtlMs ?? DEFAULT_LEASE_SETTINGS.ttlMs;
+  const { leaseTtlMs } = config;
   // On a shared database a dead replica's leases come back within two lease lifetimes.
   const reclaimEvery =
     reclaimIntervalMs ??
@@ -290,6 +297,7 @@ async function openLedger(
     leases: db.kind === "postgres" && { ttlMs: leaseTtlMs },
     ...(config.instanceId === undefined ? {} : { instanceId: config.instanceId }),
     reclaimIntervalMs: reclaimEvery,
+    ...(usageLog === undefined ? {} : { usageLog }),
     onReclaimError: (err) => logger.error({ err }, "Budget ledger background task failed"),
     onWritableChange: ({ writable, pendingSettles, pendingTokens, error }) => {
       if (writable) logger.info("Budget ledger writes again: every pending settle is written; ready");

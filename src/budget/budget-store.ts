@@ -1,6 +1,7 @@
 import type { AdminStore } from "./admin-store.js";
 import type { KeyRecord } from "./key-record.js";
 import type { HoldDemand } from "./plan-hold.js";
+import type { UsageAggregateQuery, UsageAggregateRow, UsageRecord } from "./usage/usage-record.js";
 
 export type { KeyRecord } from "./key-record.js";
 
@@ -14,6 +15,23 @@ export interface DailyUsageRecord {
   readonly settledHolds: number;
   /** Holds (and leases) released by reclaim that day instead of a settle. */
   readonly reclaimedHolds: number;
+}
+
+/**
+ * A past period of a key (a `budget_periods` row), written when the key rolled over into the next
+ * one: what it was charged, and what of it was still held or leased then (Holds and leases placed
+ * in it settle to it; their unused tokens go back nowhere). spent + held + leased ≤ budget.
+ */
+export interface PeriodRecord {
+  /** Unix epoch ms (UTC) of the period's start, and of the next one's. */
+  readonly periodStart: number;
+  readonly periodEnd: number;
+  /** The key's Budget when the period ended (later grants go to the periods after it). */
+  readonly budgetTokens: number;
+  readonly spentTokens: number;
+  /** Σ of the period's Holds still open / of its leases still live. */
+  readonly heldTokens: number;
+  readonly leasedTokens: number;
 }
 
 /** A key with its live numbers, as {@link BudgetStore.keyUsage} reads them in one snapshot. */
@@ -32,6 +50,8 @@ export interface KeyUsageRecord extends KeyRecord {
   readonly reclaimedHolds: number;
   /** Usage per UTC day, newest first (at most the days asked for). */
   readonly daily: readonly DailyUsageRecord[];
+  /** The key's past periods, newest first (at most the `days` asked for). */
+  readonly periods: readonly PeriodRecord[];
 }
 
 /** A key's Budget numbers inside a transaction (what a lease policy decides from). */
@@ -60,6 +80,12 @@ export interface PlaceHoldInput {
    * Undefined: plan with what is free now.
    */
   readonly drainOthersUntil?: number;
+  /**
+   * Place the Hold in the period that starts then (a Hold taking over one of a lease of that
+   * period, `Leases.move`): against what that period has free, a past one included. Absent: the
+   * key's current period.
+   */
+  readonly periodStart?: number;
 }
 
 /** The outcome of {@link BudgetStore.placeHold}. */
@@ -110,6 +136,11 @@ export interface LateChargeInput {
   readonly instanceId: string;
   readonly now: number;
   readonly day: string;
+  /**
+   * Start of the period the Hold was placed in (its lease's, as the store answered it): the charge
+   * goes to that period, as far as it has tokens free. Absent: the key's current period.
+   */
+  readonly periodStart?: number;
 }
 
 /**
@@ -163,6 +194,19 @@ export interface LeaseSyncInput {
   readonly close: boolean;
 }
 
+/** The period a lease was taken in, as a step answers it (Unix epoch ms). */
+export interface LeasePeriod {
+  /** Its start: what a late charge of one of the lease's Holds names (LateChargeInput.periodStart). */
+  readonly start: number;
+  /** Its end: no Hold may be placed on the lease from then on. */
+  readonly end: number;
+  /**
+   * The key rolled over into a later period (the store's clock): the lease takes no new Hold,
+   * gives back its free tokens and ends with its last Hold; its charges go to its period.
+   */
+  readonly past: boolean;
+}
+
 /** The outcome of {@link BudgetStore.syncLease}. */
 export type LeaseSyncOutcome =
   | {
@@ -174,6 +218,8 @@ export type LeaseSyncOutcome =
       /** Another replica (or a revoke) asked this lease to give back its free tokens. */
       readonly drain: boolean;
       readonly key: KeyState;
+      /** The lease's period; absent when the key has none (`none`). */
+      readonly period?: LeasePeriod;
     }
   | {
       /**
@@ -266,6 +312,13 @@ export interface BudgetStore extends AdminStore {
    * learn whether the store can write again after a write failed. Throws what the store throws.
    */
   probeWrite(): Promise<void>;
+  /**
+   * Appends usage records (src/budget/usage/): one multi-row INSERT per 500 rows; on SQLite in the
+   * write path's group commit. Throws when the store cannot write (nothing of that INSERT is kept).
+   */
+  insertUsage(records: readonly UsageRecord[]): Promise<void>;
+  /** The sums of the usage records per bucket and group ({@link UsageAggregateQuery}), GROUP BY in SQL. */
+  usageAggregate(query: UsageAggregateQuery): Promise<UsageAggregateRow[]>;
   /** Closes the store; later calls throw. */
   close(): Promise<void>;
 }

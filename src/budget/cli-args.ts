@@ -2,6 +2,7 @@
 // before the database is opened (a mistake is a UsageError, exit code 2).
 import { parseArgs } from "node:util";
 import type { KeyMetadata } from "./key-settings.js";
+import { BUDGET_PERIODS, type BudgetPeriod, isBudgetPeriod } from "./period.js";
 
 export const HELP = `Usage: npm run keys -- <command> [options]
 
@@ -10,8 +11,10 @@ path, or a PostgreSQL URL (postgres://user@host:5432/database) shared by gateway
 Every change is written to the audit log (actor: cli), as the admin API's are.
 
 Commands:
-  create --budget TOKENS [--name NAME] [--models ID,ID...] [KEY SETTINGS]
-                         Create a key with a Budget of TOKENS; prints the key once.
+  create --budget TOKENS [--name NAME] [--models ID,ID...] [--period none|day|week|month]
+         [KEY SETTINGS]  Create a key with a Budget of TOKENS; prints the key once.
+                         With --period, TOKENS is the Budget of each UTC day, ISO week
+                         (from Monday) or month: spent starts again from 0 at each boundary.
   update <id> [--name NAME] [--budget TOKENS] [--models ID,ID...|all] [KEY SETTINGS]
                          Change a key: --budget sets its Budget (not below what it has
                          spent or holds), --models all lifts the allow-list.
@@ -22,7 +25,8 @@ Commands:
   revoke <id>            Revoke the key: every request with it gets 401 from now on
                          (waits until the replicas leasing the key have confirmed it).
   usage <id> [--days N]  Show the key's Budget, spent, held, leased and available tokens,
-                         and its usage per day (UTC) for the last N days (default 31).
+                         and its usage per day (UTC) for the last N days (default 31);
+                         with a period, its start, its reset time and the past periods.
   create-admin [--name NAME]
                          Create an admin key (acs-admin-…) for the admin API
                          (/v1/admin/…, acs.v1.AdminService); prints it once.
@@ -59,6 +63,7 @@ export function parse(argv: readonly string[]) {
       budget: { type: "string" },
       name: { type: "string" },
       models: { type: "string" },
+      period: { type: "string" },
       tokens: { type: "string" },
       days: { type: "string" },
       rpm: { type: "string" },
@@ -92,6 +97,7 @@ export type Command =
       readonly budgetTokens: number;
       readonly name?: string;
       readonly models?: string[];
+      readonly period?: BudgetPeriod;
     } & SettingArgs)
   | ({
       readonly kind: "update";
@@ -109,7 +115,7 @@ export type Command =
 
 const SETTINGS = ["rpm", "tpm", "expires-at", "metadata"] as const;
 const ALLOWED: Record<string, { args: number; options: readonly (keyof Values)[] }> = {
-  create: { args: 0, options: ["budget", "name", "models", ...SETTINGS] },
+  create: { args: 0, options: ["budget", "name", "models", "period", ...SETTINGS] },
   update: { args: 1, options: ["budget", "name", "models", ...SETTINGS] },
   list: { args: 0, options: [] },
   grant: { args: 1, options: ["tokens"] },
@@ -120,7 +126,7 @@ const ALLOWED: Record<string, { args: number; options: readonly (keyof Values)[]
   "revoke-admin": { args: 1, options: [] },
   audit: { args: 0, options: ["limit"] },
 };
-const CHECKED = ["budget", "name", "models", "tokens", "days", "limit", ...SETTINGS] as const;
+const CHECKED = ["budget", "name", "models", "period", "tokens", "days", "limit", ...SETTINGS] as const;
 
 /** The checked command, or "help"; throws UsageError with the reason. */
 export function toCommand(positionals: readonly string[], values: Values): Command | "help" {
@@ -169,11 +175,16 @@ export function toCommand(positionals: readonly string[], values: Values): Comma
 function createCommand(values: Values): Command {
   if (values.budget === undefined) throw new UsageError("'create' needs --budget TOKENS");
   const models = modelList(values.models);
+  const { period } = values;
+  if (period !== undefined && !isBudgetPeriod(period)) {
+    throw new UsageError(`--period must be one of ${BUDGET_PERIODS.join(", ")}, got '${period}'`);
+  }
   return {
     kind: "create",
     budgetTokens: count("--budget", values.budget, 0),
     ...(values.name === undefined ? {} : { name: values.name }),
     ...(models === undefined ? {} : { models }),
+    ...(period === undefined ? {} : { period }),
     ...settingArgs(values, false),
   };
 }

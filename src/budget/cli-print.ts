@@ -51,12 +51,17 @@ export function printUsage(usage: KeyUsage, json: boolean, io: Io): void {
   );
   io.out(`  models:     ${usage.models === null ? "all" : usage.models.join(", ")}`);
   printSettings(usage, io);
-  io.out(`  budget:     ${usage.budgetTokens}`);
+  io.out(`  budget:     ${usage.budgetTokens}${usage.period === undefined ? "" : ` a ${usage.period}`}`);
+  if (usage.period !== undefined) {
+    const iso = (ms: number | undefined) => new Date(ms ?? 0).toISOString();
+    io.out(`  period:     from ${iso(usage.periodStart)}, resets at ${iso(usage.resetsAt)}`);
+  }
   io.out(`  spent:      ${usage.spentTokens}`);
   io.out(`  held:       ${usage.heldTokens} (${usage.openHolds} open Holds)`);
   io.out(`  leased:     ${usage.leasedTokens} (${usage.leases} leases of gateway replicas)`);
   io.out(`  available:  ${usage.availableTokens}`);
   io.out(`  requests:   ${usage.settledHolds} settled, ${usage.reclaimedHolds} reclaimed`);
+  printPeriods(usage, io);
   if (usage.daily.length === 0) return;
   io.out("  per day (UTC):");
   const rows = [
@@ -69,6 +74,19 @@ export function printUsage(usage: KeyUsage, json: boolean, io: Io): void {
     ]),
   ];
   table(rows, io, "    ", true);
+}
+
+/** The past periods of a key with a Budget period (the newest first). */
+function printPeriods(usage: KeyUsage, io: Io): void {
+  if (usage.periods === undefined || usage.periods.length === 0) return;
+  io.out("  past periods (UTC):");
+  for (const p of usage.periods) {
+    const still = p.heldTokens + p.leasedTokens;
+    io.out(
+      `    ${new Date(p.periodStart).toISOString()}  budget ${p.budgetTokens}  spent ${p.spentTokens}` +
+        (still > 0 ? `  still held ${still}` : ""),
+    );
+  }
 }
 
 export function printTable(keys: readonly KeySummary[], io: Io): void {
@@ -85,7 +103,7 @@ export function printTable(keys: readonly KeySummary[], io: Io): void {
         k.id,
         k.name,
         k.hint,
-        String(k.budgetTokens),
+        `${k.budgetTokens}${k.period === undefined ? "" : `/${k.period}`}`,
         String(k.spentTokens),
         state(k),
         k.models === null ? "all" : k.models.join(","),

@@ -101,7 +101,10 @@ function printKey(what: string, k: KeySummary & { key?: string }, io: Io, json: 
     return;
   }
   io.out(`${what} key ${k.id}${k.name === "" ? "" : ` (${k.name})`}`);
-  io.out(`Budget: ${k.budgetTokens} tokens; models: ${k.models === null ? "all" : k.models.join(", ")}`);
+  const per = k.period === undefined ? "" : ` a ${k.period} (UTC)`;
+  io.out(
+    `Budget: ${k.budgetTokens} tokens${per}; models: ${k.models === null ? "all" : k.models.join(", ")}`,
+  );
   printSettings(k, io);
   if (k.key === undefined) return;
   io.out("The key is shown only this once; store it now:");
@@ -111,11 +114,12 @@ function printKey(what: string, k: KeySummary & { key?: string }, io: Io, json: 
 async function run(ledger: BudgetLedger, command: Command, json: boolean, io: Io): Promise<void> {
   switch (command.kind) {
     case "create": {
-      const { budgetTokens, name, models } = command;
+      const { budgetTokens, name, models, period } = command;
       const created = await ledger.createKey({
         budgetTokens,
         ...(name === undefined ? {} : { name }),
         ...(models === undefined ? {} : { models }),
+        ...(period === undefined ? {} : { period }),
         ...settingsOf(command, null),
       });
       if (json) io.out(JSON.stringify({ ...created, ...(await ledger.usage(created.id)) }));

@@ -22,8 +22,10 @@ export type {
   KeyRecord,
   KeyState,
   KeyUsageRecord,
+  LeasePeriod,
   LeaseSyncInput,
   LeaseSyncOutcome,
+  PeriodRecord,
   PlaceHoldInput,
   PlaceHoldOutcome,
   ReclaimCount,
@@ -72,6 +74,7 @@ export {
   isPostgresUrl,
 } from "./ledger/options.js";
 export { utcDay } from "./ledger/utc-day.js";
+export { BUDGET_PERIODS, type BudgetPeriod, isBudgetPeriod, nextBoundary, periodStart } from "./period.js";
 export { demandTokens, type HoldDemand, type HoldPlan, planHold } from "./plan-hold.js";
 export {
   type LedgerSettleResult,
@@ -89,3 +92,26 @@ export {
   createSqliteBudgetStore,
   type SqliteBudgetStoreOptions,
 } from "./stores/sqlite/index.js";
+export {
+  chargedOf,
+  createUsageLog,
+  type UsageEntry,
+  type UsageLog,
+  type UsageLogOptions,
+} from "./usage/usage-log.js";
+export {
+  MAX_USAGE_FILTER_VALUES,
+  USAGE_BUCKET_WIDTHS,
+  type UsageBucket,
+  type UsageBucketWidth,
+  type UsageCompletionsPage,
+  type UsageCompletionsQuery,
+  type UsageCompletionsResult,
+  usageCompletions,
+} from "./usage/usage-query.js";
+export type {
+  UsageAggregateQuery,
+  UsageAggregateRow,
+  UsageGroupBy,
+  UsageRecord,
+} from "./usage/usage-record.js";

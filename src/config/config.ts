@@ -2,10 +2,10 @@ import { readFileSync } from "node:fs";
 import { checkDbPath } from "./check-db-path.js";
 import { ConfigError } from "./config-error.js";
 import { type Env, parseEnv } from "./env-schema.js";
-import { limits } from "./limits.js";
+import { limits, machineryDefaults } from "./limits.js";
 import { type ModelConfig, parseModelsFile } from "./models-file.js";
 
-export { limits };
+export { limits, machineryDefaults };
 
 /** The embedded reference engine that `npm start` runs when no models file is given. */
 export interface EmbeddedEngineConfig {

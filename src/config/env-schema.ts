@@ -2,7 +2,7 @@ import { availableParallelism } from "node:os";
 import { z } from "zod";
 import { ConfigError } from "./config-error.js";
 import { formatIssues } from "./format-issues.js";
-import { limits } from "./limits.js";
+import { limits, machineryDefaults } from "./limits.js";
 
 /** pino's levels: the values ACS_LOG_LEVEL takes. */
 export const logLevels = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
@@ -69,7 +69,7 @@ export const envSchema = z.object({
    */
   ACS_INSTANCE_ID: z.string().optional(),
   /** How long a replica's lease outlives its last sync (a dead replica's is reclaimed after it), ms. @default 30000 */
-  ACS_LEASE_TTL_MS: intText(1000, 3_600_000, 30_000),
+  ACS_LEASE_TTL_MS: intText(1000, 3_600_000, machineryDefaults.leaseTtlMs),
   /** How often a stream renews its Hold, recording the tokens generated so far, ms. @default 10000 */
   ACS_HOLD_RENEW_MS: intText(10, 600_000, 10_000),
   /** SSE `: keepalive` interval, ms. @default 5000 (limits.keepaliveIntervalMs) */

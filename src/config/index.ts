@@ -7,6 +7,7 @@ export {
   isLoopback,
   limits,
   loadConfig,
+  machineryDefaults,
   parseBudgetDb,
 } from "./config.js";
 export { ConfigError } from "./config-error.js";

@@ -39,3 +39,12 @@ export const limits = {
    */
   upstreamHeadersTimeoutMs: 60_000,
 } as const;
+
+/**
+ * Defaults of the gateway's own machinery that a library below config also uses when it runs alone
+ * (tests, the keys CLI): written here once, read by the env schema and by that library.
+ */
+export const machineryDefaults = {
+  /** How long a replica's Budget lease outlives its last sync, ms (ACS_LEASE_TTL_MS; src/budget/leases). */
+  leaseTtlMs: 30_000,
+} as const;

@@ -1,17 +1,16 @@
 // How many bytes of decoded steering tensors the gateway holds at once. A zstd tensor of ~1.5 KB
 // inflates to 32 MiB: without a bound, a few small requests can make the process hold gigabytes.
-import { limits } from "../config/index.js";
 import { ApiError } from "../core/errors/index.js";
 
 /** Seconds a caller refused for a busy process is told to wait (`Retry-After`). */
 export const STEERING_RETRY_AFTER_SECONDS = 1;
 
-/** Options of {@link createSteeringBudget}. Bytes. */
+/** Options of {@link createSteeringBudget}. Bytes, each an integer ≥ 1. */
 export interface SteeringBudgetOptions {
-  /** Most decoded steering bytes one request may hold. @default limits.steeringRequestBytes (32 MiB) */
-  readonly requestBytes?: number;
-  /** Most decoded steering bytes all requests in flight may hold together. @default limits.steeringProcessBytes (256 MiB) */
-  readonly processBytes?: number;
+  /** Most decoded steering bytes one request may hold (ACS_STEERING_REQUEST_BYTES). */
+  readonly requestBytes: number;
+  /** Most decoded steering bytes all requests in flight may hold together (ACS_STEERING_PROCESS_BYTES). */
+  readonly processBytes: number;
 }
 
 /** The bytes one request holds against a {@link SteeringBudget}. */
@@ -51,11 +50,12 @@ function checkBound(name: string, value: number): number {
  * The budget of decoded steering bytes (proto/API.md §6's tensors, counted in their dtype: elements ×
  * 2 or 4 bytes, whatever their compression on the wire). A request reserves its total once its
  * shapes are checked and before any tensor is decoded, and keeps it until its answer is complete
- * (the bytes are sent to Inference, and again for a streamed capture's replay).
+ * (the bytes are sent to Inference, and again for a streamed capture's replay). Throws RangeError
+ * for a bound that is not an integer ≥ 1.
  */
-export function createSteeringBudget(options: SteeringBudgetOptions = {}): SteeringBudget {
-  const requestBytes = checkBound("requestBytes", options.requestBytes ?? limits.steeringRequestBytes);
-  const processBytes = checkBound("processBytes", options.processBytes ?? limits.steeringProcessBytes);
+export function createSteeringBudget(options: SteeringBudgetOptions): SteeringBudget {
+  const requestBytes = checkBound("requestBytes", options.requestBytes);
+  const processBytes = checkBound("processBytes", options.processBytes);
   const counts: BudgetCounts = { requestBytes, processBytes, inFlight: 0, peak: 0 };
 
   return {

@@ -2,7 +2,6 @@
 // caller can take the gateway or a model's upstream capacity from the others (src/OPERATIONS.md,
 // "No single caller can pin the gateway": ACS_MAX_REQUESTS_PER_KEY, ACS_MAX_STREAMS_PER_KEY,
 // ACS_MAX_UPSTREAM_SHARE_PER_KEY).
-import { limits as contractLimits } from "../config/index.js";
 import { ApiError } from "../core/errors/index.js";
 
 /** Seconds a caller refused for a cap is told to wait (`Retry-After`): one of its requests may end by then. */
@@ -10,38 +9,27 @@ export const ADMISSION_RETRY_AFTER_SECONDS = 1;
 
 /** The caps of {@link createAdmission}. A count of 0 means no cap. */
 export interface AdmissionLimits {
-  /** Concurrent requests of one key, streamed or not. 0 = no cap. @default 1024 */
+  /** Concurrent requests of one key, streamed or not; 0 = no cap (ACS_MAX_REQUESTS_PER_KEY). */
   readonly maxRequestsPerKey: number;
-  /** Concurrent streams of one key. 0 = no cap. @default 512 */
+  /** Concurrent streams of one key; 0 = no cap (ACS_MAX_STREAMS_PER_KEY). */
   readonly maxStreamsPerKey: number;
   /**
    * The share of a model's upstream capacity (Σ over its replicas of `max_concurrent_requests`) one
-   * key may hold: a fraction in (0, 1]; the cap is ⌊share × capacity⌋ requests, at least 1.
-   * @default 0.5
+   * key may hold: a fraction in (0, 1]; the cap is ⌊share × capacity⌋ requests, at least 1
+   * (ACS_MAX_UPSTREAM_SHARE_PER_KEY).
    */
   readonly maxUpstreamSharePerKey: number;
 }
 
-/** The defaults of {@link AdmissionLimits}. */
-export const defaultAdmissionLimits: AdmissionLimits = {
-  maxRequestsPerKey: contractLimits.maxRequestsPerKey,
-  maxStreamsPerKey: contractLimits.maxStreamsPerKey,
-  maxUpstreamSharePerKey: contractLimits.maxUpstreamSharePerKey,
-};
-
 /**
  * The caps a configuration sets (ACS_MAX_REQUESTS_PER_KEY, ACS_MAX_STREAMS_PER_KEY,
- * ACS_MAX_UPSTREAM_SHARE_PER_KEY), each unset one at its default ({@link defaultAdmissionLimits}).
+ * ACS_MAX_UPSTREAM_SHARE_PER_KEY; their defaults resolved by src/config/env-schema.ts).
  */
-export function admissionLimitsFrom(config: {
-  readonly maxRequestsPerKey?: number | undefined;
-  readonly maxStreamsPerKey?: number | undefined;
-  readonly maxUpstreamSharePerKey?: number | undefined;
-}): AdmissionLimits {
+export function admissionLimitsFrom(config: AdmissionLimits): AdmissionLimits {
   return {
-    maxRequestsPerKey: config.maxRequestsPerKey ?? defaultAdmissionLimits.maxRequestsPerKey,
-    maxStreamsPerKey: config.maxStreamsPerKey ?? defaultAdmissionLimits.maxStreamsPerKey,
-    maxUpstreamSharePerKey: config.maxUpstreamSharePerKey ?? defaultAdmissionLimits.maxUpstreamSharePerKey,
+    maxRequestsPerKey: config.maxRequestsPerKey,
+    maxStreamsPerKey: config.maxStreamsPerKey,
+    maxUpstreamSharePerKey: config.maxUpstreamSharePerKey,
   };
 }
 
@@ -149,7 +137,7 @@ export function rateLimited(message: string): ApiError {
  * after the key and the model are known and before the Hold; released when the request ends,
  * whatever the way (answer, error, disconnect, deadline, a stalled stream ended).
  */
-export function createAdmission(limits: AdmissionLimits = defaultAdmissionLimits): LocalAdmission {
+export function createAdmission(limits: AdmissionLimits): LocalAdmission {
   checkLimits(limits);
   const keys = new Map<string, Counts>();
 

@@ -16,7 +16,6 @@ export {
   type AdmissionTicket,
   admissionLimitsFrom,
   createAdmission,
-  defaultAdmissionLimits,
   type KeyInFlight,
   type LocalAdmission,
   rateLimited,

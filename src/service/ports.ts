@@ -3,7 +3,7 @@
 // ones in).
 // A ledger may answer synchronously (SQLite) or asynchronously (a database over the network):
 // the service awaits every call.
-import type { HoldDemand } from "../budget/index.js";
+import type { HoldDemand, UsageEntry } from "../budget/index.js";
 
 /** A key that authenticate() accepted. */
 export interface KeyInfo {
@@ -38,7 +38,10 @@ export interface Ledger {
    * generated so far): a Hold reclaimed after its gateway died is charged at least that.
    */
   renew(holdId: string, usedTokens: number): MaybePromise<unknown>;
-  /** Charges the tokens used and releases the rest; exactly once (later calls are no-ops). */
+  /**
+   * Charges the tokens used and releases the rest; exactly once (later calls are no-ops). Its
+   * answer (`LedgerSettleResult`: the tokens charged) goes to the {@link UsageLog}.
+   */
   settle(holdId: string, usedTokens: number): MaybePromise<unknown>;
   /**
    * Whether the Hold still covers what its request may deliver: `true` at once in the usual case
@@ -48,4 +51,13 @@ export interface Ledger {
    * delivers nothing more. Rejects when the store cannot be reached.
    */
   standing(holdId: string): true | Promise<boolean>;
+}
+
+/**
+ * Where the service hands the record of each settled request (src/budget implements it: queued in
+ * memory, written in batches). Called once per request that had a Hold, after its settle; never
+ * blocks and never throws (src/budget/README.md, "Usage records").
+ */
+export interface UsageLog {
+  record(entry: UsageEntry): void;
 }

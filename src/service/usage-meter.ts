@@ -24,6 +24,8 @@ interface Part {
   generated: number;
   /** Inference's `usage.total_tokens` for it, once reported. */
   reported: number | undefined;
+  /** Inference's `usage.prompt_tokens` and `completion_tokens` for it, once reported. */
+  reportedSplit: { prompt: number; completion: number } | undefined;
   /** Prompt tokens of its streamed capture's replay prefill. */
   replay: number;
   /** Whether its Inference request was sent (a fan-out's parts wait for a free slot). */
@@ -83,6 +85,7 @@ export class UsageMeter {
       promptTokens: tokens,
       generated: 0,
       reported: undefined,
+      reportedSplit: undefined,
       replay: 0,
       started,
       uncounted: false,
@@ -175,9 +178,24 @@ export class UsageMeter {
     return this.#prompts[prompt];
   }
 
-  /** Inference's usage of part `part` (its `usage.total_tokens`). */
-  report(totalTokens: number, part = 0): void {
-    this.#part(part).reported = totalTokens;
+  /**
+   * Inference's usage of part `part`: its `usage` (prompt, completion and total tokens), or only
+   * its `total_tokens`.
+   */
+  report(
+    usage:
+      | number
+      | { readonly promptTokens: number; readonly completionTokens: number; readonly totalTokens: number },
+    part = 0,
+  ): void {
+    const p = this.#part(part);
+    if (typeof usage === "number") {
+      p.reported = usage;
+      p.reportedSplit = undefined;
+    } else {
+      p.reported = usage.totalTokens;
+      p.reportedSplit = { prompt: usage.promptTokens, completion: usage.completionTokens };
+    }
   }
 
   /** Counts generated token ids of part `part`. */
@@ -196,6 +214,7 @@ export class UsageMeter {
     const p = this.#part(part);
     p.generated = 0;
     p.reported = undefined;
+    p.reportedSplit = undefined;
   }
 
   /** A streamed capture's replay prefill of part `part`: its prompt tokens (prompt + generated − 1). */
@@ -233,6 +252,33 @@ export class UsageMeter {
     return sum;
   }
 
+  /** Whether Inference did no work for a request that ended with `failure` (see {@link charge}). */
+  #noWork(failure: unknown): boolean {
+    const code: ErrorCode = failure instanceof ApiError ? failure.code : "internal_error";
+    const noneReported = this.#parts.every((p) => p.reported === undefined);
+    return noWorkCodes.has(code) && this.generated === 0 && noneReported;
+  }
+
+  /**
+   * The usage record's tokens of a request that ended with `failure` (src/budget/usage/usage-record.ts):
+   * over the parts that were sent, `input` the prompt tokens (Inference's `prompt_tokens` where it
+   * reported them, else as the Hold counted them), `output` the tokens generated (Inference's
+   * `completion_tokens`, else the token ids counted), `activation` a streamed capture's replay
+   * prefill; all 0 when Inference did no work (charged nothing). input + output is the `usage` the
+   * caller was told; input + output + activation what {@link used} charges.
+   */
+  figures(failure: unknown): { input: number; output: number; activation: number } {
+    const sum = { input: 0, output: 0, activation: 0 };
+    if (failure !== undefined && this.#noWork(failure)) return sum;
+    for (const p of this.#parts) {
+      if (!p.started && p.reported === undefined) continue;
+      sum.input += p.reportedSplit?.prompt ?? p.promptTokens;
+      sum.output += p.reportedSplit?.completion ?? p.generated;
+      sum.activation += p.replay;
+    }
+    return sum;
+  }
+
   /**
    * The charge of a request that ended with `failure` (undefined: it finished, or its caller
    * stopped reading a stream), given `heldTokens`:
@@ -247,9 +293,8 @@ export class UsageMeter {
    */
   charge(failure: unknown, heldTokens: number): number {
     if (failure === undefined) return this.used;
+    if (this.#noWork(failure)) return 0;
     const code: ErrorCode = failure instanceof ApiError ? failure.code : "internal_error";
-    const noneReported = this.#parts.every((p) => p.reported === undefined);
-    if (noWorkCodes.has(code) && this.generated === 0 && noneReported) return 0;
     const cut = code === "canceled" || code === "deadline_exceeded";
     const unanswered = (p: Part) => p.uncounted && p.reported === undefined;
     if (!cut || !this.#parts.some(unanswered)) return this.used;

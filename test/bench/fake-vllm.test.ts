@@ -4,8 +4,12 @@ import type { AddressInfo, Socket } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createFakeVllm, fakeCompletionText, fakeTokenize } from "../../bench/hotpath/fake-vllm.js";
 import { createVllmClient, newUpstreamRequestId } from "../../src/upstream/index.js";
+import { configDefaults } from "../helpers/config-defaults.js";
 import { sseChunks } from "../helpers/parse-sse.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";
+
+/** The Inference clients' silence bound: the configuration's default (ACS_UPSTREAM_HEADERS_TIMEOUT_MS). */
+const silenceTimeoutMs = configDefaults.upstreamHeadersTimeoutMs;
 
 /** Every write the server's sockets hand to the kernel, one string per write (or writev). */
 const batches: string[] = [];
@@ -284,7 +288,7 @@ describe("fake vLLM: hop delay", () => {
 
 describe("fake vLLM behind the gateway's own code", () => {
   it("the Inference client parses its stream, completion, tokenize and model list", async () => {
-    const client = createVllmClient({ baseUrl: url });
+    const client = createVllmClient({ baseUrl: url, silenceTimeoutMs });
     try {
       expect((await client.listModels()).data[0]?.max_model_len).toBe(64);
       expect((await client.tokenize("bench-model", "The sky is", true)).count).toBe(4);

@@ -202,7 +202,33 @@ describe("npm run keys (src/budget/cli.ts)", () => {
     expect(rows.every((r) => !("key" in r) && !("keyHash" in r))).toBe(true);
   });
 
+  it("create --period month: list, usage and --json show the period, its start and its reset", async () => {
+    const created = await keys(["create", "--budget", "7000", "--period", "month"], db.path);
+    expect(created.stdout).toMatch(/^Budget: 7000 tokens a month \(UTC\); models: all$/m);
+    const id = created.stdout.match(/key_[0-9a-f]{12}/)?.[0] ?? "";
+    const now = new Date();
+    const start = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1);
+    const resets = Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1);
+    expect((await keys(["list"], db.path)).stdout).toContain("7000/month");
+    const usage = await keys(["usage", id], db.path);
+    expect(usage.stdout).toMatch(/budget: +7000 a month/);
+    expect(usage.stdout).toContain(
+      `period:     from ${new Date(start).toISOString()}, resets at ${new Date(resets).toISOString()}`,
+    );
+    expect(JSON.parse((await keys(["usage", id, "--json"], db.path)).stdout)).toMatchObject({
+      period: "month",
+      periodStart: start,
+      resetsAt: resets,
+      periods: [],
+    });
+  });
+
   it.concurrent.each([
+    [
+      ["create", "--budget", "5", "--period", "year"],
+      2,
+      /--period must be one of none, day, week, month, got 'year'/,
+    ],
     [["usage", "key_000000000000"], 1, /^error: No key with id 'key_000000000000'\./],
     [["grant", "key_000000000000", "--tokens", "5"], 1, /^error: No key with id/],
     [["create"], 2, /'create' needs --budget TOKENS/],

@@ -22,6 +22,7 @@ import {
   createModelRegistry,
   type Ledger,
 } from "../../src/service/index.js";
+import { admissionDefaults, configDefaults, steeringDefaults } from "./config-defaults.js";
 import { MemoryInference, type MemoryScript } from "./memory-inference.js";
 
 /** What the wrapped collaborators saw. */
@@ -140,7 +141,8 @@ function countingAdmission(admission: Admission, taken: Taken): Admission {
 /**
  * The service over a fresh {@link MemoryInference} running `script`, with keys on `ledger`
  * (undefined: keys off), a non-stream deadline of `nonStreamDeadlineMs` (60 s unless given), and
- * `checkOrder` when a test wraps a step.
+ * `checkOrder` when a test wraps a step; every other setting at the configuration's default
+ * (./config-defaults.ts).
  */
 export function memoryService(
   ledger: Ledger | undefined,
@@ -153,18 +155,17 @@ export function memoryService(
 ): MemoryService {
   const port = new MemoryInference(script);
   const taken: Taken = { holds: new Map(), leases: [], tickets: [] };
-  const steering = createSteeringBudget();
-  const admission = createAdmission();
+  const steering = createSteeringBudget(steeringDefaults);
+  const admission = createAdmission(admissionDefaults);
   const api = createCompletionsService({
     models: createModelRegistry([memoryModel], () => port),
     ledger: ledger === undefined ? undefined : countingLedger(ledger, taken),
     nonStreamDeadlineMs: options.nonStreamDeadlineMs ?? 60_000,
+    holdRenewIntervalMs: configDefaults.holdRenewMs,
     steeringBudget: countingSteering(steering, taken),
     admission: countingAdmission(admission, taken),
     ...(options.checkOrder === undefined ? {} : { checkOrder: options.checkOrder }),
-    ...(options.lensFanOutConcurrency === undefined
-      ? {}
-      : { lensFanOutConcurrency: options.lensFanOutConcurrency }),
+    lensFanOutConcurrency: options.lensFanOutConcurrency ?? configDefaults.lensFanOutConcurrency,
   });
   return { api, port, taken, steering, admission };
 }

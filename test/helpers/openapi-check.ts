@@ -19,7 +19,7 @@ import {
   type OpenApiOperation,
   type OpenApiResponse,
   openApiDocument,
-} from "../../src/surfaces/rest/index.js";
+} from "../../src/surfaces/rest/openapi.js";
 import { exchange, type WireRequest, type WireResponse } from "./rpc-wire.js";
 
 const DOC_ID = "https://acs-gateway.invalid/openapi.json";

@@ -99,7 +99,8 @@ export function testDatabase(label: string): TestDatabase {
         );
         if (rows[0]?.n)
           await client.query(
-            "DELETE FROM usage_daily; DELETE FROM holds; DELETE FROM leases; DELETE FROM keys",
+            "DELETE FROM usage_daily; DELETE FROM budget_periods; DELETE FROM holds; DELETE FROM leases; " +
+              "DELETE FROM keys; DELETE FROM usage_records",
           );
         // The admin tables (schema 2 on): audit_logs refuses DELETE (append-only), TRUNCATE empties it.
         const admin = await client.query<{ n: number }>(

@@ -6,10 +6,11 @@ import { pino } from "pino";
 import type { Registry } from "prom-client";
 import { type AppOptions, buildApp, type Lifecycle, type OnePortTimeouts } from "../../src/app/index.js";
 import type { BudgetLedger } from "../../src/budget/index.js";
-import { type BudgetDb, limits, type ModelConfig } from "../../src/config/index.js";
+import type { BudgetDb, ModelConfig } from "../../src/config/index.js";
 import { type RunningEngine, startEngine } from "../../src/engine/index.js";
 import type { Admission, ModelRegistry } from "../../src/service/index.js";
 import type { UpstreamPool, VllmInference } from "../../src/upstream/index.js";
+import { configDefaults } from "./config-defaults.js";
 
 export interface StackOptions {
   /** Engine preset. @default "tiny" */
@@ -20,6 +21,8 @@ export interface StackOptions {
   upstreams?: Array<{ url: string; weight?: number; apiKey?: string }>;
   /** Facts of the model when upstreamUrl or upstreams is set. */
   model?: Partial<ModelConfig>;
+  /** More models served by the same upstream (each its own id; no aliases unless given). */
+  extraModels?: Array<Partial<ModelConfig> & { id: string }>;
   /** Replica checks: `/health` interval while up (ms, 0 = passive only). @default 0 */
   healthIntervalMs?: number;
   /** Replica pool timings. @default the pool's */
@@ -52,6 +55,10 @@ export interface StackOptions {
   streamStallMs?: number;
   /** Longest wait for an upstream answer's first event, ms (default: the config's). */
   upstreamHeadersTimeoutMs?: number;
+  /** The ledger's usage log batching (e.g. a long flush interval). @default the log's */
+  usageLog?: AppOptions["usageLog"];
+  /** Registers more routes on the gateway's app before it listens (routes buildApp leaves out). */
+  routes?: (app: FastifyInstance, ledger: BudgetLedger | undefined) => void;
 }
 
 export interface Stack {
@@ -101,10 +108,12 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   };
   const { app, ledger, registry, admission, metrics } = await buildApp(
     {
-      models: [modelConfig],
+      // Every setting at its default (the schema's), then the test's own.
+      ...configDefaults,
+      models: [modelConfig, ...(opts.extraModels ?? []).map((m) => ({ ...modelConfig, aliases: [], ...m }))],
       db: opts.db ?? (opts.dbPath === undefined ? undefined : { kind: "sqlite", path: opts.dbPath }),
-      keepaliveIntervalMs: opts.keepaliveIntervalMs ?? limits.keepaliveIntervalMs,
-      nonStreamDeadlineMs: opts.nonStreamDeadlineMs ?? limits.nonStreamDeadlineMs,
+      ...(opts.keepaliveIntervalMs === undefined ? {} : { keepaliveIntervalMs: opts.keepaliveIntervalMs }),
+      ...(opts.nonStreamDeadlineMs === undefined ? {} : { nonStreamDeadlineMs: opts.nonStreamDeadlineMs }),
       ...(opts.steeringRequestBytes === undefined ? {} : { steeringRequestBytes: opts.steeringRequestBytes }),
       ...(opts.steeringProcessBytes === undefined ? {} : { steeringProcessBytes: opts.steeringProcessBytes }),
       ...(opts.playgroundDir === undefined ? {} : { playgroundDir: opts.playgroundDir }),
@@ -126,11 +135,13 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       ...(opts.tracing ? { tracing: opts.tracing } : {}),
       healthIntervalMs: opts.healthIntervalMs ?? 0,
       reclaimIntervalMs: 0,
+      ...(opts.usageLog ? { usageLog: opts.usageLog } : {}),
       ...(opts.pool ? { pool: opts.pool } : {}),
       ...(opts.timeouts ? { timeouts: opts.timeouts } : {}),
       ...(opts.lifecycle ? { lifecycle: opts.lifecycle } : {}),
     },
   );
+  opts.routes?.(app, ledger);
   await app.listen({ host: "127.0.0.1", port: 0 });
   const port = (app.server.address() as AddressInfo).port;
   return {

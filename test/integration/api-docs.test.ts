@@ -3,7 +3,7 @@
 // /v1/completions and no request leaves the gateway.
 import { Validator } from "@seriousme/openapi-schema-validator";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { openApiDocument } from "../../src/surfaces/rest/index.js";
+import { openApiDocument } from "../../src/surfaces/rest/openapi.js";
 import { chromiumUnavailable, launchChromium, skipBrowserTests } from "../helpers/browser.js";
 import { until } from "../helpers/hang-guard.js";
 import { assertConforming, checkedFetch } from "../helpers/openapi-check.js";

@@ -2,7 +2,7 @@
 // known status and a well-formed body — never a 500, a crash or a hang.
 import fc from "fast-check";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { completionRequestFieldNames } from "../../src/surfaces/rest/index.js";
+import { completionRequestFieldNames } from "../../src/surfaces/rest/decode-completion-request.js";
 import { assertConforming, checkedFetch } from "../helpers/openapi-check.js";
 import { sseChunks } from "../helpers/parse-sse.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";

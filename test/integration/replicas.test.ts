@@ -17,6 +17,7 @@ import { Health, HealthCheckResponse_ServingStatus } from "../../gen/grpc/health
 import { buildApp } from "../../src/app/index.js";
 import type { ModelConfig } from "../../src/config/index.js";
 import { type RunningEngine, startEngine } from "../../src/engine/index.js";
+import { configDefaults } from "../helpers/config-defaults.js";
 import { until } from "../helpers/hang-guard.js";
 import { parseSse, withoutKeepalives } from "../helpers/parse-sse.js";
 import { freePort, startTs, waitForOk } from "../helpers/processes.js";
@@ -359,13 +360,13 @@ describe("a model whose upstream is down or serves another model at start-up", (
     );
     ({ app } = await buildApp(
       {
+        ...configDefaults,
         models: [
           model("acs/tiny", engine.url),
           model("late/model", `http://127.0.0.1:${latePort}`),
           model("wrong/model", engine.url, "other/model"),
         ],
         db: undefined,
-        keepaliveIntervalMs: 5000,
         nonStreamDeadlineMs: 60_000,
       },
       { logger, healthIntervalMs: 0, pool: { backoff: { initialMs: 50, maxMs: 200 } } },

@@ -5,7 +5,7 @@
 // dumped with every field (`usage: null`); the usage chunk drops nulls. REST and SSE, structures
 // compared after parsing (exact key sets: toStrictEqual).
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import type { CompletionChunkJson, CompletionJson } from "../../src/surfaces/rest/index.js";
+import type { CompletionChunkJson, CompletionJson } from "../../src/surfaces/rest/render-completion.js";
 import { assertConforming, checkedFetch } from "../helpers/openapi-check.js";
 import { sseChunks } from "../helpers/parse-sse.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";

@@ -7,7 +7,11 @@
 import fc from "fast-check";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { loadPreset } from "../../src/engine/index.js";
-import type { CompletionChunkJson, CompletionJson, LogprobsJson } from "../../src/surfaces/rest/index.js";
+import type {
+  CompletionChunkJson,
+  CompletionJson,
+  LogprobsJson,
+} from "../../src/surfaces/rest/render-completion.js";
 import { assertConforming, checkedFetch } from "../helpers/openapi-check.js";
 import { sseChunks } from "../helpers/parse-sse.js";
 import { type Stack, startStack } from "../helpers/start-stack.js";

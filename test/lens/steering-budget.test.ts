@@ -11,13 +11,14 @@ import {
   MAX_STEERING_NUMBERS,
   type TensorDtype,
 } from "../../src/lens/index.js";
+import { steeringDefaults } from "../helpers/config-defaults.js";
 import { expectApiError } from "./api-error-expect.js";
 
 const MiB = 2 ** 20;
 
 describe("createSteeringBudget", () => {
-  it("defaults: 32 MiB per request (2^23 float32), 256 MiB in all", () => {
-    const budget = createSteeringBudget();
+  it("the configuration's defaults: 32 MiB per request (2^23 float32), 256 MiB in all", () => {
+    const budget = createSteeringBudget(steeringDefaults);
     expect(budget.requestBytes).toBe(MAX_STEERING_NUMBERS * 4);
     expect(budget.requestBytes).toBe(limits.steeringRequestBytes);
     expect(budget.processBytes).toBe(256 * MiB);
@@ -73,8 +74,8 @@ describe("createSteeringBudget", () => {
   });
 
   it("refuses bounds that are not positive integers", () => {
-    expect(() => createSteeringBudget({ requestBytes: 0 })).toThrow(RangeError);
-    expect(() => createSteeringBudget({ processBytes: 1.5 })).toThrow(RangeError);
+    expect(() => createSteeringBudget({ ...steeringDefaults, requestBytes: 0 })).toThrow(RangeError);
+    expect(() => createSteeringBudget({ ...steeringDefaults, processBytes: 1.5 })).toThrow(RangeError);
   });
 });
 
@@ -95,7 +96,7 @@ describe("checkLensShapes with a lease", () => {
     });
 
   it("reserves every vector's elements × its dtype's width, whatever the compression", () => {
-    const budget = createSteeringBudget();
+    const budget = createSteeringBudget(steeringDefaults);
     const lease = budget.lease();
     checkLensShapes(
       request([
@@ -110,7 +111,7 @@ describe("checkLensShapes with a lease", () => {
   });
 
   it("reserves before inflating: a busy process answers 429 even for a frame that is not zstd", () => {
-    const budget = createSteeringBudget({ processBytes: 40_000 });
+    const budget = createSteeringBudget({ ...steeringDefaults, processBytes: 40_000 });
     budget.lease().reserve(30_000);
     const notZstd = request([{ shape: [1, 4096], dtype: Dtype.FLOAT32, data: new Uint8Array([1, 2, 3]) }]);
     expectApiError(() => checkLensShapes(notZstd, model, budget.lease()), {
@@ -118,14 +119,14 @@ describe("checkLensShapes with a lease", () => {
       param: null,
     });
     // with room, the same request gets the frame's own refusal
-    expectApiError(() => checkLensShapes(notZstd, model, createSteeringBudget().lease()), {
+    expectApiError(() => checkLensShapes(notZstd, model, createSteeringBudget(steeringDefaults).lease()), {
       code: "invalid_request",
       param: "apply_steering_vectors[0].activations",
     });
   });
 
   it("a shape refusal (400) comes before the budget", () => {
-    const budget = createSteeringBudget({ processBytes: 1 });
+    const budget = createSteeringBudget({ ...steeringDefaults, processBytes: 1 });
     expectApiError(
       () => checkLensShapes(request([{ shape: [1, 8], dtype: Dtype.FLOAT32 }]), model, budget.lease()),
       {

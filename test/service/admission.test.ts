@@ -7,9 +7,9 @@ import {
   ADMISSION_RETRY_AFTER_SECONDS,
   type AdmissionTicket,
   createAdmission,
-  defaultAdmissionLimits,
   upstreamShareCap,
 } from "../../src/service/index.js";
+import { admissionDefaults } from "../helpers/config-defaults.js";
 
 const model = { modelId: "acs/tiny", modelCapacity: 1000 };
 const unary = { ...model, stream: false };
@@ -166,14 +166,10 @@ describe("createAdmission", () => {
     });
     for (let i = 0; i < 500; i++) admission.admit("k", stream);
     expect(admission.inFlight("k").streams).toBe(500);
-    expect(() => createAdmission({ ...defaultAdmissionLimits, maxRequestsPerKey: -1 })).toThrow(RangeError);
-    expect(() => createAdmission({ ...defaultAdmissionLimits, maxStreamsPerKey: 1.5 })).toThrow(RangeError);
-    expect(() => createAdmission({ ...defaultAdmissionLimits, maxUpstreamSharePerKey: 0 })).toThrow(
-      RangeError,
-    );
-    expect(() => createAdmission({ ...defaultAdmissionLimits, maxUpstreamSharePerKey: 1.5 })).toThrow(
-      RangeError,
-    );
+    expect(() => createAdmission({ ...admissionDefaults, maxRequestsPerKey: -1 })).toThrow(RangeError);
+    expect(() => createAdmission({ ...admissionDefaults, maxStreamsPerKey: 1.5 })).toThrow(RangeError);
+    expect(() => createAdmission({ ...admissionDefaults, maxUpstreamSharePerKey: 0 })).toThrow(RangeError);
+    expect(() => createAdmission({ ...admissionDefaults, maxUpstreamSharePerKey: 1.5 })).toThrow(RangeError);
   });
 
   it("property: any interleaving of admits and (repeated) releases keeps exact counts within the caps", () => {

@@ -4,7 +4,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../gen/acs/v1/completions_pb.js";
 import { countPromptTokens, MAX_CONCURRENT_TOKENIZE } from "../../src/service/count-prompt-tokens.js";
 import { createVllmClient, type VllmClient } from "../../src/upstream/index.js";
+import { configDefaults } from "../helpers/config-defaults.js";
 import { type FakeUpstream, startFakeUpstream } from "../upstream/fake-upstream.js";
+
+/** The Inference clients' silence bound: the configuration's default (ACS_UPSTREAM_HEADERS_TIMEOUT_MS). */
+const silenceTimeoutMs = configDefaults.upstreamHeadersTimeoutMs;
 
 let upstream: FakeUpstream;
 let client: VllmClient;
@@ -23,7 +27,7 @@ beforeAll(async () => {
     const tokens = Array.from({ length: prompt.length + 1 }, (_, i) => i);
     res.end(JSON.stringify({ count: tokens.length, max_model_len: 512, tokens }));
   });
-  client = createVllmClient({ baseUrl: upstream.url });
+  client = createVllmClient({ baseUrl: upstream.url, silenceTimeoutMs });
 });
 afterAll(async () => {
   await client.close();

@@ -30,6 +30,8 @@ const LAYERS: readonly Layer[] = [
   { name: "budget", rank: 3, paths: ["src/budget"] },
   { name: "upstream", rank: 3, paths: ["src/upstream"] },
   { name: "telemetry", rank: 3, paths: ["src/telemetry"] },
+  // Requests and tokens per minute per scope (issue 35), in memory or Redis: core and config only.
+  { name: "ratelimit", rank: 3, paths: ["src/ratelimit"] },
   { name: "service", rank: 4, paths: ["src/service"] },
   // The two API surfaces, siblings: what they share is in core (the strict JSON parser, the
   // shutdown link) or the service.

@@ -13,12 +13,16 @@ import {
   toStreamChunk,
   type VllmClient,
 } from "../../src/upstream/index.js";
+import { configDefaults } from "../helpers/config-defaults.js";
+
+/** The Inference clients' silence bound: the configuration's default (ACS_UPSTREAM_HEADERS_TIMEOUT_MS). */
+const silenceTimeoutMs = configDefaults.upstreamHeadersTimeoutMs;
 
 let engine: RunningEngine;
 let client: VllmClient;
 beforeAll(async () => {
   engine = await startEngine({ preset: "tiny" });
-  client = createVllmClient({ baseUrl: engine.url });
+  client = createVllmClient({ baseUrl: engine.url, silenceTimeoutMs });
 });
 afterAll(async () => {
   await client?.close();

@@ -11,8 +11,12 @@ import {
   type VllmClient,
   type VllmCompletionChunk,
 } from "../../src/upstream/index.js";
+import { configDefaults } from "../helpers/config-defaults.js";
 import { HANG_GUARD_MS, until } from "../helpers/hang-guard.js";
 import { chunk, closedPortUrl, type FakeUpstream, sse, startFakeUpstream } from "./fake-upstream.js";
+
+/** The Inference clients' silence bound: the configuration's default (ACS_UPSTREAM_HEADERS_TIMEOUT_MS). */
+const silenceTimeoutMs = configDefaults.upstreamHeadersTimeoutMs;
 
 const req = create(CreateCompletionRequestSchema, {
   model: "llama-8b",
@@ -45,7 +49,7 @@ async function setup(
   opts: Partial<Parameters<typeof createVllmClient>[0]> = {},
 ): Promise<{ up: FakeUpstream; c: VllmClient }> {
   upstream = await startFakeUpstream(handler);
-  client = createVllmClient({ baseUrl: upstream.url, ...opts });
+  client = createVllmClient({ baseUrl: upstream.url, silenceTimeoutMs, ...opts });
   return { up: upstream, c: client };
 }
 
@@ -121,13 +125,13 @@ describe("complete", () => {
 
   it("keeps a base URL path prefix", async () => {
     upstream = await startFakeUpstream(json(200, completion));
-    client = createVllmClient({ baseUrl: `${upstream.url}/inference/` });
+    client = createVllmClient({ baseUrl: `${upstream.url}/inference/`, silenceTimeoutMs });
     await call(client);
     expect(upstream.requests[0]?.url).toBe("/inference/v1/completions");
   });
 
   it("refused connection → 503 upstream_unavailable", async () => {
-    client = createVllmClient({ baseUrl: await closedPortUrl() });
+    client = createVllmClient({ baseUrl: await closedPortUrl(), silenceTimeoutMs });
     const err = await apiErrorOf(call(client));
     expect(err.code).toBe("upstream_unavailable");
     expect(err.status).toBe(503);
@@ -403,7 +407,7 @@ describe("stream", () => {
   });
 
   it("refused connection → 503", async () => {
-    client = createVllmClient({ baseUrl: await closedPortUrl() });
+    client = createVllmClient({ baseUrl: await closedPortUrl(), silenceTimeoutMs });
     expect((await apiErrorOf(collect(streamOf(client)))).code).toBe("upstream_unavailable");
   });
 
@@ -538,7 +542,7 @@ describe("tokenize, models, health", () => {
     expect(await c.health()).toBe(true);
     status = 503;
     expect(await c.health()).toBe(false);
-    const dead = createVllmClient({ baseUrl: await closedPortUrl() });
+    const dead = createVllmClient({ baseUrl: await closedPortUrl(), silenceTimeoutMs });
     try {
       expect(await dead.health()).toBe(false);
     } finally {

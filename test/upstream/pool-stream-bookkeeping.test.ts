@@ -12,8 +12,12 @@ import {
   type UpstreamPool,
   type VllmCompletionChunk,
 } from "../../src/upstream/index.js";
+import { configDefaults } from "../helpers/config-defaults.js";
 import { until } from "../helpers/hang-guard.js";
 import { chunk, type FakeUpstream, startFakeUpstream } from "./fake-upstream.js";
+
+/** The Inference clients' silence bound: the configuration's default (ACS_UPSTREAM_HEADERS_TIMEOUT_MS). */
+const silenceTimeoutMs = configDefaults.upstreamHeadersTimeoutMs;
 
 const request = create(CreateCompletionRequestSchema, { model: "m", prompt: { case: "text", value: "Hi" } });
 const streamBody = buildVllmRequest(request, {
@@ -91,7 +95,10 @@ it("a take-out: the stream with output goes on to its end, the one without goes 
   b.health = "503"; // down at start, so that both requests go to a
   const p = createUpstreamPool({
     model: "m",
-    replicas: replicas.map((r) => ({ url: r.up.url, client: createVllmClient({ baseUrl: r.up.url }) })),
+    replicas: replicas.map((r) => ({
+      url: r.up.url,
+      client: createVllmClient({ baseUrl: r.up.url, silenceTimeoutMs }),
+    })),
     healthIntervalMs: 20,
     backoff: { initialMs: 20, maxMs: 20 },
     checkTimeoutMs: 1000,
@@ -127,7 +134,10 @@ it("outstanding is given back once: return() before, at and after the first chun
   replicas = [await startReplica("a", { held: "abort" })];
   const p = createUpstreamPool({
     model: "m",
-    replicas: replicas.map((r) => ({ url: r.up.url, client: createVllmClient({ baseUrl: r.up.url }) })),
+    replicas: replicas.map((r) => ({
+      url: r.up.url,
+      client: createVllmClient({ baseUrl: r.up.url, silenceTimeoutMs }),
+    })),
     healthIntervalMs: 0,
   });
   pool = p;

@@ -13,8 +13,12 @@ import {
   type VllmClient,
   type VllmCompletionChunk,
 } from "../../src/upstream/index.js";
+import { configDefaults } from "../helpers/config-defaults.js";
 import { until } from "../helpers/hang-guard.js";
 import { chunk, closedPortUrl, type FakeUpstream, sse, startFakeUpstream } from "./fake-upstream.js";
+
+/** The Inference clients' silence bound: the configuration's default (ACS_UPSTREAM_HEADERS_TIMEOUT_MS). */
+const silenceTimeoutMs = configDefaults.upstreamHeadersTimeoutMs;
 
 type Mode = "ok" | "503" | "500" | "400" | "401" | "cut-after-first" | "reset-before-first" | "hang";
 
@@ -142,7 +146,7 @@ async function setup(
     model: "m",
     replicas: urls.map((u) => {
       const url = typeof u === "string" ? u : u.up.url;
-      return { url, client: createVllmClient({ baseUrl: url }) };
+      return { url, client: createVllmClient({ baseUrl: url, silenceTimeoutMs }) };
     }),
     admit: async (client: VllmClient, signal: AbortSignal) => {
       const list = await client.listModels(signal);
@@ -198,7 +202,7 @@ describe("choice", () => {
       replicas: replicas.map((r, i) => ({
         url: r.up.url,
         weight: i === 2 ? 2 : 1,
-        client: createVllmClient({ baseUrl: r.up.url }),
+        client: createVllmClient({ baseUrl: r.up.url, silenceTimeoutMs }),
       })),
       healthIntervalMs: 0,
     });

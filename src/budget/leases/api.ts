@@ -34,6 +34,8 @@ export type LeaseStanding =
       readonly keyId: string;
       /** What the Hold may still use beyond what the reclaim charged for it. */
       readonly uncoveredTokens: number;
+      /** The lease's Budget period start (the Hold that takes over is placed in it); undefined without periods. */
+      readonly periodStart: number | undefined;
     };
 
 /** The lease side of a ledger: see `createLeases` (create-leases.ts). */

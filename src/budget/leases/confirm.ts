@@ -33,6 +33,7 @@ export async function confirm(st: LeasesState, holdId: string): Promise<LeaseSta
     kind: "lost",
     keyId: lease.keyId,
     uncoveredTokens: Math.max(0, hold.tokens - hold.confirmed),
+    periodStart: lease.periodStart,
   };
 }
 

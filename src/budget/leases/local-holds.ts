@@ -39,7 +39,13 @@ function closeLocal(st: LeasesState, hold: LocalHold, charge: number, state: Tom
   lease.pendingChargeIfLost += Math.max(0, charge - hold.confirmed);
   if (state === "settled") lease.pendingSettled += 1;
   lease.free += hold.tokens - charge;
-  tombstones.set(hold.id, { keyId: lease.keyId, state, charged: charge, tokens: hold.tokens });
+  tombstones.set(hold.id, {
+    keyId: lease.keyId,
+    state,
+    charged: charge,
+    tokens: hold.tokens,
+    periodStart: lease.periodStart,
+  });
   if (tombstones.size > TOMBSTONES) {
     const oldest = tombstones.keys().next().value;
     if (oldest !== undefined) tombstones.delete(oldest);
@@ -77,15 +83,20 @@ export async function renew(
   return holds.has(holdId) && !hold.lease.lost;
 }
 
-/** A late charge of a Hold of this replica, by its id (once), kept while the store cannot write it. */
+/**
+ * A late charge of a Hold of this replica, by its id (once), to the period of its lease, kept while
+ * the store cannot write it.
+ */
 async function chargeLate(
   st: LeasesState,
   holdId: string,
   keyId: string,
   tokens: number,
+  periodStart: number | undefined,
 ): Promise<LedgerSettleResult> {
   const { deps, instanceId } = st;
-  const charged = await deps.writes.chargeLate({ holdId, keyId, tokens, instanceId });
+  const input = { holdId, keyId, tokens, instanceId, ...(periodStart === undefined ? {} : { periodStart }) };
+  const charged = await deps.writes.chargeLate(input);
   return charged === "pending"
     ? { outcome: "pending", chargedTokens: 0, releasedTokens: 0 }
     : { outcome: "settled_after_reclaim", chargedTokens: charged, releasedTokens: 0 };
@@ -108,7 +119,7 @@ export async function settle(
   tombstones.set(holdId, { ...dead, state: "settled" });
   const extra = Math.max(0, Math.min(usedTokens, dead.tokens) - dead.charged);
   if (extra === 0) return { outcome: "settled_after_reclaim", chargedTokens: 0, releasedTokens: 0 };
-  return chargeLate(st, holdId, dead.keyId, extra);
+  return chargeLate(st, holdId, dead.keyId, extra, dead.periodStart);
 }
 
 /** The settle of a Hold still live here: on its lease, on the store Hold it moved to, or late (lease lost). */
@@ -125,6 +136,7 @@ async function settleLive(st: LeasesState, hold: LocalHold, usedTokens: number):
       state: "settled",
       charged: 0,
       tokens: hold.tokens,
+      periodStart: hold.lease.periodStart,
     });
     const result = await deps.writes.settle(hold.moved, Math.max(0, charge - hold.confirmed));
     return result ?? { outcome: "already_settled", chargedTokens: 0, releasedTokens: 0 };
@@ -141,8 +153,9 @@ async function settleLive(st: LeasesState, hold: LocalHold, usedTokens: number):
   // The lease was reclaimed by another replica: charged what the store had recorded for it.
   holds.delete(holdId);
   hold.lease.holds.delete(hold);
-  tombstones.set(holdId, { keyId: hold.lease.keyId, state: "settled", charged: 0, tokens: hold.tokens });
-  return chargeLate(st, holdId, hold.lease.keyId, Math.max(0, charge - hold.confirmed));
+  const { keyId, periodStart } = hold.lease;
+  tombstones.set(holdId, { keyId, state: "settled", charged: 0, tokens: hold.tokens, periodStart });
+  return chargeLate(st, holdId, keyId, Math.max(0, charge - hold.confirmed), periodStart);
 }
 
 /** `Leases.move`: the Hold of a lost lease is taken over by `storeHoldId`; false when it is not live here. */

@@ -53,6 +53,12 @@ async function placeLocked(st: LeasesState, keyId: string, need: number): Promis
   }
   if (lease.revoked) return { kind: "revoked" };
   if (!lease.lost && !lease.closing && lease.free >= need) return placeOn(st, lease, need);
+  if (lease.periodOver && !lease.closed && !lease.lost) {
+    // Another replica's clock rolled the key over first: this lease is the past period's. Retire
+    // it, and take a lease of the new period at once (its first step is in the key's period).
+    retire(st, lease);
+    return placeLocked(st, keyId, need);
+  }
   // Not granted (the end of the Budget, or leases blocked): Holds are one transaction each.
   e.noLeaseUntil = now() + s.syncIntervalMs;
   if (!lease.closed && !lease.lost) {

@@ -1,5 +1,6 @@
 // How a replica leases: the options, their defaults, and how many tokens a new lease takes.
 // src/budget/README.md, "Leases".
+import { machineryDefaults } from "../../config/index.js";
 import type { KeyState } from "../budget-store.js";
 
 /** How a replica leases. Amounts are tokens; times are milliseconds. */
@@ -13,7 +14,7 @@ export interface LeaseOptions {
    * below that (the end of a Budget) every Hold is one transaction. @default 4
    */
   readonly minHolds?: number;
-  /** A lease not renewed for this long is reclaimed by the other replicas. @default 30_000 */
+  /** A lease not renewed for this long is reclaimed by the other replicas. @default machineryDefaults.leaseTtlMs (30 s) */
   readonly ttlMs?: number;
   /** Charges settled from a lease reach the store (and the lease is renewed) this often. @default 1000 */
   readonly syncIntervalMs?: number;
@@ -35,7 +36,7 @@ export const DEFAULT_LEASE_SETTINGS: LeaseSettings = {
   share: 0.125,
   maxTokens: 10_000_000,
   minHolds: 4,
-  ttlMs: 30_000,
+  ttlMs: machineryDefaults.leaseTtlMs,
   syncIntervalMs: 1000,
   drainPollMs: 100,
   drainWaitMs: 2000,

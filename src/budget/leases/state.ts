@@ -49,6 +49,15 @@ export interface Lease {
   closed: boolean;
   /** The store's expiry as last confirmed. */
   expiresAt: number;
+  /**
+   * The lease's Budget period as the store answered it (src/budget/README.md "Budget periods"):
+   * its start (what a late charge of its Holds names; undefined for a key without periods) and its
+   * end, from which no Hold is placed on it (0: never).
+   */
+  periodStart: number | undefined;
+  periodEnd: number;
+  /** The store rolled the key over past the lease's period (the lease is closing). */
+  periodOver: boolean;
   lastPlacedAt: number;
   /** A step sent whose outcome is unknown: it is sent again (same seq) before anything else. */
   unconfirmed: { input: LeaseSyncInput; dirty: Map<LocalHold, number> } | undefined;
@@ -65,6 +74,8 @@ export interface Tombstone {
   /** Tokens already charged for it (a reclaim's recorded use). */
   readonly charged: number;
   readonly tokens: number;
+  /** Its lease's period start (undefined for a key without periods). */
+  readonly periodStart: number | undefined;
 }
 
 /** Tombstones kept at most (the oldest is dropped past it). */
@@ -148,12 +159,16 @@ export function* allLeases(st: LeasesState): Generator<Lease> {
   }
 }
 
-/** True for a lease that takes new Holds: open, not revoked, more than a quarter of its TTL ahead. */
+/**
+ * True for a lease that takes new Holds: open, not revoked, more than a quarter of its TTL ahead,
+ * and its Budget period not over by this ledger's clock (a Hold placed after the boundary is the
+ * next period's: it goes on a new lease).
+ */
 export function usable(st: LeasesState, l: Lease | undefined): l is Lease {
   const { now, s } = st;
-  return (
-    l !== undefined && !l.closing && !l.lost && !l.closed && !l.revoked && now() < l.expiresAt - s.ttlMs / 4
-  );
+  if (l === undefined || l.closing || l.lost || l.closed || l.revoked) return false;
+  const t = now();
+  return t < l.expiresAt - s.ttlMs / 4 && (l.periodEnd === 0 || t < l.periodEnd);
 }
 
 /** A lease of the key not yet in the store (its first step takes its tokens). */
@@ -176,6 +191,9 @@ export function newLease(st: LeasesState, keyId: string): Lease {
     lost: false,
     closed: false,
     expiresAt: 0,
+    periodStart: undefined,
+    periodEnd: 0,
+    periodOver: false,
     lastPlacedAt: now(),
     unconfirmed: undefined,
     chain: Promise.resolve(),

@@ -94,6 +94,15 @@ async function send(
   }
   lease.free += outcome.granted;
   lease.expiresAt = input.expiresAt;
+  if (outcome.period !== undefined) {
+    lease.periodStart = outcome.period.start;
+    lease.periodEnd = outcome.period.end;
+    // The store rolled the key over past the lease's period: it ends with its last Hold.
+    if (outcome.period.past) {
+      lease.closing = true;
+      lease.periodOver = true;
+    }
+  }
   if (outcome.key.revokedAt !== null) lease.revoked = true;
   if (outcome.drain || lease.revoked) lease.closing = true;
   if (input.close) lease.closed = true;

@@ -1,10 +1,13 @@
 // What the service sees of the ledger: the BudgetLedger interface and the shapes it takes and
 // returns (keys, Holds, usage). Opened by `createBudgetLedger` (create-ledger.ts).
 import type { AuditEntry, Page } from "../admin-store.js";
-import type { BudgetStore, DailyUsageRecord, ReclaimCount } from "../budget-store.js";
+import type { BudgetStore, DailyUsageRecord, PeriodRecord, ReclaimCount } from "../budget-store.js";
 import type { KeyMetadata, RateLimits } from "../key-settings.js";
+import type { BudgetPeriod } from "../period.js";
 import type { HoldDemand } from "../plan-hold.js";
 import type { LedgerSettleResult } from "../store-writes.js";
+import type { UsageLog } from "../usage/usage-log.js";
+import type { UsageCompletionsPage, UsageCompletionsQuery } from "../usage/usage-query.js";
 
 /** An authenticated key, as the service passes it back to checkModel and placeHold. */
 export interface KeyInfo {
@@ -45,14 +48,27 @@ export interface CreatedKey {
   readonly key: string;
 }
 
-/** A key as admins see it (no hash, no key). Times are Unix epoch ms. */
+/**
+ * A key as admins see it (no hash, no key). Times are Unix epoch ms. A key with a Budget period
+ * (`day`, `week`, `month`) has `period`, `periodStart` and `resetsAt`, and its numbers are the
+ * current period's, as of the ledger's clock (a period that ended since the store last rolled
+ * the key over shows spent 0); a key without (`none`) has none of the three.
+ */
 export interface KeySummary {
   readonly id: string;
   readonly name: string;
   /** `acs-…` + the key's last 4 characters. */
   readonly hint: string;
+  /** The Budget (of each period, when the key has one). */
   readonly budgetTokens: number;
+  /** Charged (in the current period, when the key has one). */
   readonly spentTokens: number;
+  /** How often spent starts again from 0, at the UTC calendar boundary. */
+  readonly period?: Exclude<BudgetPeriod, "none">;
+  /** Start of the current period (UTC). */
+  readonly periodStart?: number;
+  /** When spent starts again from 0: the next boundary (UTC). */
+  readonly resetsAt?: number;
   readonly models: readonly string[] | null;
   readonly createdAt: number;
   readonly revokedAt: number | null;
@@ -117,6 +133,11 @@ export interface KeyUsage extends KeySummary {
   readonly reclaimedHolds: number;
   /** Usage per UTC day, newest first. */
   readonly daily: readonly DailyUsageRecord[];
+  /**
+   * A key with a Budget period: its past periods, newest first (what each charged, and what of it
+   * is still held or leased by requests placed in it).
+   */
+  readonly periods?: readonly PeriodRecord[];
 }
 
 /**
@@ -218,7 +239,14 @@ export interface BudgetLedger {
   /** Flushes every lease now (charges, renewals, free tokens of idle leases). */
   syncLeases(): Promise<void>;
   /**
-   * Stops the timers, flushes the leases (giving back their free tokens, ending the empty ones),
+   * The usage log: one record per settled request, queued in memory and written in batches
+   * (src/budget/README.md, "Usage records"); flushed by close().
+   */
+  readonly usageLog: UsageLog;
+  /** OpenAI's completions usage over the usage records (../usage/usage-query.ts); throws ApiError 400. */
+  usageCompletions(query: UsageCompletionsQuery): Promise<UsageCompletionsPage>;
+  /**
+   * Stops the timers, writes the usage log's queue, flushes the leases (giving back their free tokens, ending the empty ones),
    * tries the pending settles once more (those still not written are reported to onReclaimError:
    * their Holds are reclaimed later, charged their last renewal) and closes the store. Idempotent.
    */
@@ -229,9 +257,13 @@ export interface BudgetLedger {
    * (the default). Each change is one transaction with its audit row. Throws UnknownIdError for
    * an unknown id, KeySettingError (with the param) for a setting that fails its check.
    */
-  /** Creates a key with a Budget of budgetTokens (integer ≥ 0) and its settings; the secret is shown once. */
+  /**
+   * Creates a key with a Budget of budgetTokens (integer ≥ 0), its settings and an optional Budget
+   * period (default `none`: the Budget never resets; else budgetTokens is the Budget of each UTC
+   * day, ISO week or month; RangeError for another period); the secret is shown once.
+   */
   createKey(
-    input: { name?: string; budgetTokens: number } & KeySettings,
+    input: { name?: string; budgetTokens: number; period?: BudgetPeriod } & KeySettings,
     actor?: string,
   ): Promise<CreatedKey & KeySummary>;
   /** One key. */

@@ -1,5 +1,6 @@
 // Opening a ledger: its store (SQLite, PostgreSQL or given), the watch of the store's writes,
 // its leases, its state and timers; and the BudgetLedger over that state.
+
 import { hostname } from "node:os";
 import { generateKeyId } from "../api-key.js";
 import type { BudgetStore } from "../budget-store.js";
@@ -10,6 +11,8 @@ import type { HoldDemand } from "../plan-hold.js";
 import { watchStoreWrites } from "../store-writes.js";
 import { createPostgresBudgetStore, type PostgresBudgetStoreOptions } from "../stores/postgres/index.js";
 import { createSqliteBudgetStore, type SqliteBudgetStoreOptions } from "../stores/sqlite/index.js";
+import { createUsageLog } from "../usage/usage-log.js";
+import { usageCompletions } from "../usage/usage-query.js";
 import { authenticateAdmin, createAdminKey, listAuditLogs, revokeAdminKey } from "./admin-keys.js";
 import type { BudgetLedger, KeyInfo } from "./api.js";
 import { authenticate, checkModel } from "./auth.js";
@@ -64,6 +67,7 @@ export async function createBudgetLedger(options: BudgetLedgerOptions): Promise<
     closed = true;
     if (timer !== undefined) clearInterval(timer);
     try {
+      await l.usageLog.close();
       await l.leases?.close();
       await l.writes.close();
     } finally {
@@ -126,10 +130,17 @@ function ledgerState(
     leaseOption === false
       ? undefined
       : createLeases({ store, instanceId, settings, now, dayOf: utcDay, holdTtlMs, onError, writes });
+  const usageLog = createUsageLog(store, {
+    now,
+    onProblem: (message, err) =>
+      onError(err === undefined ? new Error(message) : new Error(message, { cause: err })),
+    ...options.usageLog,
+  });
   return {
     store,
     writes,
     leases,
+    usageLog,
     now,
     instanceId,
     holdTtlMs,
@@ -165,6 +176,8 @@ function ledgerApi(l: LedgerState, close: () => Promise<void>): BudgetLedger {
     async syncLeases() {
       await leases?.syncAll();
     },
+    usageLog: l.usageLog,
+    usageCompletions: (query) => usageCompletions(store, query, l.now()),
     close,
     createKey: (input, actor) => createKey(l, input, actor),
     getKey: (id) => getKey(l, id),

@@ -90,12 +90,14 @@ function heldInStore(
 
 /**
  * A Hold in the store, in one transaction (after other replicas gave back their leases' free
- * tokens when it would clamp or refuse).
+ * tokens when it would clamp or refuse); in the Budget period starting at `periodStart` when
+ * given (PlaceHoldInput.periodStart), else the key's current one.
  */
 export async function placeInStore(
   l: LedgerState,
   keyId: string,
   demand: HoldDemand,
+  periodStart?: number,
 ): Promise<PlacedInStore> {
   const { now, instanceId, holdTtlMs, settings, store } = l;
   const t = now();
@@ -107,6 +109,7 @@ export async function placeInStore(
     now: t,
     expiresAt: t + holdTtlMs,
     drainOthersUntil: t + settings.blockMs,
+    ...(periodStart === undefined ? {} : { periodStart }),
   };
   let outcome = await store.placeHold(input);
   let { expiresAt } = input;

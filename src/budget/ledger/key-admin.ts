@@ -4,8 +4,9 @@
 
 import type { AuditStamp, KeyPatch, Page } from "../admin-store.js";
 import { apiKeyHint, generateApiKey, generateAuditId, generateKeyId, hashApiKey } from "../api-key.js";
-import type { KeyRecord, KeyUsageRecord } from "../budget-store.js";
+import type { KeyRecord, KeyUsageRecord, PeriodRecord } from "../budget-store.js";
 import { checkExpiresAt, checkMetadata, checkRateLimits, KeySettingError } from "../key-settings.js";
+import { isBudgetPeriod, nextBoundary, periodStart } from "../period.js";
 import type { BudgetLedger, CreatedKey, KeyChanges, KeySettings, KeySummary, KeyUsage } from "./api.js";
 import { checkInt, UnknownIdError } from "./errors.js";
 import { waitForDrains } from "./holds.js";
@@ -41,6 +42,9 @@ export async function createKey(
   const { store, now } = l;
   checkInt("budgetTokens", input.budgetTokens, 0);
   checkSettings(input);
+  const period = input.period ?? "none";
+  if (!isBudgetPeriod(period))
+    throw new RangeError(`period: none, day, week or month, not ${String(period)}`);
   const models = input.models == null ? null : [...new Set(input.models)];
   const key = generateApiKey();
   const record: KeyRecord = {
@@ -56,6 +60,7 @@ export async function createKey(
     rateLimits: input.rateLimits ?? null,
     expiresAt: input.expiresAt ?? null,
     metadata: input.metadata ?? null,
+    period,
   };
   await store.createKeyAudited(record, stamp(l, actor, "api_key.created"));
   return { ...toSummary(record), key };
@@ -65,12 +70,13 @@ export async function createKey(
 export async function getKey(l: LedgerState, id: string): Promise<KeySummary> {
   const record = await l.store.getKey(id);
   if (record === undefined) throw new UnknownIdError("key", id);
-  return toSummary(record);
+  return toSummary(asOf(record, l.now()).record);
 }
 
 /** `BudgetLedger.listKeys`: every key, oldest first. */
 export async function listKeys(l: LedgerState): Promise<KeySummary[]> {
-  return (await l.store.listKeys()).map(toSummary);
+  const t = l.now();
+  return (await l.store.listKeys()).map((k) => toSummary(asOf(k, t).record));
 }
 
 /** RangeError unless the page's limit is 1–100. */
@@ -92,7 +98,8 @@ export async function listKeysPage(
   const found = await l.store.listKeysPage(page);
   if (found === undefined)
     throw new KeySettingError("after", `Invalid value for 'after': no key with id '${page.after}'.`);
-  return { items: found.items.map(toSummary), hasMore: found.hasMore };
+  const t = l.now();
+  return { items: found.items.map((k) => toSummary(asOf(k, t).record)), hasMore: found.hasMore };
 }
 
 /**
@@ -193,11 +200,40 @@ export async function mustKnowKey(l: LedgerState, id: string, days?: number): Pr
   const { store } = l;
   const usage = await store.keyUsage(id, days);
   if (usage === undefined) throw new UnknownIdError("key", id);
-  return toUsage(usage);
+  const { record, ended } = asOf(usage, l.now());
+  const periods = ended === undefined ? usage.periods : [ended, ...usage.periods];
+  return toUsage({ ...usage, ...record, periods });
 }
 
-/** The summary of a key record: everything but its hash. */
-export function toSummary(record: KeyRecord): KeySummary {
+/**
+ * A key record as of `t`: when its period ended since the store last rolled it over (no
+ * transaction on the key since the boundary), the numbers of the period of `t` — spent 0, held
+ * and leased 0 (what is still held counts in the period that ended) — and that period's record.
+ */
+function asOf<K extends KeyRecord & { heldTokens?: number; leasedTokens?: number }>(
+  k: K,
+  t: number,
+): { record: K; ended?: PeriodRecord } {
+  const period = k.period ?? "none";
+  const start = k.periodStart ?? 0;
+  const end = nextBoundary(period, start);
+  if (end === 0 || t < end) return { record: k };
+  const ended: PeriodRecord = {
+    periodStart: start,
+    periodEnd: end,
+    budgetTokens: k.budgetTokens,
+    spentTokens: k.spentTokens,
+    heldTokens: k.heldTokens ?? 0,
+    leasedTokens: k.leasedTokens ?? 0,
+  };
+  const now = { spentTokens: 0, heldTokens: 0, leasedTokens: 0, periodStart: periodStart(period, t) };
+  return { record: { ...k, ...now }, ended };
+}
+
+/** What admins see of a key record (its period's fields only when it has one). */
+export function toSummary(record: Omit<KeyRecord, "keyHash">): KeySummary {
+  const period = record.period ?? "none";
+  const start = record.periodStart ?? 0;
   return {
     id: record.id,
     name: record.name,
@@ -207,6 +243,7 @@ export function toSummary(record: KeyRecord): KeySummary {
     models: record.models,
     createdAt: record.createdAt,
     revokedAt: record.revokedAt,
+    ...(period === "none" ? {} : { period, periodStart: start, resetsAt: nextBoundary(period, start) }),
     rateLimits: record.rateLimits ?? null,
     expiresAt: record.expiresAt ?? null,
     metadata: record.metadata ?? null,
@@ -224,5 +261,6 @@ function toUsage(record: KeyUsageRecord): KeyUsage {
     settledHolds: record.settledHolds,
     reclaimedHolds: record.reclaimedHolds,
     daily: record.daily,
+    ...((record.period ?? "none") === "none" ? {} : { periods: record.periods }),
   };
 }

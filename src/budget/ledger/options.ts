@@ -1,8 +1,10 @@
 // How a ledger is opened: its options (a SQLite file, a PostgreSQL URL, or a store of your own,
 // plus what every ledger shares) and their defaults.
+
 import type { BudgetStore } from "../budget-store.js";
 import type { LeaseOptions } from "../leases/settings.js";
 import type { WritableChange } from "../store-writes.js";
+import type { UsageLogOptions } from "../usage/usage-log.js";
 
 /**
  * The longest a request may run without renewing its Hold: the API's 14-minute wait for a
@@ -62,6 +64,8 @@ export interface BudgetLedgerCommonOptions {
    * @default 10,000 (`MAX_PENDING_SETTLES`)
    */
   readonly maxPendingSettles?: number;
+  /** The usage log's batching (src/budget/usage/usage-log.ts). @default its defaults */
+  readonly usageLog?: UsageLogOptions;
 }
 
 /** Options of `createBudgetLedger` (create-ledger.ts): a SQLite file, a PostgreSQL URL, or a store of your own. */

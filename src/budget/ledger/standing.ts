@@ -88,12 +88,12 @@ async function confirmLeased(l: LedgerState, leases: Leases, holdId: string): Pr
     holdId: storeHoldId,
     outcome,
     expiresAt,
-  } = await placeInStore(l, standing.keyId, {
-    promptTokens: standing.uncoveredTokens - 1,
-    prompts: 1,
-    n: 1,
-    maxTokens: 1,
-  });
+  } = await placeInStore(
+    l,
+    standing.keyId,
+    { promptTokens: standing.uncoveredTokens - 1, prompts: 1, n: 1, maxTokens: 1 },
+    standing.periodStart, // in the lease's Budget period, a past one included
+  );
   // Revoked meanwhile: nothing more for this key either (the ledger's 401 says so).
   if (outcome.kind === "revoked" || outcome.kind === "unknown_key") throw revokedKey(undefined);
   if (outcome.kind !== "held") return false;

@@ -4,6 +4,7 @@ import type { BudgetStore, KeyRecord } from "../budget-store.js";
 import type { Leases } from "../leases/api.js";
 import type { LeaseSettings } from "../leases/settings.js";
 import type { StoreWrites } from "../store-writes.js";
+import type { UsageLog } from "../usage/usage-log.js";
 
 /** What the ledger knows of one of its Holds in the store (see `LedgerState.storeHolds`). */
 export type StoreHoldState = { expiresAt: number; ttlMs: number; lost: boolean };
@@ -16,6 +17,8 @@ export interface LedgerState {
   readonly store: BudgetStore;
   readonly writes: StoreWrites;
   readonly leases: Leases | undefined;
+  /** One record per settled request, written in batches (../usage/usage-log.ts). */
+  readonly usageLog: UsageLog;
   readonly now: () => number;
   readonly instanceId: string;
   readonly holdTtlMs: number;

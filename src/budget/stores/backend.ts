@@ -2,8 +2,8 @@
 // transaction (TxRows, with SQLite's one-statement shortcuts) and a few plain statements
 // (StoreBackend). ./store-on.ts builds the BudgetStore of a backend from them.
 import type { AdminKeyRecord, AuditEntry, Page, PageRequest } from "../admin-store.js";
-import type { BudgetStore, DailyUsageRecord, KeyRecord } from "../budget-store.js";
-import type { HoldRow, KeyRow, LeaseRow, LeaseUpdate } from "./rows.js";
+import type { BudgetStore, DailyUsageRecord, KeyRecord, PeriodRecord } from "../budget-store.js";
+import type { HoldRow, KeyRow, LeaseRow, LeaseUpdate, PeriodRow } from "./rows.js";
 
 /**
  * Row access inside one transaction. `lock*` reads a row and keeps it from other writers until the
@@ -16,6 +16,12 @@ export interface TxRows {
   lockKey(id: string): Promise<KeyRow | undefined>;
   lockHold(id: string): Promise<HoldRow | undefined>;
   lockLease(id: string): Promise<LeaseRow | undefined>;
+  /** A past period's row of the key (`budget_periods`), locked. */
+  lockPeriod(keyId: string, periodStart: number): Promise<PeriodRow | undefined>;
+  /** Inserts a past period's row, or writes its numbers when it exists. */
+  writePeriod(row: PeriodRow): void;
+  /** Starts the key's next period: spent = held = leased = 0, period_start and period_end as given. */
+  rollKey(id: string, periodStart: number, periodEnd: number): void;
   insertHold(hold: {
     id: string;
     keyId: string;
@@ -23,6 +29,7 @@ export interface TxRows {
     createdAt: number;
     expiresAt: number;
     instanceId: string;
+    periodStart: number;
   }): void;
   closeHold(
     id: string,
@@ -32,7 +39,7 @@ export interface TxRows {
     closedAt: number,
   ): void;
   insertLease(
-    lease: { id: string; keyId: string; instanceId: string; createdAt: number },
+    lease: { id: string; keyId: string; instanceId: string; createdAt: number; periodStart: number },
     columns: LeaseUpdate,
   ): void;
   updateLease(id: string, update: LeaseUpdate): void;
@@ -40,9 +47,13 @@ export interface TxRows {
   addDaily(keyId: string, day: string, charged: number, settled: number, reclaimed: number): void;
   /**
    * Flags the key's open leases to drain: all of them, or (with `others`) the live ones of other
-   * instances that still have tokens and are not already closing. Returns how many.
+   * instances, of the period starting at `periodStart`, that still have tokens and are not already
+   * closing. Returns how many.
    */
-  flagDrain(keyId: string, others?: { instanceId: string; now: number }): Promise<number>;
+  flagDrain(
+    keyId: string,
+    others?: { instanceId: string; now: number; periodStart: number },
+  ): Promise<number>;
   blockLeases(keyId: string, until: number): void;
   revoke(keyId: string, now: number): Promise<boolean>;
   /** Inserts a key row (its numbers as the record says, held and leased 0). */
@@ -65,14 +76,16 @@ export interface TxRows {
 export interface TxShortcuts {
   /**
    * Adds `tokens` to the key's held tokens when the key exists, is not revoked, has not expired at
-   * `now` and has at least `tokens` free (budget − spent − held − leased). Returns whether it did;
-   * nothing changes if not.
+   * `now`, its period does not end by `now` (no rollover due) and has at least `tokens` free
+   * (budget − spent − held − leased). Returns the key's periodStart when it did; undefined (nothing
+   * changed) if not.
    */
-  reserve(keyId: string, tokens: number, now: number): boolean;
+  reserve(keyId: string, tokens: number, now: number): number | undefined;
   /**
-   * Settles the Hold when it is open: state `settled`, used_tokens = usedTokens, charged_tokens =
+   * Settles the Hold when it is open and of its key's current period, which does not end by
+   * `closedAt` (no rollover due): state `settled`, used_tokens = usedTokens, charged_tokens =
    * min(usedTokens, tokens), closed_at. Returns its key, tokens and charge; undefined (nothing
-   * changed) when the Hold is unknown or not open.
+   * changed) otherwise.
    */
   settleOpen(
     holdId: string,
@@ -114,6 +127,8 @@ export interface StoreBackend {
         settledHolds: number;
         reclaimedHolds: number;
         daily: DailyUsageRecord[];
+        /** Past periods, newest first, at most `days`. */
+        periods: PeriodRecord[];
       }
     | undefined
   >;
@@ -130,5 +145,15 @@ export interface StoreBackend {
   purgeClosed(before: number): Promise<number>;
   /** See {@link BudgetStore.probeWrite}. */
   probeWrite(): Promise<void>;
+  /** The i-th (1-based) parameter's placeholder in this backend's SQL: `?` (SQLite), `$i` (PostgreSQL). */
+  readonly placeholder: (i: number) => string;
+  /**
+   * Runs one write statement of the shared SQL (./usage-sql.ts): on SQLite a write transaction of
+   * the store's write path (grouped with the turn's Holds and settles), on PostgreSQL one
+   * autocommitted statement.
+   */
+  write(sql: string, values: readonly unknown[]): Promise<void>;
+  /** Runs one read statement of the shared SQL; its rows. */
+  read<T>(sql: string, values: readonly unknown[]): Promise<T[]>;
   close(): Promise<void>;
 }

@@ -1,14 +1,19 @@
 // The lease steps of a BudgetStore (syncLease), written once for every backend: a lease's first
 // step creates it, a retried step answers as before, a step of a lost lease charges what is due
-// up to what is free, and the next step charges, releases, grows or closes the lease.
-import type { KeyState, LeaseSyncInput, LeaseSyncOutcome } from "../budget-store.js";
+// up to what is free, and the next step charges, releases, grows or closes the lease. A lease's
+// tokens are those of the period it was taken in (./periods.ts): after the key rolls over, its
+// steps charge and release that period's, grow nothing, and the lease ends with its last Hold.
+import type { KeyState, LeasePeriod, LeaseSyncInput, LeaseSyncOutcome } from "../budget-store.js";
+import { nextBoundary } from "../period.js";
 import type { TxRows } from "./backend.js";
-import { freeOf, type KeyRow, keyState, type LeaseRow, type LeaseUpdate, rewriteLease } from "./rows.js";
+import { type Counters, countersOf, freeIn, rollover } from "./periods.js";
+import { type KeyRow, keyState, type LeaseRow, type LeaseUpdate, rewriteLease } from "./rows.js";
 
-/** A step of a lease that is gone: its charge, up to what is free; recorded for a retry. */
+/** A step of a lease that is gone: its charge, up to what its period has free; recorded for a retry. */
 async function lost(rows: TxRows, key: KeyRow, input: LeaseSyncInput, lease: LeaseRow | undefined) {
-  const charged = Math.min(input.chargeIfLost, Math.max(0, freeOf(key)));
-  rows.setKeyNumbers(input.keyId, key.spentTokens + charged, key.heldTokens, key.leasedTokens);
+  const c = await countersOf(rows, key, lease?.periodStart ?? key.periodStart);
+  const charged = Math.min(input.chargeIfLost, Math.max(0, freeIn(c)));
+  c.write(c.spent + charged, c.held, c.leased);
   if (charged > 0 || input.settled > 0) rows.addDaily(input.keyId, input.day, charged, input.settled, 0);
   if (lease !== undefined) {
     const step = { seq: input.seq, lastResult: charged, expiresAt: input.now, closedAt: input.now };
@@ -23,8 +28,9 @@ async function lost(rows: TxRows, key: KeyRow, input: LeaseSyncInput, lease: Lea
  * the next step by {@link applyLeaseStep}.
  */
 export async function syncLeaseIn(rows: TxRows, input: LeaseSyncInput): Promise<LeaseSyncOutcome> {
-  const [key, locked] = await Promise.all([rows.lockKey(input.keyId), rows.lockLease(input.leaseId)]);
-  if (key === undefined) return { kind: "unknown_key" };
+  const [lockedKey, locked] = await Promise.all([rows.lockKey(input.keyId), rows.lockLease(input.leaseId)]);
+  if (lockedKey === undefined) return { kind: "unknown_key" };
+  const key = rollover(rows, lockedKey, input.now);
   let lease = locked;
   const isNew = lease === undefined;
   if (lease === undefined) {
@@ -42,6 +48,7 @@ export async function syncLeaseIn(rows: TxRows, input: LeaseSyncInput): Promise<
       drain: false,
       closing: false,
       expiresAt: input.expiresAt,
+      periodStart: key.periodStart,
     };
   }
   if (lease.keyId !== input.keyId) throw new Error(`lease ${input.leaseId} is not a lease of ${input.keyId}`);
@@ -57,6 +64,7 @@ export async function syncLeaseIn(rows: TxRows, input: LeaseSyncInput): Promise<
       tokens: lease.tokens,
       drain: lease.drain,
       key: keyState(key),
+      ...periodOfLease(key, lease),
     };
   }
   if (lease.state === "closed" || lease.seq !== input.seq - 1) {
@@ -64,13 +72,21 @@ export async function syncLeaseIn(rows: TxRows, input: LeaseSyncInput): Promise<
       `lease ${input.leaseId}: step ${input.seq} out of order (${lease.state}, last step ${lease.seq})`,
     );
   }
-  return applyLeaseStep(rows, key, lease, isNew, input);
+  return applyLeaseStep(rows, key, lease, isNew, input, await countersOf(rows, key, lease.periodStart));
+}
+
+/** The period of a step's answer: the lease's, its end, whether the key is past it; none without a period. */
+function periodOfLease(key: KeyRow, lease: LeaseRow): { period?: LeasePeriod } {
+  if (key.period === "none" && lease.periodStart === key.periodStart) return {};
+  const start = lease.periodStart;
+  return { period: { start, end: nextBoundary(key.period, start), past: start !== key.periodStart } };
 }
 
 /**
- * Applies the lease step that follows `lease`'s last (the key and lease rows locked): charges and
- * releases tokens, grows the lease by what `input.grow` asks (up to what is free) or closes it,
- * and writes the lease row (inserted when `isNew` and it holds tokens), the key's numbers and the
+ * Applies the lease step that follows `lease`'s last (the key and lease rows locked, `c` the
+ * counters of the lease's period): charges and releases tokens, grows the lease by what
+ * `input.grow` asks (up to what is free; only in the key's current period) or closes it, and
+ * writes the lease row (inserted when `isNew` and it holds tokens), the period's numbers and the
  * day's usage. Throws when charge + release exceed the lease's tokens.
  */
 function applyLeaseStep(
@@ -79,6 +95,7 @@ function applyLeaseStep(
   lease: LeaseRow,
   isNew: boolean,
   input: LeaseSyncInput,
+  c: Counters,
 ): LeaseSyncOutcome {
   const { charge, release } = input;
   if (charge + release > lease.tokens) {
@@ -87,11 +104,11 @@ function applyLeaseStep(
     );
   }
   let tokens = lease.tokens - charge - release;
-  const spent = key.spentTokens + charge;
-  let leased = key.leasedTokens - charge - release;
+  const spent = c.spent + charge;
+  let leased = c.leased - charge - release;
   let granted = 0;
-  if (input.grow !== undefined && key.revokedAt === null && !input.close) {
-    const free = key.budgetTokens - spent - key.heldTokens - leased;
+  if (input.grow !== undefined && key.revokedAt === null && !input.close && c.current) {
+    const free = c.budget - spent - c.held - leased;
     const state: KeyState = { ...keyState(key), spentTokens: spent, leasedTokens: leased };
     granted = Math.max(0, Math.min(Math.floor(input.grow(free, state)), free));
     tokens += granted;
@@ -116,18 +133,17 @@ function applyLeaseStep(
   };
   if (!isNew) rows.updateLease(input.leaseId, update);
   else if (tokens > 0) {
-    rows.insertLease(
-      { id: input.leaseId, keyId: input.keyId, instanceId: input.instanceId, createdAt: input.now },
-      update,
-    );
+    const row = { id: input.leaseId, keyId: input.keyId, instanceId: input.instanceId, createdAt: input.now };
+    rows.insertLease({ ...row, periodStart: lease.periodStart }, update);
   }
-  rows.setKeyNumbers(input.keyId, spent, key.heldTokens, leased);
+  c.write(spent, c.held, leased);
   if (charge > 0 || input.settled > 0) rows.addDaily(input.keyId, input.day, charge, input.settled, 0);
   return {
     kind: "synced",
     granted,
     tokens,
     drain,
-    key: { ...keyState(key), spentTokens: spent, leasedTokens: leased },
+    key: c.current ? { ...keyState(key), spentTokens: spent, leasedTokens: leased } : keyState(key),
+    ...periodOfLease(key, lease),
   };
 }

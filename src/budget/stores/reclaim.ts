@@ -1,8 +1,9 @@
 // Reclaim, written once for every backend: each open Hold or lease past its expiry (or of an
 // instance) is released in a transaction of its own, its key row locked first, charged what its
-// last renewal recorded.
+// last renewal recorded, in the period it was placed or taken in (./periods.ts).
 import type { ReclaimCount } from "../budget-store.js";
 import type { StoreBackend, TxRows } from "./backend.js";
+import { countersOf, rollover } from "./periods.js";
 import { rewriteLease } from "./rows.js";
 
 type Item = { readonly id: string; readonly keyId: string };
@@ -11,29 +12,27 @@ type Due = (expiresAt: number) => boolean;
 
 /** Releases one open Hold, charging what its last renewal recorded. */
 async function reclaimHold(rows: TxRows, item: Item, now: number, day: string, due: Due) {
-  const [key, hold] = await Promise.all([rows.lockKey(item.keyId), rows.lockHold(item.id)]);
-  if (key === undefined || hold === undefined || hold.state !== "open" || !due(hold.expiresAt)) return false;
+  const [locked, hold] = await Promise.all([rows.lockKey(item.keyId), rows.lockHold(item.id)]);
+  if (locked === undefined || hold === undefined || hold.state !== "open" || !due(hold.expiresAt))
+    return false;
   const { keyId, id: holdId } = item;
+  const c = await countersOf(rows, rollover(rows, locked, now), hold.periodStart);
   const charged = Math.min(hold.usedTokens ?? 0, hold.tokens);
   rows.closeHold(holdId, "reclaimed", hold.usedTokens ?? 0, charged, now);
-  rows.setKeyNumbers(keyId, key.spentTokens + charged, key.heldTokens - hold.tokens, key.leasedTokens);
+  c.write(c.spent + charged, c.held - hold.tokens, c.leased);
   rows.addDaily(keyId, day, charged, 0, 1);
   return true;
 }
 
 /** Releases one open lease, charging its reclaimCharge. */
 async function reclaimLease(rows: TxRows, item: Item, now: number, day: string, due: Due) {
-  const [key, lease] = await Promise.all([rows.lockKey(item.keyId), rows.lockLease(item.id)]);
-  if (key === undefined || lease === undefined || lease.state !== "open" || !due(lease.expiresAt))
+  const [locked, lease] = await Promise.all([rows.lockKey(item.keyId), rows.lockLease(item.id)]);
+  if (locked === undefined || lease === undefined || lease.state !== "open" || !due(lease.expiresAt))
     return false;
   const { keyId, id: leaseId } = item;
+  const c = await countersOf(rows, rollover(rows, locked, now), lease.periodStart);
   rows.updateLease(leaseId, rewriteLease(lease, { state: "reclaimed", expiresAt: now, closedAt: now }));
-  rows.setKeyNumbers(
-    keyId,
-    key.spentTokens + lease.reclaimCharge,
-    key.heldTokens,
-    key.leasedTokens - lease.tokens,
-  );
+  c.write(c.spent + lease.reclaimCharge, c.held, c.leased - lease.tokens);
   rows.addDaily(keyId, day, lease.reclaimCharge, 0, lease.holds);
   return true;
 }

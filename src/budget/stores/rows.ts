@@ -1,7 +1,8 @@
 // The rows of a BudgetStore as the shared transactions (./hold-steps.ts, ./lease-steps.ts,
 // ./reclaim.ts) see them, and their columns as both backends' SQL reads and writes them.
-import type { DailyUsageRecord, KeyRecord, KeyState } from "../budget-store.js";
+import type { DailyUsageRecord, KeyRecord, KeyState, PeriodRecord } from "../budget-store.js";
 import { type KeyMetadata, rateLimitsFromJson, rateLimitsToJson } from "../key-settings.js";
+import { type BudgetPeriod, nextBoundary, periodStart } from "../period.js";
 
 /** A key row. Times are Unix epoch ms; amounts are tokens. */
 export interface KeyRow extends KeyRecord {
@@ -10,6 +11,11 @@ export interface KeyRow extends KeyRecord {
   /** Σ tokens of the key's open leases. */
   readonly leasedTokens: number;
   readonly leaseBlockUntil: number;
+  readonly period: BudgetPeriod;
+  /** Start of the current period (0 for `none`); its counters are spent, held and leased. */
+  readonly periodStart: number;
+  /** When the current period ends: nextBoundary(period, periodStart); 0 for `none` (never). */
+  readonly periodEnd: number;
 }
 
 /** A Hold row. */
@@ -22,6 +28,8 @@ export interface HoldRow {
   readonly usedTokens: number | null;
   readonly chargedTokens: number;
   readonly expiresAt: number;
+  /** The key's periodStart when the Hold was placed: its charge goes to that period. */
+  readonly periodStart: number;
 }
 
 /** A lease row. */
@@ -39,10 +47,12 @@ export interface LeaseRow {
   readonly drain: boolean;
   readonly closing: boolean;
   readonly expiresAt: number;
+  /** The key's periodStart when the lease was taken: its tokens are that period's. */
+  readonly periodStart: number;
 }
 
 /** The columns a lease step writes: a lease row's but its id and key, and when it was closed. */
-export interface LeaseUpdate extends Omit<LeaseRow, "id" | "keyId"> {
+export interface LeaseUpdate extends Omit<LeaseRow, "id" | "keyId" | "periodStart"> {
   /** Unix epoch ms when the step closes or reclaims the lease; null while it stays open. */
   readonly closedAt: number | null;
 }
@@ -69,6 +79,9 @@ export interface KeyColumns<M> {
   rate_limits: M;
   expires_at: number | null;
   metadata: M;
+  period: BudgetPeriod;
+  period_start: number;
+  period_end: number;
 }
 
 /** The columns of a `holds` row that {@link HoldRow} holds. */
@@ -80,6 +93,7 @@ export interface HoldColumns {
   used_tokens: number | null;
   charged_tokens: number;
   expires_at: number;
+  period_start: number;
 }
 
 /** The columns of a `leases` row that {@link LeaseRow} holds; `B` is how the backend returns a boolean. */
@@ -95,6 +109,34 @@ export interface LeaseColumns<B> {
   drain: B;
   closing: B;
   expires_at: number;
+  period_start: number;
+}
+
+/** A `budget_periods` row's columns but the key. */
+export interface PeriodColumns {
+  period_start: number;
+  period_end: number;
+  budget_tokens: number;
+  spent_tokens: number;
+  held_tokens: number;
+  leased_tokens: number;
+}
+
+/** A past period's row as the shared transactions see it (./periods.ts). */
+export interface PeriodRow extends PeriodRecord {
+  readonly keyId: string;
+}
+
+/** The {@link PeriodRecord} of a `budget_periods` row. */
+export function periodOf(r: PeriodColumns): PeriodRecord {
+  return {
+    periodStart: r.period_start,
+    periodEnd: r.period_end,
+    budgetTokens: r.budget_tokens,
+    spentTokens: r.spent_tokens,
+    heldTokens: r.held_tokens,
+    leasedTokens: r.leased_tokens,
+  };
 }
 
 /** A `usage_daily` row's columns but the key (day `YYYY-MM-DD`, UTC). */
@@ -145,12 +187,16 @@ export function keyRowOf<M>(row: KeyColumns<M>, json: (value: M) => unknown): Ke
     rateLimits: row.rate_limits === null ? null : rateLimitsFromJson(json(row.rate_limits)),
     expiresAt: row.expires_at,
     metadata: row.metadata === null ? null : (json(row.metadata) as KeyMetadata),
+    period: row.period,
+    periodStart: row.period_start,
+    periodEnd: row.period_end,
   };
 }
 
 /** The columns of a key that {@link keyInsertValues} and {@link keySettingsValues} write. */
 export const KEY_INSERT_COLUMNS =
-  "id, key_hash, hint, name, budget_tokens, spent_tokens, models, created_at, revoked_at, rate_limits, expires_at, metadata";
+  "id, key_hash, hint, name, budget_tokens, spent_tokens, models, created_at, revoked_at, rate_limits, expires_at, metadata, " +
+  "period, period_start, period_end";
 
 /** Values of a key row's admin columns, in the order of {@link keySettingsValues}. */
 export type KeySettingsValues = [
@@ -169,7 +215,8 @@ export type KeySettingsValues = [
 /**
  * The values of a new key's `INSERT INTO keys (KEY_INSERT_COLUMNS)`, in that order: the hash as a
  * Buffer, JSON columns as JSON text (null: none), which both backends store as is (PostgreSQL
- * casts the text to jsonb).
+ * casts the text to jsonb); the period `none` when absent, its start `periodStart(period,
+ * createdAt)` when absent, and its end.
  */
 export function keyInsertValues(
   record: KeyRecord,
@@ -186,8 +233,13 @@ export function keyInsertValues(
   string | null,
   number | null,
   string | null,
+  BudgetPeriod,
+  number,
+  number,
 ] {
   const v = keySettingsValues(record);
+  const period = record.period ?? "none";
+  const start = record.periodStart ?? periodStart(period, record.createdAt);
   return [
     record.id,
     v[6],
@@ -201,6 +253,9 @@ export function keyInsertValues(
     v[3],
     v[4],
     v[5],
+    period,
+    start,
+    nextBoundary(period, start),
   ];
 }
 
@@ -233,6 +288,7 @@ export function holdRowOf(r: HoldColumns): HoldRow {
     usedTokens: r.used_tokens,
     chargedTokens: r.charged_tokens,
     expiresAt: r.expires_at,
+    periodStart: r.period_start,
   };
 }
 
@@ -250,6 +306,7 @@ export function leaseRowOf<B>(r: LeaseColumns<B>, flag: (value: B) => boolean): 
     drain: flag(r.drain),
     closing: flag(r.closing),
     expiresAt: r.expires_at,
+    periodStart: r.period_start,
   };
 }
 

@@ -6,6 +6,7 @@ import type { StoreBackend, TxRows } from "./backend.js";
 import { chargeLateIn, placeHoldIn, settleHold } from "./hold-steps.js";
 import { syncLeaseIn } from "./lease-steps.js";
 import { reclaimItems } from "./reclaim.js";
+import { insertUsageOn, usageAggregateOn } from "./usage-sql.js";
 
 /** The KeyUsageRecord of what {@link StoreBackend.keyUsage} read; undefined for an unknown key. */
 function usageRecordOf(u: Awaited<ReturnType<StoreBackend["keyUsage"]>>): KeyUsageRecord | undefined {
@@ -31,6 +32,9 @@ function usageRecordOf(u: Awaited<ReturnType<StoreBackend["keyUsage"]>>): KeyUsa
     settledHolds: u.settledHolds,
     reclaimedHolds: u.reclaimedHolds,
     daily: u.daily,
+    period: key.period,
+    periodStart: key.periodStart,
+    periods: u.periods,
   };
 }
 
@@ -79,6 +83,8 @@ export function createBudgetStoreOn(backend: StoreBackend): BudgetStore {
 
     purgeClosed: (before) => backend.purgeClosed(before),
     probeWrite: () => backend.probeWrite(),
+    insertUsage: (records) => insertUsageOn(backend, records),
+    usageAggregate: (query) => usageAggregateOn(backend, query),
     close: () => backend.close(),
   };
 }

@@ -29,10 +29,11 @@ import { validateRequest } from "../validate-request.js";
 /** Header that reports a max_tokens lowered to what the Budget holds (proto/API.md §3). */
 export const clampedHeader = "X-Acs-Max-Tokens-Clamped";
 
-/** A Hold on a key's Budget: its id and the tokens it reserves. */
+/** A Hold on a key's Budget: its id, the tokens it reserves and its key's id. */
 export interface Hold {
   readonly id: string;
   readonly tokens: number;
+  readonly keyId: string;
 }
 
 /** What the checks have decided of one request so far; each step fills in its part. */
@@ -309,7 +310,7 @@ async function hold(draft: Draft, env: CheckEnv): Promise<void> {
     placed = await ledger.placeHold(key, { ...demand, promptTokens: promptDemand(draft.lengths) });
     if ("countNeeded" in placed) throw new Error("unreachable: an exact demand asked for a count");
   }
-  draft.hold = { id: placed.holdId, tokens: placed.heldTokens };
+  draft.hold = { id: placed.holdId, tokens: placed.heldTokens, keyId: key.id };
   if (placed.clamped) {
     draft.maxTokens = placed.maxTokens;
     draft.ctx.setResponseHeader(clampedHeader, String(draft.maxTokens));

@@ -9,20 +9,32 @@ import { endRunning, recordTokens } from "./call-record.js";
 import type { Prepared } from "./call-types.js";
 import type { Hold } from "./check-order.js";
 import type { ServiceEnv } from "./service-env.js";
+import { logUsage, type UsageEnd } from "./usage-entry.js";
 
 /** A signal that never aborts (a count made after the caller went away). */
 const neverAborted = new AbortController().signal;
 
-/** Settles a Hold to `used` tokens (a no-op without one). The one place a Hold ends. */
-export async function settle(env: ServiceEnv, hold: Hold | undefined, used: number): Promise<void> {
+/**
+ * Settles a Hold to `used` tokens (a no-op without one), then hands the request's usage record to
+ * the usage log. The one place a Hold ends.
+ */
+export async function settle(
+  env: ServiceEnv,
+  hold: Hold | undefined,
+  used: number,
+  ctx: CallContext,
+  end: Omit<UsageEnd, "usedTokens" | "settled">,
+): Promise<void> {
   const { ledger } = env;
   if (hold === undefined || ledger === undefined) return;
+  let settled: unknown;
   try {
-    await ledger.settle(hold.id, used);
+    settled = await ledger.settle(hold.id, used);
   } catch (err) {
     // The Hold stays open and expires (reclaimed); the caller's answer is already decided.
     env.onLedgerError(err);
   }
+  logUsage(env, hold, ctx, { ...end, usedTokens: used, settled });
 }
 
 /**
@@ -99,7 +111,7 @@ async function chargeOf(
 /**
  * The end of every completion that reached Inference: counts its charge ({@link chargeOf}),
  * records its tokens for the access line and the metrics, ends {@link CallRecord.running} (also
- * when counting throws), then settles its Hold.
+ * when counting throws), then settles its Hold (and logs its usage record).
  */
 export async function chargeAndSettle(
   env: ServiceEnv,
@@ -116,5 +128,9 @@ export async function chargeAndSettle(
   } finally {
     endRunning(ctx);
   }
-  await settle(env, prepared.hold, charge);
+  await settle(env, prepared.hold, charge, ctx, {
+    model: prepared.model.id,
+    failure,
+    tokens: meter.figures(failure),
+  });
 }

@@ -76,7 +76,7 @@ export function meteredChunk(
     if (choice.promptTokenIds.length > 0) meter.notePromptTokens(choice.index, choice.promptTokenIds.length);
   }
   if (meter.generated > 0) markFirstToken(prepared.ctx);
-  if (chunk.choices.length === 0 && chunk.usage !== undefined) meter.report(chunk.usage.totalTokens, part);
+  if (chunk.choices.length === 0 && chunk.usage !== undefined) meter.report(chunk.usage, part);
   return chunk;
 }
 

@@ -13,6 +13,9 @@ import { type Draft, newDraft, runChecks } from "./check-order.js";
 import { chargeAndSettle, settle } from "./hold.js";
 import type { ServiceEnv } from "./service-env.js";
 
+/** The usage record's tokens of a request refused before Inference: none. */
+const NO_TOKENS = { input: 0, output: 0, activation: 0 } as const;
+
 /** The ids of one request's upstream calls (see {@link Prepared.nextUpstreamId}). */
 function upstreamIds(requestId: string): () => string {
   let n = 0;
@@ -42,9 +45,10 @@ async function prepare(
     await runChecks(draft, env.checks, env.steps);
     return preparedOf(draft);
   } catch (err) {
-    // Refused: nothing reached Inference, a Hold already placed is settled to 0.
+    // Refused: nothing reached Inference, a Hold already placed is settled to 0 (and logged).
+    const end = { model: draft.model?.id ?? request.model, failure: err, tokens: NO_TOKENS };
     await new CallEnd({ steering: draft.steeringLease, admission: draft.ticket }, () =>
-      settle(env, draft.hold, 0),
+      settle(env, draft.hold, 0, ctx, end),
     ).end(err);
     throw err;
   }

@@ -1,11 +1,11 @@
-// The completions service's collaborators and settings, resolved once (defaults filled in here).
-import { limits } from "../../config/index.js";
-import { createSteeringBudget, type SteeringBudget } from "../../lens/index.js";
+// The completions service's collaborators and settings. Its settings come resolved (the defaults
+// of configurable ones live in src/config/env-schema.ts alone); only a few hooks default here.
+import type { SteeringBudget } from "../../lens/index.js";
 import type { Inference } from "../../upstream/index.js";
-import { type Admission, createAdmission } from "../admission.js";
+import type { Admission } from "../admission.js";
 import { createSpecialTokenCounter } from "../count-prompt-tokens.js";
 import type { ModelRegistry, ServedModel } from "../model-registry.js";
-import type { Ledger } from "../ports.js";
+import type { Ledger, UsageLog } from "../ports.js";
 import { type CheckEnv, type CheckStep, checkOrder } from "./check-order.js";
 
 /** Collaborators of the completions service. */
@@ -14,24 +14,26 @@ export interface CompletionsServiceDeps {
   readonly models: ModelRegistry<Inference>;
   /** The Budget ledger; undefined = keys and Budgets off (loopback only). */
   readonly ledger: Ledger | undefined;
-  /** Longest wait for a non-streamed answer, ms (proto/API.md §5: 14 minutes). */
+  /** Longest wait for a non-streamed answer, ms (ACS_DEADLINE_MS; proto/API.md §5: 14 minutes). */
   readonly nonStreamDeadlineMs: number;
-  /** How often a stream renews its Hold, ms. @default 60000 */
-  readonly holdRenewIntervalMs?: number;
+  /** Where each settled request's record goes (the ledger's usage log); undefined: none kept. */
+  readonly usageLog?: UsageLog | undefined;
+  /** How often a stream renews its Hold, ms (ACS_HOLD_RENEW_MS). */
+  readonly holdRenewIntervalMs: number;
   /** Told of a ledger call that failed after the response was decided (renew, settle). @default process.emitWarning */
   readonly onLedgerError?: (err: unknown) => void;
-  /** Bytes of decoded steering tensors in flight (429/413 past it). @default createSteeringBudget() */
-  readonly steeringBudget?: SteeringBudget;
   /**
-   * Inference requests one lens fan-out (proto/API.md §6) runs at once.
-   * @default limits.lensFanOutConcurrency (8)
+   * Bytes of decoded steering tensors in flight (429/413 past it): createSteeringBudget with
+   * ACS_STEERING_REQUEST_BYTES and ACS_STEERING_PROCESS_BYTES (its gauges are on /metrics).
    */
-  readonly lensFanOutConcurrency?: number;
+  readonly steeringBudget: SteeringBudget;
+  /** Inference requests one lens fan-out (proto/API.md §6) runs at once (ACS_FANOUT_CONCURRENCY). */
+  readonly lensFanOutConcurrency: number;
   /**
    * Per-key caps on requests in flight (429 `rate_limited` past them); they apply to keys only,
-   * so not with keys off. @default createAdmission() (its default caps)
+   * so not with keys off: createAdmission with the configuration's caps, or a cluster worker's.
    */
-  readonly admission?: Admission;
+  readonly admission: Admission;
   /**
    * The check order's steps, run in this order (a test wraps one to fail a call at that step).
    * @default checkOrder (proto/API.md §3)
@@ -43,6 +45,8 @@ export interface CompletionsServiceDeps {
 export interface ServiceEnv {
   readonly models: ModelRegistry<Inference>;
   readonly ledger: Ledger | undefined;
+  /** Where each settled request's record goes; undefined: none kept. */
+  readonly usageLog: UsageLog | undefined;
   /** Longest wait for a non-streamed answer, ms. */
   readonly nonStreamDeadlineMs: number;
   /** How often a stream renews its Hold, ms. */
@@ -60,19 +64,19 @@ export interface ServiceEnv {
   readonly steps: readonly CheckStep[];
 }
 
-/** {@link ServiceEnv} of `deps`, defaults filled in. */
+/** {@link ServiceEnv} of `deps`, its hooks' defaults filled in. */
 export function serviceEnv(deps: CompletionsServiceDeps): ServiceEnv {
-  const { models, ledger } = deps;
-  const fanOutConcurrency = deps.lensFanOutConcurrency ?? limits.lensFanOutConcurrency;
-  const admission = deps.admission ?? createAdmission();
+  const { models, ledger, admission } = deps;
+  const fanOutConcurrency = deps.lensFanOutConcurrency;
   const boundBroken = new WeakSet<ServedModel<Inference>>();
   return {
     models,
     ledger,
+    usageLog: deps.usageLog,
     nonStreamDeadlineMs: deps.nonStreamDeadlineMs,
-    renewEveryMs: deps.holdRenewIntervalMs ?? 60_000,
+    renewEveryMs: deps.holdRenewIntervalMs,
     fanOutConcurrency,
-    steeringBudget: deps.steeringBudget ?? createSteeringBudget(),
+    steeringBudget: deps.steeringBudget,
     admission,
     onLedgerError:
       deps.onLedgerError ?? ((err: unknown) => process.emitWarning(`Budget ledger: ${String(err)}`)),

@@ -42,7 +42,7 @@ async function completeUnary(call: PartCall): Promise<CreateCompletionResponse> 
   }
   // No first-token time: the whole answer came at once (the time to first token would be the
   // request's, and the time per output token ~0).
-  if (response.usage !== undefined) meter.report(response.usage.totalTokens, part);
+  if (response.usage !== undefined) meter.report(response.usage, part);
   // Inference reported no usage: the gateway's own count (its token ids), as charged.
   else {
     const usage = await countedUsage(prepared, request, meter, part, signals.countSignal);

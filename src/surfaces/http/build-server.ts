@@ -64,7 +64,8 @@ import { isRpcRequest, sendAnyError, sendRpcError } from "./send-any-error.js";
 
 /** What buildServer needs. */
 export interface ServerDeps {
-  readonly config: Pick<Config, "keepaliveIntervalMs"> & Partial<Pick<Config, "streamStallMs">>;
+  /** The settings the surfaces read (src/config, every default resolved there). */
+  readonly config: Pick<Config, "keepaliveIntervalMs" | "streamStallMs">;
   readonly api: CompletionsApi;
   /** The admin service (REST under /v1/admin/, acs.v1.AdminService). @default none: no admin routes */
   readonly admin?: AdminApi;
@@ -149,7 +150,7 @@ export async function buildServer(deps: ServerDeps): Promise<{
     ...(deps.admin === undefined ? {} : { admin: deps.admin }),
     keepaliveIntervalMs: deps.config.keepaliveIntervalMs,
     shutdown: lifecycle.link,
-    ...(deps.config.streamStallMs === undefined ? {} : { streamStallMs: deps.config.streamStallMs }),
+    streamStallMs: deps.config.streamStallMs,
   });
   await app.register(playgroundRoutes, { dir: deps.playgroundDir ?? defaultPlaygroundDir() });
   const ops = opsHandlers(server);
@@ -272,7 +273,7 @@ async function registerRpc({ deps, lifecycle, isReady }: ServerParts, rpc: Fasti
       withErrorEnvelopes(
         (router) => {
           createConnectRoutes(deps.api, lifecycle.link, {
-            ...(deps.config.streamStallMs === undefined ? {} : { streamStallMs: deps.config.streamStallMs }),
+            streamStallMs: deps.config.streamStallMs,
             logger: deps.logger,
           })(router);
           if (deps.admin !== undefined) createAdminConnectRoutes(deps.admin, lifecycle.link)(router);

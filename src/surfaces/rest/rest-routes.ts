@@ -21,7 +21,7 @@ export interface RestRoutesOptions {
   api: CompletionsApi;
   /** The admin service under /v1/admin/ (the same one the Connect routes call); absent: no admin routes. */
   admin?: AdminApi;
-  /** Milliseconds between `: keepalive` comments of a stream (proto/API.md §5: 5000). */
+  /** Milliseconds between `: keepalive` comments of a stream (ACS_KEEPALIVE_MS; proto/API.md §5). */
   keepaliveIntervalMs: number;
   /**
    * The server's shutdown (src/surfaces/http/lifecycle.ts): calls still running when it aborts end with
@@ -31,10 +31,10 @@ export interface RestRoutesOptions {
   shutdown?: ShutdownLink;
   /**
    * Milliseconds a stream may wait for its caller to read (the response's write buffer full)
-   * before it is ended: the connection destroyed, Inference aborted, the Hold settled.
-   * @default limits.streamStallMs (60000)
+   * before it is ended: the connection destroyed, Inference aborted, the Hold settled
+   * (ACS_STREAM_STALL_MS).
    */
-  streamStallMs?: number;
+  streamStallMs: number;
 }
 
 /** The message of proto/API.md §8 for `POST /v1/chat/completions`. */
@@ -182,8 +182,8 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
   const scope: RestScope = {
     api: options.api,
     shutdown: shutdownOf(app, options),
-    keepaliveIntervalMs: options.keepaliveIntervalMs ?? limits.keepaliveIntervalMs,
-    stallMs: options.streamStallMs ?? limits.streamStallMs,
+    keepaliveIntervalMs: options.keepaliveIntervalMs,
+    stallMs: options.streamStallMs,
   };
   installHooks(app, scope.shutdown);
   const bodyLimit = limits.bodyLimitBytes;

@@ -1,17 +1,16 @@
 import type { Writable } from "node:stream";
-import { limits } from "../../config/index.js";
 import type { ErrorEnvelopeJson } from "../../core/errors/index.js";
 
 /** Options of {@link createSseWriter}. */
 export interface SseWriterOptions {
-  /** Milliseconds between `: keepalive` comment lines; default 5000. */
-  keepaliveIntervalMs?: number;
+  /** Milliseconds between `: keepalive` comment lines (ACS_KEEPALIVE_MS). */
+  keepaliveIntervalMs: number;
   /**
    * Milliseconds a write may wait for 'drain' (the caller does not read: the write buffer stays
    * full). Past it the stream is stalled: `onStall` runs once (it should destroy the connection),
-   * the writer counts as closed and the pending `send` resolves false. @default limits.streamStallMs
+   * the writer counts as closed and the pending `send` resolves false (ACS_STREAM_STALL_MS).
    */
-  stallMs?: number;
+  stallMs: number;
   /** Called once when a write waited `stallMs` for 'drain'. @default destroys `out` */
   onStall?: () => void;
 }
@@ -47,7 +46,7 @@ const FALSE = Promise.resolve(false);
  * starts at once and stops when the stream ends or `out` closes (e.g. the client disconnects);
  * no keepalive is written while a write waits for 'drain'.
  */
-export function createSseWriter(out: Writable, options: SseWriterOptions = {}): SseWriter {
+export function createSseWriter(out: Writable, options: SseWriterOptions): SseWriter {
   return new Writer(out, options);
 }
 
@@ -71,13 +70,9 @@ class Writer implements SseWriter {
 
   constructor(out: Writable, options: SseWriterOptions) {
     this.#out = out;
-    this.#stallMs = options.stallMs ?? limits.streamStallMs;
+    this.#stallMs = options.stallMs;
     this.#onStall = options.onStall;
-    this.#timer = setInterval(
-      Writer.#keepalive,
-      options.keepaliveIntervalMs ?? limits.keepaliveIntervalMs,
-      this,
-    );
+    this.#timer = setInterval(Writer.#keepalive, options.keepaliveIntervalMs, this);
     out.on("close", this.#stop); // emitted once (`once` would add a wrapper per stream)
     // An error on the destination (e.g. EPIPE, a write after end) also ends the stream; 'close'
     // follows it. `on`, not `once`: a second error must not go unheard (an HTTP response written

@@ -14,7 +14,6 @@ import {
   type StreamCompletionResponse,
   TokenizeRequestSchema,
 } from "../../../gen/acs/v1/completions_pb.js";
-import { limits } from "../../config/index.js";
 import { ApiError, callerDeadlineExceeded, newRequestId } from "../../core/errors/index.js";
 import type { ShutdownLink } from "../../core/index.js";
 import type { CallContext, CompletionsApi } from "../../service/index.js";
@@ -46,9 +45,9 @@ export interface ConnectRoutesOptions {
   /**
    * Milliseconds a stream may wait for its caller to take a message (connect-node pulls the next
    * one only once the response took the last: 'drain') before it is ended: Inference aborted, the
-   * Hold settled, the transport ended. @default limits.streamStallMs (60000)
+   * Hold settled, the transport ended (ACS_STREAM_STALL_MS).
    */
-  readonly streamStallMs?: number;
+  readonly streamStallMs: number;
   /** Told of each stream ended for a stalled caller (info). @default none */
   readonly logger?: { info(obj: object, msg: string): void };
 }
@@ -232,13 +231,13 @@ async function* streamCompletion(
  */
 export function createConnectRoutes(
   api: CompletionsApi,
-  shutdown?: ShutdownLink,
-  options: ConnectRoutesOptions = {},
+  shutdown: ShutdownLink | undefined,
+  options: ConnectRoutesOptions,
 ): (router: ConnectRouter) => void {
   const deps: RouteDeps = {
     api,
     shutdown,
-    stallMs: options.streamStallMs ?? limits.streamStallMs,
+    stallMs: options.streamStallMs,
     logger: options.logger,
   };
   const { method } = CompletionsService;

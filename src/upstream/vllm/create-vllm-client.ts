@@ -55,7 +55,7 @@ function clientState(opts: VllmClientOptions): ClientState {
       ...(opts.tokenizeCacheBytes === undefined ? {} : { maxBytes: opts.tokenizeCacheBytes }),
     });
   const maxSseEventChars = opts.maxSseEventChars;
-  const silenceTimeoutMs = opts.silenceTimeoutMs ?? 0;
+  const silenceTimeoutMs = opts.silenceTimeoutMs;
   const headersFor = upstreamHeaders(opts);
   return {
     prefix,

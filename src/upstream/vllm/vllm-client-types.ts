@@ -45,11 +45,10 @@ export interface VllmClientOptions {
    * between two events until `[DONE]` (Inference's response headers alone, its SSE comments and
    * the gateway's own keepalives to its caller do not count; time the socket was paused for a slow
    * consumer does not either): then the request is aborted with {@link upstreamSilence}'s 504
-   * (fault `silent`). 0 = no bound.
+   * (fault `silent`). 0 = no bound (ACS_UPSTREAM_HEADERS_TIMEOUT_MS).
    * Non-streamed calls (`complete`) are not bound by it: vLLM sends their headers only at the end.
-   * @default 0
    */
-  silenceTimeoutMs?: number;
+  silenceTimeoutMs: number;
   /** Longest TCP connect. @default 10_000 */
   connectTimeoutMs?: number;
   /** Bounds of the `/tokenize` LRU cache. @default 4096 entries, 64 MiB */

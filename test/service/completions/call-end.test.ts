@@ -4,10 +4,11 @@ import { describe, expect, it } from "vitest";
 import { createSteeringBudget } from "../../../src/lens/index.js";
 import { createAdmission } from "../../../src/service/admission.js";
 import { CallEnd } from "../../../src/service/completions/call-end.js";
+import { admissionDefaults } from "../../helpers/config-defaults.js";
 
 function heldCall() {
   const steeringBudget = createSteeringBudget({ requestBytes: 1024, processBytes: 4096 });
-  const admission = createAdmission();
+  const admission = createAdmission(admissionDefaults);
   const steering = steeringBudget.lease();
   steering.reserve(100);
   const ticket = admission.admit("key", {

@@ -7,7 +7,7 @@ import { ApiError } from "../../../src/core/errors/index.js";
 import type { CallRecord } from "../../../src/core/index.js";
 import { createShutdownLink, type ShutdownLink } from "../../../src/core/index.js";
 import type { CallContext } from "../../../src/service/types.js";
-import { createCallContext } from "../../../src/surfaces/rest/index.js";
+import { createCallContext } from "../../../src/surfaces/rest/call-context.js";
 
 let app: FastifyInstance | undefined;
 afterEach(async () => {

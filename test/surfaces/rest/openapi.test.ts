@@ -25,21 +25,26 @@ import { validateRequest, validateTokensRequest } from "../../../src/service/val
 import {
   completionRequestFieldNames,
   decodeCompletionRequest,
+} from "../../../src/surfaces/rest/decode-completion-request.js";
+import {
   decodeDetokenizeRequest,
   decodeTokenizeRequest,
   detokenizeRequestFieldNames,
+  tokenizeRequestFieldNames,
+} from "../../../src/surfaces/rest/decode-tokens-request.js";
+import {
   errorCodesOfStatus,
   errorStatuses,
   type JsonSchema,
   openApiDocument,
+} from "../../../src/surfaces/rest/openapi.js";
+import { messageObjectSchema } from "../../../src/surfaces/rest/openapi-from-proto.js";
+import {
   renderChunk,
   renderCompletion,
-  renderDetokenize,
   renderModelList,
-  renderTokenize,
-  tokenizeRequestFieldNames,
-} from "../../../src/surfaces/rest/index.js";
-import { messageObjectSchema } from "../../../src/surfaces/rest/openapi-from-proto.js";
+} from "../../../src/surfaces/rest/render-completion.js";
+import { renderDetokenize, renderTokenize } from "../../../src/surfaces/rest/render-tokens.js";
 import { createOpenApiChecker } from "../../helpers/openapi-check.js";
 
 const schemas = openApiDocument.components.schemas;

@@ -4,6 +4,7 @@ import { describe, expect, it } from "vitest";
 import type { StreamCompletionResponse } from "../../../gen/acs/v1/completions_pb.js";
 import { pumpChunks } from "../../../src/surfaces/rest/completion-stream.js";
 import { createSseWriter } from "../../../src/surfaces/rest/sse-writer.js";
+import { sseDefaults } from "../../helpers/config-defaults.js";
 
 /** An iterator of the service's chunks whose next() gives `next` and which counts return() calls. */
 function serviceChunks(next: () => Promise<IteratorResult<StreamCompletionResponse>>) {
@@ -26,7 +27,7 @@ async function pump(
   const out = new PassThrough();
   const read: Buffer[] = [];
   out.on("data", (b: Buffer) => read.push(b));
-  const writer = createSseWriter(out, { keepaliveIntervalMs: 3_600_000 });
+  const writer = createSseWriter(out, { ...sseDefaults, keepaliveIntervalMs: 3_600_000 });
   await pumpChunks(first, chunks, writer, {
     render: { returnTokenIds: false },
     requestId: "req_0123456789abcdef0123456789abcdef",

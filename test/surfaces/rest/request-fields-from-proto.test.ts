@@ -19,14 +19,13 @@ import {
 import { SteeringVectorSchema, TensorSchema } from "../../../gen/acs/v1/lens_pb.js";
 import { ApiError } from "../../../src/core/errors/index.js";
 import { parseStrictJson } from "../../../src/core/json/strict-json.js";
-import { fieldReadersOf } from "../../../src/surfaces/rest/descriptor-readers.js";
+import { decodeCompletionRequest } from "../../../src/surfaces/rest/decode-completion-request.js";
 import {
-  decodeCompletionRequest,
   decodeDetokenizeRequest,
   decodeTokenizeRequest,
-  type JsonSchema,
-  openApiDocument,
-} from "../../../src/surfaces/rest/index.js";
+} from "../../../src/surfaces/rest/decode-tokens-request.js";
+import { fieldReadersOf } from "../../../src/surfaces/rest/descriptor-readers.js";
+import { type JsonSchema, openApiDocument } from "../../../src/surfaces/rest/openapi.js";
 import { decoderForms } from "../../../src/surfaces/rest/rest-json-forms.js";
 import { walkObject } from "../../../src/surfaces/rest/walk-object.js";
 

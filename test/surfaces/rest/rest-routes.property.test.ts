@@ -3,13 +3,18 @@ import Fastify from "fastify";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isRequestId } from "../../../src/core/errors/index.js";
 import { completionRequestFieldNames } from "../../../src/surfaces/rest/decode-completion-request.js";
-import { restRoutes } from "../../../src/surfaces/rest/index.js";
+import { restRoutes } from "../../../src/surfaces/rest/rest-routes.js";
+import { configDefaults } from "../../helpers/config-defaults.js";
 import { createFakeApi } from "./helpers/fake-api.js";
 
 const app = Fastify();
 
 beforeAll(async () => {
-  await app.register(restRoutes, { api: createFakeApi().api, keepaliveIntervalMs: 5000 });
+  await app.register(restRoutes, {
+    api: createFakeApi().api,
+    keepaliveIntervalMs: configDefaults.keepaliveIntervalMs,
+    streamStallMs: configDefaults.streamStallMs,
+  });
   await app.ready();
 });
 afterAll(async () => {

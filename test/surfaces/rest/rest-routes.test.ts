@@ -11,9 +11,10 @@ import { createModelRegistry, modelNotFound } from "../../../src/service/index.j
 import {
   CHAT_COMPLETIONS_MESSAGE,
   handleUnmatchedRoute,
-  requestTooLarge,
   restRoutes,
-} from "../../../src/surfaces/rest/index.js";
+} from "../../../src/surfaces/rest/rest-routes.js";
+import { requestTooLarge } from "../../../src/surfaces/rest/send-error.js";
+import { configDefaults } from "../../helpers/config-defaults.js";
 import { until } from "../../helpers/hang-guard.js";
 import { parseSse, withoutKeepalives } from "../../helpers/parse-sse.js";
 import { createFakeApi, type FakeApiOptions, headJson, lateRefusal } from "./helpers/fake-api.js";
@@ -24,10 +25,14 @@ afterEach(async () => {
   app = undefined;
 });
 
-async function build(keepaliveIntervalMs = 5000, options: FakeApiOptions = {}) {
+async function build(keepaliveIntervalMs = configDefaults.keepaliveIntervalMs, options: FakeApiOptions = {}) {
   const fake = createFakeApi(options);
   app = Fastify();
-  await app.register(restRoutes, { api: fake.api, keepaliveIntervalMs });
+  await app.register(restRoutes, {
+    api: fake.api,
+    keepaliveIntervalMs,
+    streamStallMs: configDefaults.streamStallMs,
+  });
   app.setNotFoundHandler(handleUnmatchedRoute);
   await app.ready();
   return { app, ...fake };

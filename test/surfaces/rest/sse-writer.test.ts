@@ -6,6 +6,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { ApiError } from "../../../src/core/errors/index.js";
 import { createSseWriter } from "../../../src/surfaces/rest/sse-writer.js";
+import { sseDefaults } from "../../helpers/config-defaults.js";
 import { parseSse, withoutKeepalives } from "../../helpers/parse-sse.js";
 
 async function collect(stream: PassThrough): Promise<string> {
@@ -19,7 +20,7 @@ describe("createSseWriter on a PassThrough", () => {
   it("writes data events and [DONE], nothing else", async () => {
     const out = new PassThrough();
     const body = collect(out);
-    const writer = createSseWriter(out, { keepaliveIntervalMs: 60_000 });
+    const writer = createSseWriter(out, { ...sseDefaults, keepaliveIntervalMs: 60_000 });
     expect(await writer.send({ a: 1, text: "line\nbreak" })).toBe(true);
     expect(await writer.send({ b: "ü 🚀" })).toBe(true);
     await writer.done();
@@ -34,7 +35,7 @@ describe("createSseWriter on a PassThrough", () => {
   it("an error after the start is one envelope event, then [DONE]", async () => {
     const out = new PassThrough();
     const body = collect(out);
-    const writer = createSseWriter(out, { keepaliveIntervalMs: 60_000 });
+    const writer = createSseWriter(out, { ...sseDefaults, keepaliveIntervalMs: 60_000 });
     await writer.send({ chunk: 1 });
     const envelope = new ApiError("upstream_error", "Inference failed.").toEnvelope(`req_${"a".repeat(32)}`);
     await writer.fail(envelope);
@@ -59,7 +60,7 @@ describe("createSseWriter on a PassThrough", () => {
     try {
       const out = new PassThrough();
       const body = collect(out);
-      const writer = createSseWriter(out, { keepaliveIntervalMs: 20 });
+      const writer = createSseWriter(out, { ...sseDefaults, keepaliveIntervalMs: 20 });
       await writer.send({ first: true });
       vi.advanceTimersByTime(110);
       await writer.done();
@@ -88,7 +89,7 @@ describe("createSseWriter on a PassThrough", () => {
         release = callback;
       },
     });
-    const writer = createSseWriter(slow, { keepaliveIntervalMs: 60_000 });
+    const writer = createSseWriter(slow, { ...sseDefaults, keepaliveIntervalMs: 60_000 });
     let resolved = false;
     const sending = writer.send({ padding: "x".repeat(64) }).then(() => {
       resolved = true;
@@ -108,7 +109,7 @@ describe("createSseWriter on a PassThrough", () => {
     out.on("data", (part: Buffer) => {
       bytes += part.length;
     });
-    const writer = createSseWriter(out, { keepaliveIntervalMs: 10 });
+    const writer = createSseWriter(out, { ...sseDefaults, keepaliveIntervalMs: 10 });
     await writer.send({ a: 1 });
     out.destroy();
     await once(out, "close");
@@ -122,7 +123,7 @@ describe("createSseWriter on a PassThrough", () => {
 
   it("a send waiting for drain resolves false when the destination closes", async () => {
     const stuck = new Writable({ highWaterMark: 1, write() {} });
-    const writer = createSseWriter(stuck, { keepaliveIntervalMs: 60_000 });
+    const writer = createSseWriter(stuck, { ...sseDefaults, keepaliveIntervalMs: 60_000 });
     const sending = writer.send({ a: 1 });
     stuck.destroy();
     await expect(sending).resolves.toBe(false);
@@ -226,7 +227,7 @@ describe("createSseWriter on a real HTTP response", () => {
       sawKeepalives = resolve;
     });
     const port = await serve(async (res) => {
-      const writer = createSseWriter(res, { keepaliveIntervalMs: 15 });
+      const writer = createSseWriter(res, { ...sseDefaults, keepaliveIntervalMs: 15 });
       await writer.send({ n: 1 });
       await twoKeepalives; // idle until the client has read two keepalives
       await writer.send({ n: 2 });
@@ -255,7 +256,7 @@ describe("createSseWriter on a real HTTP response", () => {
       finished = resolve;
     });
     const port = await serve(async (res) => {
-      const writer = createSseWriter(res, { keepaliveIntervalMs: 5 });
+      const writer = createSseWriter(res, { ...sseDefaults, keepaliveIntervalMs: 5 });
       await writer.send({ n: 1 });
       await once(res, "close");
       observed.push({ closed: writer.closed, sent: await writer.send({ n: 2 }) });

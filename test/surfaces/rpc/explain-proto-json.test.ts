@@ -4,7 +4,10 @@ import { ScalarType } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { CreateCompletionRequestSchema } from "../../../gen/acs/v1/completions_pb.js";
 import { ApiError } from "../../../src/core/errors/index.js";
-import { completionRequestFieldNames, decodeCompletionRequest } from "../../../src/surfaces/rest/index.js";
+import {
+  completionRequestFieldNames,
+  decodeCompletionRequest,
+} from "../../../src/surfaces/rest/decode-completion-request.js";
 import { explainProtoJson } from "../../../src/surfaces/rpc/explain-proto-json.js";
 
 const encode = (text: string) => new TextEncoder().encode(text);

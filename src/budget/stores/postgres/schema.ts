@@ -66,7 +66,47 @@ const MIGRATIONS: readonly string[] = [
     PRIMARY KEY (key_id, day)
   );
   `,
-  // 1 → 2: the admin surface — a key's rate limits, expiry and metadata; admin keys; the audit log
+  // 1 → 2: Budget periods (src/budget/README.md "Budget periods"): the key's period and the start
+  // and end of its current one, the period each Hold and lease was placed in, the past periods.
+  `
+  ALTER TABLE keys
+    ADD COLUMN period text NOT NULL DEFAULT 'none' CHECK (period IN ('none', 'day', 'week', 'month')),
+    ADD COLUMN period_start bigint NOT NULL DEFAULT 0,
+    ADD COLUMN period_end bigint NOT NULL DEFAULT 0;
+  ALTER TABLE holds ADD COLUMN period_start bigint NOT NULL DEFAULT 0;
+  ALTER TABLE leases ADD COLUMN period_start bigint NOT NULL DEFAULT 0;
+  CREATE TABLE budget_periods (
+    key_id        text NOT NULL REFERENCES keys(id),
+    period_start  bigint NOT NULL,
+    period_end    bigint NOT NULL,
+    budget_tokens bigint NOT NULL CHECK (budget_tokens >= 0),
+    spent_tokens  bigint NOT NULL DEFAULT 0 CHECK (spent_tokens >= 0),
+    held_tokens   bigint NOT NULL DEFAULT 0 CHECK (held_tokens >= 0),
+    leased_tokens bigint NOT NULL DEFAULT 0 CHECK (leased_tokens >= 0),
+    CHECK (spent_tokens + held_tokens + leased_tokens <= budget_tokens),
+    PRIMARY KEY (key_id, period_start)
+  );
+  `,
+  // 2 → 3: one row per settled request (src/budget/README.md, "Usage records"); no foreign key
+  // on key_id, so that a flush never fails on a key and the table outlives what happens to keys.
+  `
+  CREATE TABLE usage_records (
+    id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    key_id            text NOT NULL,
+    model             text NOT NULL,
+    input_tokens      bigint NOT NULL CHECK (input_tokens >= 0),
+    output_tokens     bigint NOT NULL CHECK (output_tokens >= 0),
+    activation_tokens bigint NOT NULL CHECK (activation_tokens >= 0),
+    charged_tokens    bigint NOT NULL CHECK (charged_tokens >= 0),
+    status            integer NOT NULL,
+    request_id        text NOT NULL,
+    created_at        bigint NOT NULL
+  );
+  CREATE INDEX usage_records_by_time ON usage_records (created_at);
+  CREATE INDEX usage_records_by_key ON usage_records (key_id, created_at);
+  CREATE INDEX usage_records_by_model ON usage_records (model, created_at);
+  `,
+  // 3 → 4: the admin surface — a key's rate limits, expiry and metadata; admin keys; the audit log
   // (append-only: a trigger refuses every UPDATE and DELETE of its rows).
   `
   ALTER TABLE keys

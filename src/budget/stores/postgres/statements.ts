@@ -32,17 +32,26 @@ export function toKeyRow(row: KeySqlRow): KeyRow {
  */
 export const SQL = {
   lockKey: "SELECT * FROM keys WHERE id = $1 FOR UPDATE",
-  lockHold: `SELECT id, key_id, tokens, state, used_tokens, charged_tokens, expires_at
+  lockHold: `SELECT id, key_id, tokens, state, used_tokens, charged_tokens, expires_at, period_start
              FROM holds WHERE id = $1 FOR UPDATE`,
   lockLease: `SELECT id, key_id, state, tokens, reclaim_charge, holds, seq, last_result, drain, closing,
-              expires_at FROM leases WHERE id = $1 FOR UPDATE`,
-  insertHold: `INSERT INTO holds (id, key_id, tokens, created_at, expires_at, instance_id)
-               VALUES ($1, $2, $3, $4, $5, $6)`,
+              expires_at, period_start FROM leases WHERE id = $1 FOR UPDATE`,
+  lockPeriod: `SELECT period_start, period_end, budget_tokens, spent_tokens, held_tokens, leased_tokens
+               FROM budget_periods WHERE key_id = $1 AND period_start = $2 FOR UPDATE`,
+  writePeriod: `INSERT INTO budget_periods
+                  (key_id, period_start, period_end, budget_tokens, spent_tokens, held_tokens, leased_tokens)
+                VALUES ($1, $2, $3, $4, $5, $6, $7)
+                ON CONFLICT (key_id, period_start) DO UPDATE SET spent_tokens = excluded.spent_tokens,
+                  held_tokens = excluded.held_tokens, leased_tokens = excluded.leased_tokens`,
+  rollKey: `UPDATE keys SET spent_tokens = 0, held_tokens = 0, leased_tokens = 0, period_start = $2,
+            period_end = $3 WHERE id = $1`,
+  insertHold: `INSERT INTO holds (id, key_id, tokens, created_at, expires_at, instance_id, period_start)
+               VALUES ($1, $2, $3, $4, $5, $6, $7)`,
   closeHold:
     "UPDATE holds SET state = $2, used_tokens = $3, charged_tokens = $4, closed_at = $5 WHERE id = $1",
-  insertLease: `INSERT INTO leases (id, key_id, instance_id, created_at, state, tokens, reclaim_charge, holds, seq,
-                last_result, drain, closing, expires_at, closed_at)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+  insertLease: `INSERT INTO leases (id, key_id, instance_id, created_at, period_start, state, tokens, reclaim_charge,
+                holds, seq, last_result, drain, closing, expires_at, closed_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
   updateLease: `UPDATE leases SET state = $2, tokens = $3, reclaim_charge = $4, holds = $5, seq = $6,
                 last_result = $7, drain = $8, closing = $9, expires_at = $10, closed_at = $11 WHERE id = $1`,
   setKeyNumbers: "UPDATE keys SET spent_tokens = $2, held_tokens = $3, leased_tokens = $4 WHERE id = $1",
@@ -55,13 +64,13 @@ export const SQL = {
   drainAll: "UPDATE leases SET drain = true WHERE key_id = $1 AND state = 'open'",
   drainOthers: `UPDATE leases SET drain = true
                 WHERE key_id = $1 AND state = 'open' AND instance_id <> $2 AND expires_at > $3 AND tokens > 0
-                  AND NOT closing`,
+                  AND NOT closing AND period_start = $4`,
   blockLeases: "UPDATE keys SET lease_block_until = greatest(lease_block_until, $2) WHERE id = $1",
   revoke: "UPDATE keys SET revoked_at = coalesce(revoked_at, $2) WHERE id = $1",
   renew: `UPDATE holds SET expires_at = $2, used_tokens = greatest(coalesce(used_tokens, 0), $3)
           WHERE id = $1 AND state = 'open'`,
   holdKey: "SELECT key_id FROM holds WHERE id = $1",
-  insertKey: `INSERT INTO keys (${KEY_INSERT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+  insertKey: `INSERT INTO keys (${KEY_INSERT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
   writeKeySettings: `UPDATE keys SET name = $1, budget_tokens = $2, models = $3, rate_limits = $4, expires_at = $5,
                      metadata = $6, key_hash = $7, hint = $8, revoked_at = $9 WHERE id = $10`,
   insertAudit: `INSERT INTO audit_logs (${AUDIT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)`,

@@ -3,7 +3,7 @@
 import pg from "pg";
 import type { BudgetStore, KeyRecord } from "../../budget-store.js";
 import type { StoreBackend } from "../backend.js";
-import { type DailyColumns, dailyOf, keyInsertValues } from "../rows.js";
+import { type DailyColumns, dailyOf, keyInsertValues, type PeriodColumns, periodOf } from "../rows.js";
 import { createBudgetStoreOn } from "../store-on.js";
 import { adminReads } from "./admin-reads.js";
 import { migrate } from "./schema.js";
@@ -65,6 +65,13 @@ async function readKeyUsage(
       [keyId, days],
     )
   ).rows;
+  const periods = (
+    await c.query<PeriodColumns>(
+      `SELECT period_start, period_end, budget_tokens, spent_tokens, held_tokens, leased_tokens
+       FROM budget_periods WHERE key_id = $1 ORDER BY period_start DESC LIMIT $2`,
+      [keyId, days],
+    )
+  ).rows;
   return {
     key: toKeyRow(key),
     openHolds: counts?.holds ?? 0,
@@ -72,6 +79,7 @@ async function readKeyUsage(
     settledHolds: counts?.settled ?? 0,
     reclaimedHolds: counts?.reclaimed ?? 0,
     daily: daily.map(dailyOf),
+    periods: periods.map(periodOf),
   };
 }
 
@@ -177,6 +185,13 @@ function postgresBackend(pool: pg.Pool): StoreBackend {
         await c.query("SELECT txid_current()");
       });
     },
+    placeholder: (i) => `$${i}`,
+    async write(sql, values) {
+      await pool.query(sql, [...values]);
+    },
+    async read<T>(sql: string, values: readonly unknown[]) {
+      return (await pool.query(sql, [...values])).rows as T[];
+    },
     async close() {
       await pool.end();
     },
@@ -191,7 +206,7 @@ function postgresBackend(pool: pg.Pool): StoreBackend {
  * transaction under an advisory lock, so replicas starting together migrate once) and refuses a
  * database whose schema is newer than this code. Use a database (or a schema, through the URL's
  * `options=-c search_path=…`) of its own: the tables are `keys`, `holds`, `leases`, `usage_daily`,
- * `admin_keys`, `audit_logs` and `budget_schema_migrations`.
+ * `budget_periods`, `usage_records`, `admin_keys`, `audit_logs` and `budget_schema_migrations`.
  */
 export async function createPostgresBudgetStore(options: PostgresBudgetStoreOptions): Promise<BudgetStore> {
   const pool = new pg.Pool({

@@ -11,6 +11,8 @@ import {
   type LeaseColumns,
   leaseRowOf,
   leaseUpdateValues,
+  type PeriodColumns,
+  periodOf,
 } from "../rows.js";
 import { asBoolean, type KeySqlRow, run, type SQL, toKeyRow } from "./statements.js";
 
@@ -34,14 +36,34 @@ export function rowsOf(c: pg.PoolClient, sent: Promise<unknown>[]): TxRows {
       const r = (await run<LeaseColumns<boolean>>(c, "lockLease", [id])).rows[0];
       return r === undefined ? undefined : leaseRowOf(r, asBoolean);
     },
+    async lockPeriod(keyId, periodStart) {
+      const r = (await run<PeriodColumns>(c, "lockPeriod", [keyId, periodStart])).rows[0];
+      return r === undefined ? undefined : { keyId, ...periodOf(r) };
+    },
+    writePeriod(p) {
+      const { keyId, periodStart, periodEnd, budgetTokens, spentTokens, heldTokens, leasedTokens } = p;
+      write("writePeriod", [
+        keyId,
+        periodStart,
+        periodEnd,
+        budgetTokens,
+        spentTokens,
+        heldTokens,
+        leasedTokens,
+      ]);
+    },
+    rollKey(id, periodStart, periodEnd) {
+      write("rollKey", [id, periodStart, periodEnd]);
+    },
     insertHold(h) {
-      write("insertHold", [h.id, h.keyId, h.tokens, h.createdAt, h.expiresAt, h.instanceId]);
+      write("insertHold", [h.id, h.keyId, h.tokens, h.createdAt, h.expiresAt, h.instanceId, h.periodStart]);
     },
     closeHold(id, state, used, charged, closedAt) {
       write("closeHold", [id, state, used, charged, closedAt]);
     },
     insertLease(l, u) {
-      write("insertLease", [l.id, l.keyId, l.instanceId, l.createdAt, ...leaseUpdateValues(u, asBoolean)]);
+      const row = [l.id, l.keyId, l.instanceId, l.createdAt, l.periodStart];
+      write("insertLease", [...row, ...leaseUpdateValues(u, asBoolean)]);
     },
     updateLease(id, u) {
       write("updateLease", [id, ...leaseUpdateValues(u, asBoolean)]);
@@ -56,7 +78,7 @@ export function rowsOf(c: pg.PoolClient, sent: Promise<unknown>[]): TxRows {
       const r =
         others === undefined
           ? await run(c, "drainAll", [keyId])
-          : await run(c, "drainOthers", [keyId, others.instanceId, others.now]);
+          : await run(c, "drainOthers", [keyId, others.instanceId, others.now, others.periodStart]);
       return r.rowCount ?? 0;
     },
     blockLeases(keyId, until) {

@@ -3,7 +3,14 @@
 
 import { adminKeyInsertValues, adminKeyOf, auditInsertValues } from "../admin-rows.js";
 import type { TxRows } from "../backend.js";
-import { holdRowOf, keyInsertValues, keySettingsValues, leaseRowOf, leaseUpdateValues } from "../rows.js";
+import {
+  holdRowOf,
+  keyInsertValues,
+  keySettingsValues,
+  leaseRowOf,
+  leaseUpdateValues,
+  periodOf,
+} from "../rows.js";
 import { fromBit, type Statements, toBit, toKeyRow } from "./statements.js";
 
 /**
@@ -24,14 +31,32 @@ export function rowsOf(stmt: Statements): TxRows {
       const r = stmt.leaseById.get(id);
       return r === undefined ? undefined : leaseRowOf(r, fromBit);
     },
+    async lockPeriod(keyId, periodStart) {
+      const r = stmt.periodRow.get(keyId, periodStart);
+      return r === undefined ? undefined : { keyId, ...periodOf(r) };
+    },
+    writePeriod(p) {
+      stmt.writePeriod.run(
+        p.keyId,
+        p.periodStart,
+        p.periodEnd,
+        p.budgetTokens,
+        p.spentTokens,
+        p.heldTokens,
+        p.leasedTokens,
+      );
+    },
+    rollKey(id, periodStart, periodEnd) {
+      stmt.rollKey.run(periodStart, periodEnd, id);
+    },
     insertHold(h) {
-      stmt.insertHold.run(h.id, h.keyId, h.tokens, h.createdAt, h.expiresAt, h.instanceId);
+      stmt.insertHold.run(h.id, h.keyId, h.tokens, h.createdAt, h.expiresAt, h.instanceId, h.periodStart);
     },
     closeHold(id, state, used, charged, closedAt) {
       stmt.closeHold.run(state, used, charged, closedAt, id);
     },
     insertLease(l, columns) {
-      stmt.insertLease.run(l.id, l.keyId, l.instanceId, l.createdAt, columns.expiresAt);
+      stmt.insertLease.run(l.id, l.keyId, l.instanceId, l.createdAt, columns.expiresAt, l.periodStart);
       rows.updateLease(l.id, columns);
     },
     updateLease(id, u) {
@@ -46,7 +71,7 @@ export function rowsOf(stmt: Statements): TxRows {
     async flagDrain(keyId, others) {
       return others === undefined
         ? stmt.drainAll.run(keyId).changes
-        : stmt.drainOthers.run(keyId, others.instanceId, others.now).changes;
+        : stmt.drainOthers.run(keyId, others.instanceId, others.now, others.periodStart).changes;
     },
     blockLeases(keyId, until) {
       stmt.blockLeases.run(until, keyId);
@@ -75,9 +100,9 @@ export function rowsOf(stmt: Statements): TxRows {
     },
     // BEGIN IMMEDIATE holds the database's write lock from the start: no row needs locking first.
     shortcuts: {
-      reserve: (keyId, tokens, now) => stmt.reserve.run(tokens, keyId, now, tokens).changes === 1,
+      reserve: (keyId, tokens, now) => stmt.reserve.get(tokens, keyId, now, now, tokens)?.period_start,
       settleOpen(holdId, usedTokens, closedAt) {
-        const r = stmt.settleOpen.get(usedTokens, usedTokens, closedAt, holdId);
+        const r = stmt.settleOpen.get(usedTokens, usedTokens, closedAt, holdId, closedAt);
         return r === undefined ? undefined : { keyId: r.key_id, tokens: r.tokens, charged: r.charged_tokens };
       },
       moveHeld(keyId, charged, released) {

@@ -92,7 +92,46 @@ const MIGRATIONS: readonly string[] = [
            sum(charged_tokens), sum(state = 'settled'), sum(state = 'reclaimed')
     FROM holds WHERE state != 'open' GROUP BY 1, 2;
   `,
-  // 2 → 3: the admin surface — a key's rate limits, expiry and metadata; admin keys; the audit log
+  // 2 → 3: Budget periods (src/budget/README.md "Budget periods"): the key's period and the start
+  // and end of its current one, the period each Hold and lease was placed in, the past periods.
+  `
+  ALTER TABLE keys ADD COLUMN period TEXT NOT NULL DEFAULT 'none' CHECK (period IN ('none', 'day', 'week', 'month'));
+  ALTER TABLE keys ADD COLUMN period_start INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE keys ADD COLUMN period_end INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE holds ADD COLUMN period_start INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE leases ADD COLUMN period_start INTEGER NOT NULL DEFAULT 0;
+  CREATE TABLE budget_periods (
+    key_id        TEXT NOT NULL REFERENCES keys(id),
+    period_start  INTEGER NOT NULL,
+    period_end    INTEGER NOT NULL,
+    budget_tokens INTEGER NOT NULL CHECK (budget_tokens >= 0),
+    spent_tokens  INTEGER NOT NULL DEFAULT 0 CHECK (spent_tokens >= 0),
+    held_tokens   INTEGER NOT NULL DEFAULT 0 CHECK (held_tokens >= 0),
+    leased_tokens INTEGER NOT NULL DEFAULT 0 CHECK (leased_tokens >= 0),
+    CHECK (spent_tokens + held_tokens + leased_tokens <= budget_tokens),
+    PRIMARY KEY (key_id, period_start)
+  ) STRICT, WITHOUT ROWID;
+  `,
+  // 3 → 4: one row per settled request (src/budget/README.md, "Usage records"); no foreign key
+  // on key_id, so that a flush never fails on a key and the table outlives what happens to keys.
+  `
+  CREATE TABLE usage_records (
+    id                INTEGER PRIMARY KEY,
+    key_id            TEXT NOT NULL,
+    model             TEXT NOT NULL,
+    input_tokens      INTEGER NOT NULL CHECK (input_tokens >= 0),
+    output_tokens     INTEGER NOT NULL CHECK (output_tokens >= 0),
+    activation_tokens INTEGER NOT NULL CHECK (activation_tokens >= 0),
+    charged_tokens    INTEGER NOT NULL CHECK (charged_tokens >= 0),
+    status            INTEGER NOT NULL,
+    request_id        TEXT NOT NULL,
+    created_at        INTEGER NOT NULL
+  ) STRICT;
+  CREATE INDEX usage_records_by_time ON usage_records (created_at);
+  CREATE INDEX usage_records_by_key ON usage_records (key_id, created_at);
+  CREATE INDEX usage_records_by_model ON usage_records (model, created_at);
+  `,
+  // 4 → 5: the admin surface — a key's rate limits, expiry and metadata; admin keys; the audit log
   // (append-only: triggers refuse every UPDATE and DELETE of its rows).
   `
   ALTER TABLE keys ADD COLUMN rate_limits TEXT CHECK (rate_limits IS NULL OR json_valid(rate_limits));

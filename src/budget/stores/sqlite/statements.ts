@@ -12,6 +12,7 @@ import {
   keyRowOf,
   type LeaseColumns,
   type LeaseUpdateValues,
+  type PeriodColumns,
 } from "../rows.js";
 import type { prepareAdminStatements } from "./admin-statements.js";
 import { BUDGET_SCHEMA_VERSION } from "./schema.js";
@@ -41,7 +42,7 @@ export function toKeyRow(row: KeySqlRow): KeyRow {
 export function prepareKeyStatements(db: Database.Database) {
   return {
     insertKey: db.prepare<ReturnType<typeof keyInsertValues>>(
-      `INSERT INTO keys (${KEY_INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO keys (${KEY_INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ),
     writeKeySettings: db.prepare<KeySettingsValues>(
       `UPDATE keys SET name = ?, budget_tokens = ?, models = ?, rate_limits = ?, expires_at = ?, metadata = ?,
@@ -65,9 +66,10 @@ export function prepareKeyStatements(db: Database.Database) {
     addBudget: db.prepare<[number, string]>("UPDATE keys SET budget_tokens = budget_tokens + ? WHERE id = ?"),
     revoke: db.prepare<[number, string]>("UPDATE keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?"),
     drainAll: db.prepare<[string]>("UPDATE leases SET drain = 1 WHERE key_id = ? AND state = 'open'"),
-    drainOthers: db.prepare<[string, string, number]>(
+    drainOthers: db.prepare<[string, string, number, number]>(
       `UPDATE leases SET drain = 1
-       WHERE key_id = ? AND state = 'open' AND instance_id != ? AND expires_at > ? AND tokens > 0 AND closing = 0`,
+       WHERE key_id = ? AND state = 'open' AND instance_id != ? AND expires_at > ? AND tokens > 0 AND closing = 0
+         AND period_start = ?`,
     ),
     blockLeases: db.prepare<[number, string]>(
       "UPDATE keys SET lease_block_until = max(lease_block_until, ?) WHERE id = ?",
@@ -75,10 +77,12 @@ export function prepareKeyStatements(db: Database.Database) {
     setKeyNumbers: db.prepare<[number, number, number, string]>(
       "UPDATE keys SET spent_tokens = ?, held_tokens = ?, leased_tokens = ? WHERE id = ?",
     ),
-    reserve: db.prepare<[number, string, number, number]>(
+    reserve: db.prepare<[number, string, number, number, number], { period_start: number }>(
       `UPDATE keys SET held_tokens = held_tokens + ?
        WHERE id = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)
-         AND budget_tokens - spent_tokens - held_tokens - leased_tokens >= ?`,
+         AND (period_end = 0 OR period_end > ?)
+         AND budget_tokens - spent_tokens - held_tokens - leased_tokens >= ?
+       RETURNING period_start`,
     ),
     moveHeld: db.prepare<[number, number, string]>(
       "UPDATE keys SET spent_tokens = spent_tokens + ?, held_tokens = held_tokens - ? WHERE id = ?",
@@ -102,26 +106,55 @@ export function prepareKeyStatements(db: Database.Database) {
   };
 }
 
+/** The statements on a key's past Budget periods and its rollover, prepared once on the migrated database. */
+export function preparePeriodStatements(db: Database.Database) {
+  return {
+    periodRow: db.prepare<[string, number], PeriodColumns>(
+      `SELECT period_start, period_end, budget_tokens, spent_tokens, held_tokens, leased_tokens
+       FROM budget_periods WHERE key_id = ? AND period_start = ?`,
+    ),
+    writePeriod: db.prepare<[string, number, number, number, number, number, number]>(
+      `INSERT INTO budget_periods (key_id, period_start, period_end, budget_tokens, spent_tokens, held_tokens, leased_tokens)
+       VALUES (?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (key_id, period_start) DO UPDATE SET
+         spent_tokens = excluded.spent_tokens, held_tokens = excluded.held_tokens, leased_tokens = excluded.leased_tokens`,
+    ),
+    rollKey: db.prepare<[number, number, string]>(
+      `UPDATE keys SET spent_tokens = 0, held_tokens = 0, leased_tokens = 0, period_start = ?, period_end = ?
+       WHERE id = ?`,
+    ),
+    periods: db.prepare<[string, number], PeriodColumns>(
+      `SELECT period_start, period_end, budget_tokens, spent_tokens, held_tokens, leased_tokens
+       FROM budget_periods WHERE key_id = ? ORDER BY period_start DESC LIMIT ?`,
+    ),
+  };
+}
+
 /** The statements on Hold and lease rows, prepared once on the migrated database. */
 export function prepareHoldStatements(db: Database.Database) {
   return {
-    insertHold: db.prepare<[string, string, number, number, number, string]>(
-      "INSERT INTO holds (id, key_id, tokens, created_at, expires_at, instance_id) VALUES (?, ?, ?, ?, ?, ?)",
+    insertHold: db.prepare<[string, string, number, number, number, string, number]>(
+      `INSERT INTO holds (id, key_id, tokens, created_at, expires_at, instance_id, period_start)
+       VALUES (?, ?, ?, ?, ?, ?, ?)`,
     ),
     renew: db.prepare<[number, number, string]>(
       `UPDATE holds SET expires_at = ?, used_tokens = max(coalesce(used_tokens, 0), ?)
        WHERE id = ? AND state = 'open'`,
     ),
     holdById: db.prepare<[string], HoldColumns>(
-      "SELECT id, key_id, tokens, state, used_tokens, charged_tokens, expires_at FROM holds WHERE id = ?",
+      `SELECT id, key_id, tokens, state, used_tokens, charged_tokens, expires_at, period_start
+       FROM holds WHERE id = ?`,
     ),
     holdKey: db.prepare<[string], { key_id: string }>("SELECT key_id FROM holds WHERE id = ?"),
+    // Only a Hold of its key's current period, with no rollover due (else the general path).
     settleOpen: db.prepare<
-      [number, number, number, string],
+      [number, number, number, string, number],
       { key_id: string; tokens: number; charged_tokens: number }
     >(
       `UPDATE holds SET state = 'settled', used_tokens = ?, charged_tokens = min(?, tokens), closed_at = ?
-       WHERE id = ? AND state = 'open' RETURNING key_id, tokens, charged_tokens`,
+       WHERE id = ? AND state = 'open' AND period_start =
+         (SELECT k.period_start FROM keys k WHERE k.id = holds.key_id AND (k.period_end = 0 OR k.period_end > ?))
+       RETURNING key_id, tokens, charged_tokens`,
     ),
     closeHold: db.prepare<[string, number, number, number, string]>(
       "UPDATE holds SET state = ?, used_tokens = ?, charged_tokens = ?, closed_at = ? WHERE id = ?",
@@ -139,11 +172,13 @@ export function prepareHoldStatements(db: Database.Database) {
       "SELECT id, key_id AS keyId FROM leases WHERE state = 'open' AND (? IS NULL OR instance_id = ?)",
     ),
     leaseById: db.prepare<[string], LeaseColumns<number>>(
-      `SELECT id, key_id, state, tokens, reclaim_charge, holds, seq, last_result, drain, closing, expires_at
+      `SELECT id, key_id, state, tokens, reclaim_charge, holds, seq, last_result, drain, closing, expires_at,
+              period_start
        FROM leases WHERE id = ?`,
     ),
-    insertLease: db.prepare<[string, string, string, number, number]>(
-      "INSERT INTO leases (id, key_id, instance_id, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
+    insertLease: db.prepare<[string, string, string, number, number, number]>(
+      `INSERT INTO leases (id, key_id, instance_id, created_at, expires_at, period_start)
+       VALUES (?, ?, ?, ?, ?, ?)`,
     ),
     updateLease: db.prepare<[...LeaseUpdateValues<number>, id: string]>(
       `UPDATE leases SET state = ?, tokens = ?, reclaim_charge = ?, holds = ?, seq = ?, last_result = ?,
@@ -160,5 +195,6 @@ export function prepareHoldStatements(db: Database.Database) {
 
 /** Every prepared statement of a store. */
 export type Statements = ReturnType<typeof prepareKeyStatements> &
+  ReturnType<typeof preparePeriodStatements> &
   ReturnType<typeof prepareHoldStatements> &
   ReturnType<typeof prepareAdminStatements>;

@@ -5,13 +5,19 @@ import type { BudgetStore, KeyRecord } from "../../budget-store.js";
 import { startWalCheckpointer, type WalCheckpointer } from "../../wal-checkpointer.js";
 import { adminKeyOf, auditOf, pageOf } from "../admin-rows.js";
 import type { StoreBackend } from "../backend.js";
-import { dailyOf, keyInsertValues } from "../rows.js";
+import { dailyOf, keyInsertValues, periodOf } from "../rows.js";
 import { createBudgetStoreOn } from "../store-on.js";
 import { prepareAdminStatements } from "./admin-statements.js";
 import { type SqliteConnection, serialConnection } from "./connection.js";
 import { rowsOf } from "./rows.js";
 import { migrate } from "./schema.js";
-import { prepareHoldStatements, prepareKeyStatements, type Statements, toKeyRow } from "./statements.js";
+import {
+  prepareHoldStatements,
+  prepareKeyStatements,
+  preparePeriodStatements,
+  type Statements,
+  toKeyRow,
+} from "./statements.js";
 
 /** WAL pages after which SQLite's own checkpoint runs when the checkpointer worker runs too. */
 const WAL_SAFETY_NET_PAGES = 8192;
@@ -95,6 +101,23 @@ function startCheckpointer(
   });
 }
 
+/** Most distinct statements of the shared SQL kept prepared (a flush's INSERT varies with its row count). */
+const MAX_CACHED_STATEMENTS = 64;
+
+/** Prepares `sql` once: the shared SQL's statements, cached by their text (emptied when full). */
+function cachedStatements(db: Database.Database): (sql: string) => Database.Statement {
+  const cache = new Map<string, Database.Statement>();
+  return (sql) => {
+    let stmt = cache.get(sql);
+    if (stmt === undefined) {
+      if (cache.size >= MAX_CACHED_STATEMENTS) cache.clear();
+      stmt = db.prepare(sql);
+      cache.set(sql, stmt);
+    }
+    return stmt;
+  };
+}
+
 /** {@link StoreBackend.keyUsage}'s reads, inside one read transaction (a snapshot). */
 function readKeyUsage(
   stmt: Statements,
@@ -112,6 +135,7 @@ function readKeyUsage(
     settledHolds: totals.settled,
     reclaimedHolds: totals.reclaimed,
     daily: stmt.daily.all(keyId, days).map(dailyOf),
+    periods: stmt.periods.all(keyId, days).map(periodOf),
   };
 }
 
@@ -162,6 +186,7 @@ function sqliteBackend(
   checkpointer: WalCheckpointer | undefined,
 ): StoreBackend {
   const rows = rowsOf(stmt);
+  const prepared = cachedStatements(db);
   return {
     kind: "sqlite",
     shortcuts: true,
@@ -204,6 +229,13 @@ function sqliteBackend(
       conn.writeTransaction(async () => {
         stmt.probe.run();
       }),
+    placeholder: () => "?",
+    write: (sql, values) =>
+      conn.writeTransaction(async () => {
+        prepared(sql).run(...values);
+      }),
+    read: <T>(sql: string, values: readonly unknown[]) =>
+      conn.serial(() => prepared(sql).all(...values) as T[]),
     close: () => {
       conn.flush(); // the transactions asked for before the close run before it
       return conn.serial(async () => {
@@ -228,6 +260,7 @@ export function createSqliteBudgetStore(options: SqliteBudgetStoreOptions): Budg
   // Prepared before the connection's discipline sets busy_timeout = 0 (group commit).
   const stmt: Statements = {
     ...prepareKeyStatements(db),
+    ...preparePeriodStatements(db),
     ...prepareHoldStatements(db),
     ...prepareAdminStatements(db),
   };
