@@ -57,8 +57,6 @@ export interface StackOptions {
   upstreamHeadersTimeoutMs?: number;
   /** The ledger's usage log batching (e.g. a long flush interval). @default the log's */
   usageLog?: AppOptions["usageLog"];
-  /** Registers more routes on the gateway's app before it listens (routes buildApp leaves out). */
-  routes?: (app: FastifyInstance, ledger: BudgetLedger | undefined) => void;
 }
 
 export interface Stack {
@@ -141,7 +139,6 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       ...(opts.lifecycle ? { lifecycle: opts.lifecycle } : {}),
     },
   );
-  opts.routes?.(app, ledger);
   await app.listen({ host: "127.0.0.1", port: 0 });
   const port = (app.server.address() as AddressInfo).port;
   return {

@@ -27,7 +27,14 @@ import {
   type UpdateKeyResponse,
   UpdateKeyResponseSchema,
 } from "../../../gen/acs/v1/admin_pb.js";
-import { type BudgetLedger, type KeyChanges, KeySettingError, UnknownIdError } from "../../budget/index.js";
+import {
+  type BudgetLedger,
+  type KeyChanges,
+  KeySettingError,
+  UnknownIdError,
+  type UsageCompletionsPage,
+  type UsageCompletionsQuery,
+} from "../../budget/index.js";
 import { ApiError, invalidRequest } from "../../core/errors/index.js";
 import type { CallContext } from "../types.js";
 import { apiKeyOf, auditLogOf, safeInt, settingsOf } from "./admin-proto.js";
@@ -59,6 +66,13 @@ export interface AdminApi {
   rotateKey(request: RotateKeyRequest, ctx: CallContext): Promise<RotateKeyResponse>;
   revokeKey(request: RevokeKeyRequest, ctx: CallContext): Promise<RevokeKeyResponse>;
   listAuditLogs(request: ListAuditLogsRequest, ctx: CallContext): Promise<ListAuditLogsResponse>;
+  /**
+   * OpenAI's completions Usage API page over the usage records (src/budget/usage/usage-query.ts).
+   * `readQuery` is called once the admin key is checked (so a caller without one hears 401/403
+   * before anything of its query); it and the query throw 400 `invalid_request` naming the
+   * parameter. REST only (`GET /v1/admin/usage/completions`).
+   */
+  usageCompletions(readQuery: () => UsageCompletionsQuery, ctx: CallContext): Promise<UsageCompletionsPage>;
 }
 
 /** The message of the admin API when the gateway runs without keys. */
@@ -183,5 +197,6 @@ export function createAdminService(ledger: BudgetLedger | undefined): AdminApi {
           hasMore: page.hasMore,
         });
       }),
+    usageCompletions: (readQuery, ctx) => as(ctx, (l) => l.usageCompletions(readQuery())),
   };
 }

@@ -25,6 +25,7 @@ export const adminRouteMethods: Readonly<Record<string, readonly string[]>> = {
   "/v1/admin/keys/{id}/rotate": ["POST"],
   "/v1/admin/keys/{id}/revoke": ["POST"],
   "/v1/admin/audit_logs": ["GET", "HEAD"],
+  "/v1/admin/usage/completions": ["GET", "HEAD"],
 };
 
 /** The methods an admin path takes, or undefined when it is not one. */

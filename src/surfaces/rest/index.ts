@@ -13,7 +13,3 @@ export {
   sendError,
   unknownRoute,
 } from "./send-error.js";
-export {
-  registerUsageRoute,
-  type UsageRouteDeps,
-} from "./usage-route.js";

@@ -20,6 +20,7 @@ import type { OpenApiDocument } from "./openapi-json-schema.js";
 import { paths } from "./openapi-paths.js";
 import { requestSchemas } from "./openapi-request-schemas.js";
 import { responseSchemas } from "./openapi-response-schemas.js";
+import { usagePaths, usageSchemas } from "./openapi-usage.js";
 
 export { errorCodesOfStatus, errorStatuses } from "./openapi-errors.js";
 export type {
@@ -52,7 +53,7 @@ export const openApiDocument: OpenApiDocument = {
       description: "API keys and the audit log (`acs.v1.AdminService` on Connect); an admin key.",
     },
   ],
-  paths: { ...paths, ...adminPaths },
+  paths: { ...paths, ...adminPaths, ...usagePaths },
   components: {
     securitySchemes: {
       bearerKey: {
@@ -90,6 +91,12 @@ export const openApiDocument: OpenApiDocument = {
       Allow: { description: "The methods the route takes.", schema: { type: "string" } },
     },
     responses: errorResponses,
-    schemas: { ...requestSchemas, ...responseSchemas, ...adminSchemas, ErrorEnvelope: errorEnvelopeSchema },
+    schemas: {
+      ...requestSchemas,
+      ...responseSchemas,
+      ...adminSchemas,
+      ...usageSchemas,
+      ErrorEnvelope: errorEnvelopeSchema,
+    },
   },
 };

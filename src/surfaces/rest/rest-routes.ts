@@ -14,6 +14,7 @@ import { takeJsonBody } from "./json-body.js";
 import { type RenderOptions, renderCompletion, renderModel, renderModelList } from "./render-completion.js";
 import { renderDetokenize, renderTokenize } from "./render-tokens.js";
 import { renderMethodNotAllowed, renderNotFound, requestIdOf, sendError } from "./send-error.js";
+import { registerUsageRoute } from "./usage-route.js";
 
 /** Options of the {@link restRoutes} plugin. */
 export interface RestRoutesOptions {
@@ -193,8 +194,10 @@ async function registerRoutes(app: FastifyInstance, options: RestRoutesOptions):
   app.get("/v1/models", (request, reply) => getModels(scope, request, reply));
   // A wildcard, so that an id with a `/` matches URL-encoded (%2F) and also as two segments.
   app.get("/v1/models/*", (request, reply) => getModel(scope, request, reply));
-  if (options.admin !== undefined)
+  if (options.admin !== undefined) {
     registerAdminRoutes(app, { admin: options.admin, shutdown: scope.shutdown });
+    registerUsageRoute(app, { admin: options.admin, shutdown: scope.shutdown });
+  }
   await app.register(chatRoutes);
   // GET /openapi.json and the API reference at GET /docs.
   await app.register(apiDocsRoutes);

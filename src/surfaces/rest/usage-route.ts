@@ -1,14 +1,12 @@
 // GET /v1/admin/usage/completions: OpenAI's Usage API for completions (its query string, its page
-// of buckets) over the usage records (src/budget/usage/usage-query.ts). Registered only with an
-// admin authorization hook: the admin surface decides who may read it.
+// of buckets) over the usage records (src/budget/usage/usage-query.ts), for admin keys: the admin
+// service (src/service/admin) checks the key before the query string is read.
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import type {
-  UsageBucketWidth,
-  UsageCompletionsPage,
-  UsageCompletionsQuery,
-  UsageGroupBy,
-} from "../../budget/index.js";
+import type { UsageBucketWidth, UsageCompletionsQuery, UsageGroupBy } from "../../budget/index.js";
 import { ApiError } from "../../core/errors/index.js";
+import type { ShutdownLink } from "../../core/index.js";
+import type { AdminApi } from "../../service/index.js";
+import { createCallContext } from "./call-context.js";
 import { requestIdOf, sendError } from "./send-error.js";
 
 /** The route's path. */
@@ -16,13 +14,9 @@ export const USAGE_COMPLETIONS_PATH = "/v1/admin/usage/completions";
 
 /** What the route needs. */
 export interface UsageRouteDeps {
-  /**
-   * Throws (an ApiError: 401, 403…) unless the request carries an admin's authorization; runs
-   * before the query string is read.
-   */
-  readonly authorizeAdmin: (request: FastifyRequest) => void | Promise<void>;
-  /** The page of a parsed query (`BudgetLedger.usageCompletions`); throws ApiError 400 for a value out of range. */
-  readonly usageCompletions: (query: UsageCompletionsQuery) => Promise<UsageCompletionsPage>;
+  /** The admin service: it checks the admin key (401, 403), then answers the parsed query. */
+  readonly admin: AdminApi;
+  readonly shutdown: ShutdownLink;
 }
 
 const WIDTHS: ReadonlySet<string> = new Set<UsageBucketWidth>(["1m", "1h", "1d"]);
@@ -103,8 +97,9 @@ async function getUsage(
   reply: FastifyReply,
 ): Promise<FastifyReply> {
   try {
-    await deps.authorizeAdmin(request);
-    const page = await deps.usageCompletions(parseUsageQuery(request.raw.url ?? request.url));
+    const ctx = createCallContext(request, reply, deps.shutdown);
+    const url = request.raw.url ?? request.url;
+    const page = await deps.admin.usageCompletions(() => parseUsageQuery(url), ctx);
     requestIdOf(reply);
     return reply.type("application/json; charset=utf-8").send(JSON.stringify(page));
   } catch (err) {
@@ -112,10 +107,7 @@ async function getUsage(
   }
 }
 
-/**
- * Registers `GET /v1/admin/usage/completions` on `app`. Not registered by buildApp: the admin
- * surface registers it with its `authorizeAdmin`.
- */
+/** Registers `GET /v1/admin/usage/completions` on `app` (beside the admin routes: rest-routes.ts). */
 export function registerUsageRoute(app: FastifyInstance, deps: UsageRouteDeps): void {
   app.get(USAGE_COMPLETIONS_PATH, (request, reply) => getUsage(deps, request, reply));
 }

@@ -1,42 +1,33 @@
-// GET /v1/admin/usage/completions on a real gateway (keys on, SQLite): behind its admin hook, a
+// GET /v1/admin/usage/completions on a real gateway (keys on, SQLite): for admin keys only, a
 // strict query string (each refusal the §7 envelope naming its parameter), and OpenAI's page of
 // buckets whose sums are the responses' usage.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ApiError } from "../../../src/core/errors/index.js";
-import { registerUsageRoute, USAGE_COMPLETIONS_PATH } from "../../../src/surfaces/rest/usage-route.js";
+import { USAGE_COMPLETIONS_PATH } from "../../../src/surfaces/rest/usage-route.js";
 import { type Stack, startStack } from "../../helpers/start-stack.js";
 
 let dir: string;
 let stack: Stack;
+let adminKey: string;
+let apiKey: string;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "acs-usage-route-"));
-  stack = await startStack({
-    dbPath: join(dir, "budget.db"),
-    routes: (app, ledger) =>
-      registerUsageRoute(app, {
-        // The test's stand-in for the admin surface's check.
-        authorizeAdmin: (request) => {
-          if (request.headers["x-test-admin"] !== "yes") {
-            throw new ApiError("invalid_api_key", "An admin key is required.");
-          }
-        },
-        usageCompletions: (query) => ledger!.usageCompletions(query),
-      }),
-  });
+  stack = await startStack({ dbPath: join(dir, "budget.db") });
+  adminKey = (await stack.ledger!.createAdminKey({ name: "usage-test" })).key;
+  apiKey = (await stack.ledger!.createKey({ budgetTokens: 10 })).key;
 });
 afterAll(async () => {
   await stack?.close();
   rmSync(dir, { recursive: true, force: true });
 });
 
-/** GET the usage route with `query`. */
-const get = (query: string, admin = true) =>
+/** GET the usage route with `query`, as an admin (or with `key`, or none). */
+const get = (query: string, key: string | null = adminKey) =>
   fetch(`${stack.url}${USAGE_COMPLETIONS_PATH}?${query}`, {
-    headers: admin ? { "x-test-admin": "yes" } : {},
+    headers: key === null ? {} : { authorization: `Bearer ${key}` },
   });
 
 /** The refusal's status and envelope fields. */
@@ -50,9 +41,10 @@ async function refusal(res: Response) {
 }
 
 describe(`GET ${USAGE_COMPLETIONS_PATH}`, () => {
-  it("asks the admin hook first", async () => {
-    expect(await refusal(await get("start_time=0", false))).toEqual([401, "invalid_api_key", null]);
-    expect(await refusal(await get("bogus=1", false))).toEqual([401, "invalid_api_key", null]);
+  it("checks the admin key before the query: 401 without one, 403 for an API key", async () => {
+    expect(await refusal(await get("start_time=0", null))).toEqual([401, "invalid_api_key", null]);
+    expect(await refusal(await get("bogus=1", null))).toEqual([401, "invalid_api_key", null]);
+    expect(await refusal(await get("bogus=1", apiKey))).toEqual([403, "permission_denied", null]);
   });
 
   it.each([
