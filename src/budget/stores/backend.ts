@@ -12,6 +12,12 @@ import type { HoldRow, KeyRow, LeaseRow, LeaseUpdate, PeriodRow } from "./rows.j
  * return nothing: a backend may send them without waiting (PostgreSQL pipelines them with the
  * COMMIT); a failed write fails the transaction.
  */
+/** The admin surface's writes of {@link TxRows} (keys, admin keys, the audit log). */
+export type AdminTxRows = Pick<
+  TxRows,
+  "insertKey" | "writeKeySettings" | "insertAudit" | "insertAdminKey" | "lockAdminKey" | "revokeAdminKeyRow"
+>;
+
 export interface TxRows {
   lockKey(id: string): Promise<KeyRow | undefined>;
   lockHold(id: string): Promise<HoldRow | undefined>;

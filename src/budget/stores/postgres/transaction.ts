@@ -2,7 +2,7 @@
 // access inside them (TxRows of ../backend.ts): `lock*` reads with `FOR UPDATE`.
 import type pg from "pg";
 import { type AdminKeyColumns, adminKeyInsertValues, adminKeyOf, auditInsertValues } from "../admin-rows.js";
-import type { TxRows } from "../backend.js";
+import type { AdminTxRows, TxRows } from "../backend.js";
 import {
   type HoldColumns,
   holdRowOf,
@@ -24,6 +24,7 @@ export function rowsOf(c: pg.PoolClient, sent: Promise<unknown>[]): TxRows {
     sent.push(p);
   };
   return {
+    ...adminRowsOf(c, write),
     async lockKey(id) {
       const r = (await run<KeySqlRow>(c, "lockKey", [id])).rows[0];
       return r === undefined ? undefined : toKeyRow(r);
@@ -87,6 +88,15 @@ export function rowsOf(c: pg.PoolClient, sent: Promise<unknown>[]): TxRows {
     async revoke(keyId, now) {
       return ((await run(c, "revoke", [keyId, now])).rowCount ?? 0) === 1;
     },
+  };
+}
+
+/** The writes of the admin surface (keys, admin keys, the audit log) in a transaction: {@link rowsOf}'s. */
+function adminRowsOf(
+  c: pg.PoolClient,
+  write: (name: keyof typeof SQL, values: unknown[]) => void,
+): AdminTxRows {
+  return {
     insertKey(record) {
       write("insertKey", keyInsertValues(record));
     },

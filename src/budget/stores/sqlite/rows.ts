@@ -2,7 +2,7 @@
 // statements, with the one-statement shortcuts that its BEGIN IMMEDIATE allows.
 
 import { adminKeyInsertValues, adminKeyOf, auditInsertValues } from "../admin-rows.js";
-import type { TxRows } from "../backend.js";
+import type { AdminTxRows, TxRows } from "../backend.js";
 import {
   holdRowOf,
   keyInsertValues,
@@ -19,6 +19,7 @@ import { fromBit, type Statements, toBit, toKeyRow } from "./statements.js";
  */
 export function rowsOf(stmt: Statements): TxRows {
   const rows: TxRows = {
+    ...adminRowsOf(stmt),
     async lockKey(id) {
       const row = stmt.keyById.get(id);
       return row === undefined ? undefined : toKeyRow(row);
@@ -79,6 +80,24 @@ export function rowsOf(stmt: Statements): TxRows {
     async revoke(keyId, now) {
       return stmt.revoke.run(now, keyId).changes === 1;
     },
+    // BEGIN IMMEDIATE holds the database's write lock from the start: no row needs locking first.
+    shortcuts: {
+      reserve: (keyId, tokens, now) => stmt.reserve.get(tokens, keyId, now, now, tokens)?.period_start,
+      settleOpen(holdId, usedTokens, closedAt) {
+        const r = stmt.settleOpen.get(usedTokens, usedTokens, closedAt, holdId, closedAt);
+        return r === undefined ? undefined : { keyId: r.key_id, tokens: r.tokens, charged: r.charged_tokens };
+      },
+      moveHeld(keyId, charged, released) {
+        stmt.moveHeld.run(charged, released, keyId);
+      },
+    },
+  };
+  return rows;
+}
+
+/** The writes of the admin surface (keys, admin keys, the audit log): {@link rowsOf}'s. */
+function adminRowsOf(stmt: Statements): AdminTxRows {
+  return {
     insertKey(record) {
       stmt.insertKey.run(...keyInsertValues(record));
     },
@@ -98,17 +117,5 @@ export function rowsOf(stmt: Statements): TxRows {
     revokeAdminKeyRow(id, revokedAt) {
       stmt.revokeAdminKey.run(revokedAt, id);
     },
-    // BEGIN IMMEDIATE holds the database's write lock from the start: no row needs locking first.
-    shortcuts: {
-      reserve: (keyId, tokens, now) => stmt.reserve.get(tokens, keyId, now, now, tokens)?.period_start,
-      settleOpen(holdId, usedTokens, closedAt) {
-        const r = stmt.settleOpen.get(usedTokens, usedTokens, closedAt, holdId, closedAt);
-        return r === undefined ? undefined : { keyId: r.key_id, tokens: r.tokens, charged: r.charged_tokens };
-      },
-      moveHeld(keyId, charged, released) {
-        stmt.moveHeld.run(charged, released, keyId);
-      },
-    },
   };
-  return rows;
 }
