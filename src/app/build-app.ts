@@ -36,6 +36,7 @@ import {
   type UpstreamPoolOptions,
   VllmInference,
 } from "../upstream/index.js";
+import { openRateLimits } from "./rate-limits.js";
 
 /**
  * What {@link buildApp} reads of the configuration (src/config), models included: every setting
@@ -61,6 +62,8 @@ export type AppConfig = Pick<
   | "maxUpstreamSharePerKey"
   | "streamStallMs"
   | "upstreamHeadersTimeoutMs"
+  | "redisUrl"
+  | "workers"
 >;
 
 /** Options of {@link buildApp} beyond the configuration. */
@@ -155,10 +158,13 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     processBytes: config.steeringProcessBytes,
   });
   const admission = options.admission ?? createAdmission(admissionLimitsFrom(config));
+  // Rate limits are a key's: with keys off there is nothing to limit.
+  const rateLimits = ledger === undefined ? undefined : await openRateLimits(config, logger);
   const api = createCompletionsService({
     models: registry,
     ledger,
     usageLog: ledger?.usageLog,
+    rateLimits,
     nonStreamDeadlineMs: config.nonStreamDeadlineMs,
     holdRenewIntervalMs: config.holdRenewMs,
     onLedgerError: (err) => logger.error({ err }, "Budget ledger call failed"),
@@ -185,6 +191,7 @@ export async function buildApp(config: AppConfig, options: AppOptions): Promise<
     onClose: async () => {
       await closePools();
       await ledger?.close();
+      await rateLimits?.close();
       await options.onClose?.();
     },
   });

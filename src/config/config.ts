@@ -33,6 +33,7 @@ const fromVariables = {
   opsPort: "ACS_OPS_PORT",
   modelsPath: "ACS_MODELS",
   instanceId: "ACS_INSTANCE_ID",
+  redisUrl: "ACS_REDIS_URL",
   leaseTtlMs: "ACS_LEASE_TTL_MS",
   holdRenewMs: "ACS_HOLD_RENEW_MS",
   keepaliveIntervalMs: "ACS_KEEPALIVE_MS",

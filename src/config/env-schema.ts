@@ -68,6 +68,11 @@ export const envSchema = z.object({
    * leases its previous run left at once (else they expire).
    */
   ACS_INSTANCE_ID: z.string().optional(),
+  /**
+   * Redis the keys' rate limits are counted in, shared by every gateway process and replica
+   * (`redis://host:6379`); unset = each process counts its own (src/ratelimit).
+   */
+  ACS_REDIS_URL: z.string().url().optional(),
   /** How long a replica's lease outlives its last sync (a dead replica's is reclaimed after it), ms. @default 30000 */
   ACS_LEASE_TTL_MS: intText(1000, 3_600_000, machineryDefaults.leaseTtlMs),
   /** How often a stream renews its Hold, recording the tokens generated so far, ms. @default 10000 */

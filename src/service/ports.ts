@@ -10,6 +10,19 @@ export interface KeyInfo {
   readonly id: string;
   /** The key's name, for logs (never the key itself). */
   readonly name?: string;
+  /** The key's rate limits (proto/API.md §9), for the key and per model; absent: none. */
+  readonly rateLimits?: KeyRateLimits;
+}
+
+/** Requests and tokens per minute (integers ≥ 1; absent: no limit). */
+export interface RateLimitPair {
+  readonly requestsPerMinute?: number;
+  readonly tokensPerMinute?: number;
+}
+
+/** A key's rate limits: its own, and per model id. */
+export interface KeyRateLimits extends RateLimitPair {
+  readonly models?: Readonly<Record<string, RateLimitPair>>;
 }
 
 /** A value, or a promise of it. */

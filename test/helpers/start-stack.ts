@@ -57,6 +57,8 @@ export interface StackOptions {
   upstreamHeadersTimeoutMs?: number;
   /** The ledger's usage log batching (e.g. a long flush interval). @default the log's */
   usageLog?: AppOptions["usageLog"];
+  /** ACS_REDIS_URL: the rate limits' Redis (test/helpers/redis.ts); unset: this process's memory. */
+  redisUrl?: string;
 }
 
 export interface Stack {
@@ -127,6 +129,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       ...(opts.upstreamHeadersTimeoutMs === undefined
         ? {}
         : { upstreamHeadersTimeoutMs: opts.upstreamHeadersTimeoutMs }),
+      ...(opts.redisUrl === undefined ? {} : { redisUrl: opts.redisUrl }),
     },
     {
       logger: opts.logger ?? pino({ level: "silent" }),

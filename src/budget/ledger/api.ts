@@ -20,6 +20,8 @@ export interface KeyInfo {
   readonly hint?: string;
   /** When the key expires (Unix epoch ms); absent: never. placeHold refuses it from then on. */
   readonly expiresAt?: number;
+  /** The key's rate limits (src/ratelimit enforces them in the service); absent: none. */
+  readonly rateLimits?: RateLimits;
 }
 
 /** A placed Hold: the id to renew and settle, and the max_tokens the request may use. */

@@ -55,6 +55,7 @@ export async function authenticate(l: LedgerState, authorization: string | undef
     models: record.models,
     hint: record.hint,
     ...(expiresAt === null ? {} : { expiresAt }),
+    ...(record.rateLimits == null ? {} : { rateLimits: record.rateLimits }),
   };
 }
 

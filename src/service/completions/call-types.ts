@@ -1,5 +1,6 @@
 // A completion that passed its checks: what was decided before Inference is called (Prepared), and
 // the running call (its meter and its one end).
+
 import type { SteeringLease } from "../../lens/index.js";
 import type { Inference, InferenceRequest } from "../../upstream/index.js";
 import type { AdmissionTicket } from "../admission.js";
@@ -10,6 +11,7 @@ import type { UsageMeter } from "../usage-meter.js";
 import type { CallDeadline } from "./call-deadline.js";
 import type { CallEnd } from "./call-end.js";
 import type { Hold } from "./check-order.js";
+import type { RateReservation } from "./rate-limits.js";
 /** Everything decided before Inference is called. */
 export interface Prepared {
   readonly model: ServedModel<Inference>;
@@ -31,6 +33,8 @@ export interface Prepared {
   readonly capture: boolean;
   /** The Hold on the key's Budget; undefined with keys off. */
   readonly hold: Hold | undefined;
+  /** Its entries in the key's rate-limit windows, corrected to its charge at the end; undefined: not limited. */
+  readonly rate: RateReservation | undefined;
   /** The request's decoded steering bytes on the steering budget; released when the request is done. */
   readonly steering: SteeringLease;
   /**

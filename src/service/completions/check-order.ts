@@ -5,6 +5,7 @@
 import type { CreateCompletionRequest } from "../../../gen/acs/v1/completions_pb.js";
 import type { SteeringLease } from "../../lens/index.js";
 import { captureLayers, captureLayerTokenLimit, checkCaptureCap, checkLensShapes } from "../../lens/index.js";
+import type { RateLimitStore } from "../../ratelimit/index.js";
 import type { Inference } from "../../upstream/index.js";
 import type { Admission, AdmissionTicket } from "../admission.js";
 import {
@@ -25,6 +26,7 @@ import type { ModelRegistry, ServedModel } from "../model-registry.js";
 import type { KeyInfo, Ledger } from "../ports.js";
 import type { CallContext } from "../types.js";
 import { validateRequest } from "../validate-request.js";
+import { type RateReservation, reserveRate } from "./rate-limits.js";
 
 /** Header that reports a max_tokens lowered to what the Budget holds (proto/API.md §3). */
 export const clampedHeader = "X-Acs-Max-Tokens-Clamped";
@@ -64,6 +66,8 @@ export interface Draft {
   maxTokens: number;
   /** The request's place among its key's requests in flight (`key_caps`). */
   ticket: AdmissionTicket;
+  /** The request's entries in its key's rate-limit windows (`rate_limits`); undefined: not limited. */
+  rate: RateReservation | undefined;
   /** The Hold on the key's Budget (`hold`); undefined with keys off. */
   hold: Hold | undefined;
 }
@@ -73,6 +77,8 @@ export interface CheckEnv {
   readonly models: ModelRegistry<Inference>;
   readonly ledger: Ledger | undefined;
   readonly admission: Admission;
+  /** The rate-limit windows (src/ratelimit); undefined: no rate limits. */
+  readonly rateLimits: RateLimitStore | undefined;
   /** Parts of a lens fan-out that run at once (proto/API.md §6). */
   readonly fanOutConcurrency: number;
   /** The special tokens the model's tokenizer adds to a text prompt (cached per model). */
@@ -280,6 +286,20 @@ function captureCap(draft: Draft): void {
 }
 
 /**
+ * §9: the key's rate limits, for the key and for the model: one request, and prompt + prompts × n
+ * × max_tokens tokens (before the Hold's clamp; corrected to usage when the call ends). 429
+ * `rate_limited` with Retry-After; OpenAI's `x-ratelimit-*` headers on the answer either way.
+ */
+async function rateLimits(draft: Draft, env: CheckEnv): Promise<void> {
+  const limits = draft.key?.rateLimits;
+  if (env.rateLimits === undefined || draft.key === undefined || limits === undefined) return;
+  const { shape } = draft;
+  const tokens = sum(draft.lengths ?? []) + shape.prompts * shape.n * draft.maxTokens;
+  const model = servedModel(draft);
+  draft.rate = await reserveRate(env.rateLimits, draft.key.id, limits, model.id, tokens, draft.ctx);
+}
+
+/**
  * §9: the Hold on the key's Budget for prompt + max_tokens (402 when it cannot hold one token);
  * near the Budget's end max_tokens is lowered to what it holds (§3, the clamped header). A bound
  * of the prompt that does not fit the Budget whole is counted exactly first: the clamp or refusal
@@ -341,6 +361,7 @@ export const checkOrder: readonly CheckStep[] = [
   { name: "prompt_length", run: promptLength },
   { name: "min_tokens", run: minTokens },
   { name: "capture_cap", run: captureCap },
+  { name: "rate_limits", run: rateLimits },
   { name: "hold", run: hold },
 ];
 
@@ -367,6 +388,7 @@ export function newDraft(
     bounds: undefined,
     maxTokens: 0,
     ticket: noTicket,
+    rate: undefined,
     hold: undefined,
   };
 }

@@ -1,5 +1,6 @@
 // A completion's Hold while it runs and when it ends: whether it still stands before each delivery,
 // its renewal during a stream, and the one settle to the usage meter's charge.
+
 import type { CreateCompletionRequest } from "../../../gen/acs/v1/completions_pb.js";
 import { ApiError } from "../../core/errors/index.js";
 import { countPromptTokens } from "../count-prompt-tokens.js";
@@ -8,6 +9,7 @@ import type { UsageMeter } from "../usage-meter.js";
 import { endRunning, recordTokens } from "./call-record.js";
 import type { Prepared } from "./call-types.js";
 import type { Hold } from "./check-order.js";
+import { endRate } from "./rate-limits.js";
 import type { ServiceEnv } from "./service-env.js";
 import { logUsage, type UsageEnd } from "./usage-entry.js";
 
@@ -128,6 +130,7 @@ export async function chargeAndSettle(
   } finally {
     endRunning(ctx);
   }
+  await endRate(prepared.rate, charge, env.onLedgerError);
   await settle(env, prepared.hold, charge, ctx, {
     model: prepared.model.id,
     failure,

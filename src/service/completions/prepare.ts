@@ -11,6 +11,7 @@ import { recorded, startRunning } from "./call-record.js";
 import type { Prepared, RunningCall } from "./call-types.js";
 import { type Draft, newDraft, runChecks } from "./check-order.js";
 import { chargeAndSettle, settle } from "./hold.js";
+import { endRate } from "./rate-limits.js";
 import type { ServiceEnv } from "./service-env.js";
 
 /** The usage record's tokens of a request refused before Inference: none. */
@@ -47,9 +48,10 @@ async function prepare(
   } catch (err) {
     // Refused: nothing reached Inference, a Hold already placed is settled to 0 (and logged).
     const end = { model: draft.model?.id ?? request.model, failure: err, tokens: NO_TOKENS };
-    await new CallEnd({ steering: draft.steeringLease, admission: draft.ticket }, () =>
-      settle(env, draft.hold, 0, ctx, end),
-    ).end(err);
+    await new CallEnd({ steering: draft.steeringLease, admission: draft.ticket }, async () => {
+      await endRate(draft.rate, 0, env.onLedgerError);
+      await settle(env, draft.hold, 0, ctx, end);
+    }).end(err);
     throw err;
   }
 }
@@ -80,6 +82,7 @@ function preparedOf(draft: Draft): Prepared {
     parts,
     capture: request.outputResidualStream !== undefined,
     hold,
+    rate: draft.rate,
     steering: draft.steeringLease,
     nextUpstreamId: upstreamIds(ctx.requestId),
     ctx,

@@ -1,6 +1,7 @@
 // The completions service's collaborators and settings. Its settings come resolved (the defaults
 // of configurable ones live in src/config/env-schema.ts alone); only a few hooks default here.
 import type { SteeringBudget } from "../../lens/index.js";
+import type { RateLimitStore } from "../../ratelimit/index.js";
 import type { Inference } from "../../upstream/index.js";
 import type { Admission } from "../admission.js";
 import { createSpecialTokenCounter } from "../count-prompt-tokens.js";
@@ -18,6 +19,11 @@ export interface CompletionsServiceDeps {
   readonly nonStreamDeadlineMs: number;
   /** Where each settled request's record goes (the ledger's usage log); undefined: none kept. */
   readonly usageLog?: UsageLog | undefined;
+  /**
+   * The rate-limit windows of keys with limits (src/ratelimit: memory, or Redis shared by every
+   * process); undefined: no rate limits.
+   */
+  readonly rateLimits?: RateLimitStore | undefined;
   /** How often a stream renews its Hold, ms (ACS_HOLD_RENEW_MS). */
   readonly holdRenewIntervalMs: number;
   /** Told of a ledger call that failed after the response was decided (renew, settle). @default process.emitWarning */
@@ -85,6 +91,7 @@ export function serviceEnv(deps: CompletionsServiceDeps): ServiceEnv {
       models,
       ledger,
       admission,
+      rateLimits: deps.rateLimits,
       fanOutConcurrency,
       specialTokens: createSpecialTokenCounter(),
       boundBroken,
