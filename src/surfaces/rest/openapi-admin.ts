@@ -34,7 +34,7 @@ const settingProperties: Record<string, JsonSchema> = {
 export const adminSchemas: Record<string, JsonSchema> = {
   RateLimits: {
     type: "object",
-    description: "Requests and tokens per minute, for the key and per model (stored and returned).",
+    description: "Requests and tokens per minute, for the key and per model (proto/API.md §9, Rate limits).",
     additionalProperties: false,
     properties: {
       ...pair.properties,
