@@ -179,6 +179,16 @@ describe.each(storesUnderTest("keyadmin"))("key administration on $kind", (store
     );
   });
 
+  it("refuses an add that would take the Budget past 2^53 − 1 (an exact integer on every surface)", async () => {
+    const ledger = await open();
+    const { id } = await ledger.createKey({ budgetTokens: Number.MAX_SAFE_INTEGER - 1 });
+    const over = await errorOf(() => ledger.updateKey(id, { addTokens: 2 }));
+    expect(over).toBeInstanceOf(KeySettingError);
+    expect((over as KeySettingError).param).toBe("add_budget_tokens");
+    expect((await ledger.getKey(id)).budgetTokens).toBe(Number.MAX_SAFE_INTEGER - 1);
+    expect((await ledger.updateKey(id, { addTokens: 1 })).budgetTokens).toBe(Number.MAX_SAFE_INTEGER);
+  });
+
   it("rotates: the old secret 401 at once, the new one works, same id, spent and usage", async () => {
     const ledger = await open({ authCacheTtlMs: 1000 });
     const { id, key } = await ledger.createKey({ budgetTokens: 100 });

@@ -145,6 +145,12 @@ export async function updateKey(
     const base = changes.budgetTokens ?? key.budgetTokens;
     if (changes.budgetTokens !== undefined || changes.addTokens !== undefined) {
       patch.budgetTokens = base + (changes.addTokens ?? 0);
+      if (!Number.isSafeInteger(patch.budgetTokens)) {
+        throw new KeySettingError(
+          "add_budget_tokens",
+          `Invalid value for 'add_budget_tokens': the Budget would be ${base} + ${changes.addTokens} tokens, past 2^53 − 1.`,
+        );
+      }
     }
     return patch;
   });

@@ -1,11 +1,9 @@
-// The order of checks of a completion request (proto/API.md §3 "Order of checks", which lists
-// these names), as data: each step a named function that refuses the request (throws its ApiError)
-// or fills in what it decided on one Draft. `runChecks` runs them in order; a test holds the names
-// equal to the contract's list.
+// The order of checks of a completion request (proto/API.md §3 "Order of checks", which lists these
+// names), as data: each step a named function that refuses the request (throws its ApiError) or fills
+// in what it decided on one Draft. `runChecks` runs them in order; a test holds the names to the list.
 import type { CreateCompletionRequest } from "../../../gen/acs/v1/completions_pb.js";
 import type { SteeringLease } from "../../lens/index.js";
 import { captureLayers, captureLayerTokenLimit, checkCaptureCap, checkLensShapes } from "../../lens/index.js";
-import type { RateLimitStore } from "../../ratelimit/index.js";
 import type { Inference } from "../../upstream/index.js";
 import type { Admission, AdmissionTicket } from "../admission.js";
 import {
@@ -26,7 +24,7 @@ import type { ModelRegistry, ServedModel } from "../model-registry.js";
 import type { KeyInfo, Ledger } from "../ports.js";
 import type { CallContext } from "../types.js";
 import { validateRequest } from "../validate-request.js";
-import { type RateReservation, reserveRate } from "./rate-limits.js";
+import { type RateLimitStore, type RateReservation, reserveRate } from "./rate-limits.js";
 
 /** Header that reports a max_tokens lowered to what the Budget holds (proto/API.md §3). */
 export const clampedHeader = "X-Acs-Max-Tokens-Clamped";
@@ -285,18 +283,11 @@ function captureCap(draft: Draft): void {
   });
 }
 
-/**
- * §9: the key's rate limits, for the key and for the model: one request, and prompt + prompts × n
- * × max_tokens tokens (before the Hold's clamp; corrected to usage when the call ends). 429
- * `rate_limited` with Retry-After; OpenAI's `x-ratelimit-*` headers on the answer either way.
- */
+/** §9: the key's rate limits, for the key and for the model (rate-limits.ts). */
 async function rateLimits(draft: Draft, env: CheckEnv): Promise<void> {
-  const limits = draft.key?.rateLimits;
-  if (env.rateLimits === undefined || draft.key === undefined || limits === undefined) return;
-  const { shape } = draft;
-  const tokens = sum(draft.lengths ?? []) + shape.prompts * shape.n * draft.maxTokens;
-  const model = servedModel(draft);
-  draft.rate = await reserveRate(env.rateLimits, draft.key.id, limits, model.id, tokens, draft.ctx);
+  if (env.rateLimits === undefined || draft.key?.rateLimits === undefined) return;
+  const tokens = sum(draft.lengths ?? []) + draft.shape.prompts * draft.shape.n * draft.maxTokens;
+  draft.rate = await reserveRate(env.rateLimits, draft.key, servedModel(draft).id, tokens, draft.ctx);
 }
 
 /**

@@ -10,8 +10,10 @@ import {
   type RateLimitStore,
   rateLimitHeaders,
 } from "../../ratelimit/index.js";
-import type { KeyRateLimits } from "../ports.js";
+import type { KeyInfo, KeyRateLimits } from "../ports.js";
 import type { CallContext } from "../types.js";
+
+export type { RateLimitStore };
 
 /** A request's entries in its windows, until it ends. */
 export interface RateReservation {
@@ -64,20 +66,19 @@ function refusal(decision: RateDecision, tokens: number): ApiError {
 }
 
 /**
- * Reserves one request and `tokens` (the prompt + every choice's max_tokens, as the Hold counts
- * them) on the key's scopes for the model; sets OpenAI's `x-ratelimit-*` headers on the answer,
- * admitted or not. Throws ApiError 429 `rate_limited` (Retry-After: when this request would fit).
- * Undefined when the key has no limit for the model.
+ * §9, the `rate_limits` step: reserves one request and `tokens` (the prompt + every choice's
+ * max_tokens, before the Hold's clamp) on the key's scopes for the model, and sets OpenAI's
+ * `x-ratelimit-*` headers on the answer, admitted or not. Throws ApiError 429 `rate_limited`
+ * (Retry-After: when this request would fit). Undefined when the key has no limit for the model.
  */
 export async function reserveRate(
   store: RateLimitStore,
-  keyId: string,
-  limits: KeyRateLimits,
+  key: KeyInfo,
   modelId: string,
   tokens: number,
   ctx: CallContext,
 ): Promise<RateReservation | undefined> {
-  const scopes = scopesOf(keyId, limits, modelId);
+  const scopes = key.rateLimits === undefined ? [] : scopesOf(key.id, key.rateLimits, modelId);
   if (scopes.length === 0) return undefined;
   const id = randomUUID();
   const decision = await store.reserve(scopes, id, tokens, Date.now());
